@@ -1,0 +1,45 @@
+"""Durable queued, scheduled and recurring jobs in your Django project's own database."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from .context import JobContext
+from .exceptions import DuplicateJobName, JobCancelled, JobsError, PayloadError, UnknownJob
+from .registry import job
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "DuplicateJobName",
+    "JobCancelled",
+    "JobContext",
+    "JobSpec",
+    "JobsError",
+    "PayloadError",
+    "UnknownJob",
+    "job",
+    "retry_job",
+    "schedule_job",
+    "schedule_jobs",
+]
+
+if TYPE_CHECKING:
+    from .leases import retry_job
+    from .scheduling import JobSpec, schedule_job, schedule_jobs
+
+_LAZY = {
+    "schedule_job": "scheduling",
+    "schedule_jobs": "scheduling",
+    "JobSpec": "scheduling",
+    "retry_job": "leases",
+}
+
+
+def __getattr__(name: str) -> Any:
+    # These import the models, which need the app registry to be ready.
+    if name in _LAZY:
+        from importlib import import_module
+
+        return getattr(import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,102 @@
+"""System checks for the ``DJANGO_JOBS`` setting and the database it runs on."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.checks import CheckMessage, Error, Tags, register
+from django.db import router
+
+from .conf import DEFAULTS
+
+NON_NEGATIVE = ("RETRY_BASE_SECONDS", "RETRY_JITTER")
+POSITIVE = (
+    "LEASE_SECONDS",
+    "POLL_SECONDS",
+    "MAINTENANCE_SECONDS",
+    "RETRY_MAX_SECONDS",
+    "MAX_PAYLOAD_BYTES",
+)
+
+
+def _number_errors(user: Mapping[str, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for key in POSITIVE + NON_NEGATIVE:
+        if key not in user:
+            continue
+        value = user[key]
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if ok and (value < 0 or (key in POSITIVE and value == 0)):
+            ok = False
+        if not ok:
+            kind = "a positive" if key in POSITIVE else "a non-negative"
+            errors.append(
+                Error(
+                    f"DJANGO_JOBS[{key!r}] must be {kind} number, got {value!r}.",
+                    id="django_jobs.E003",
+                )
+            )
+    attempts = user.get("MAX_ATTEMPTS", 1)
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
+        errors.append(
+            Error(
+                f"DJANGO_JOBS['MAX_ATTEMPTS'] must be a positive integer, got {attempts!r}.",
+                id="django_jobs.E003",
+            )
+        )
+    return errors
+
+
+def _queue_errors(queues: Any) -> list[CheckMessage]:
+    if not isinstance(queues, Mapping) or not queues:
+        return [
+            Error(
+                "DJANGO_JOBS['QUEUES'] must be a non-empty dict of queue name -> options, "
+                f"got {queues!r}.",
+                id="django_jobs.E004",
+            )
+        ]
+    errors: list[CheckMessage] = []
+    for name, options in queues.items():
+        workers = (options or {}).get("workers", 1) if isinstance(options, Mapping) else None
+        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
+            errors.append(
+                Error(
+                    f"DJANGO_JOBS['QUEUES'][{name!r}] must be a dict whose 'workers' is a positive "
+                    f"integer, got {options!r}.",
+                    id="django_jobs.E004",
+                )
+            )
+    return errors
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    user = getattr(django_settings, "DJANGO_JOBS", {})
+    if not isinstance(user, Mapping):
+        return [
+            Error(f"DJANGO_JOBS must be a dict, got {type(user).__name__}.", id="django_jobs.E001")
+        ]
+    errors: list[CheckMessage] = []
+    for key in user:
+        if key not in DEFAULTS:
+            close = difflib.get_close_matches(str(key), list(DEFAULTS), n=1)
+            hint = f"Did you mean {close[0]!r}?" if close else f"Known keys: {', '.join(DEFAULTS)}."
+            errors.append(
+                Error(f"Unknown DJANGO_JOBS key {key!r}.", hint=hint, id="django_jobs.E002")
+            )
+    errors += _number_errors(user)
+    if "QUEUES" in user:
+        errors += _queue_errors(user["QUEUES"])
+    return errors
+
+
+@register(Tags.compatibility)
+def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    from .claims import get_claimer
+    from .models import Job
+
+    return get_claimer(router.db_for_write(Job)).check_configuration()

@@ -1,0 +1,23 @@
+"""Errors raised by django-jobs. All subclass :class:`JobsError`."""
+
+from __future__ import annotations
+
+
+class JobsError(Exception):
+    """Base class of every django-jobs error."""
+
+
+class UnknownJob(JobsError, LookupError):
+    """A job name that no ``@job`` handler is registered under."""
+
+
+class PayloadError(JobsError, ValueError):
+    """A payload that is not strict JSON, or is too large."""
+
+
+class JobCancelled(JobsError):
+    """Raised by ``JobContext.raise_if_cancelled()`` once the attempt is cancelled."""
+
+
+class DuplicateJobName(JobsError):
+    """Two different functions registered under one job name."""

@@ -1,0 +1,77 @@
+"""``manage.py runjobs``: host the workers. A thin shell around :class:`Worker`."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from django_jobs.conf import settings
+from django_jobs.worker import Worker
+
+logger = logging.getLogger("django_jobs.runjobs")
+
+
+class Command(BaseCommand):
+    help = "Run django-jobs workers: claim due jobs and run them until stopped."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--queue",
+            action="append",
+            dest="queues",
+            metavar="NAME",
+            help="Serve this queue (repeatable). Default: every queue in DJANGO_JOBS['QUEUES'].",
+        )
+        parser.add_argument(
+            "--workers",
+            type=int,
+            metavar="N",
+            help="Handler threads per queue (default: the queue's 'workers' option).",
+        )
+        parser.add_argument(
+            "--burst",
+            action="store_true",
+            help="Exit 0 once no job on the served queues is due or running.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self._configure_logging(options["verbosity"])
+        names = options["queues"] or list(settings.QUEUES)
+        if options["workers"] is not None and options["workers"] < 1:
+            raise CommandError("--workers must be at least 1")
+        queues = {name: options["workers"] or settings.queue_workers(name) for name in names}
+        worker = Worker(queues, burst=options["burst"])
+        stop_event = threading.Event()
+        self._install_signal_handlers(stop_event, worker.force_event)
+        worker.run(stop_event)
+        if worker.force_event.is_set():
+            raise SystemExit(1)
+
+    @staticmethod
+    def _install_signal_handlers(stop_event: threading.Event, force_event: threading.Event) -> None:
+        def handle(signum: int, frame: Any) -> None:
+            # Only set events here; the worker's loop does the rest.
+            if stop_event.is_set():
+                force_event.set()
+            stop_event.set()
+
+        signal.signal(signal.SIGTERM, handle)
+        signal.signal(signal.SIGINT, handle)
+
+    @staticmethod
+    def _configure_logging(verbosity: int) -> None:
+        """Log to stderr unless the project's LOGGING already handles django_jobs."""
+        root = logging.getLogger("django_jobs")
+        level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
+        if root.handlers:
+            return
+        handler = logging.StreamHandler()
+        handler.setFormatter(
+            logging.Formatter("%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
+        )
+        root.addHandler(handler)
+        root.setLevel(level)

@@ -1,0 +1,152 @@
+"""Jobs are rows: ``Job``, its ``Attempt`` rows, and ``RecurringJob`` schedules."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+from django.utils import timezone as tz
+
+
+class JobStatus(models.TextChoices):
+    PENDING = "pending", "pending"
+    RUNNING = "running", "running"
+    SUCCEEDED = "succeeded", "succeeded"
+    DEAD_LETTERED = "dead_lettered", "dead-lettered"
+    CANCELLED = "cancelled", "cancelled"
+
+
+LIVE_STATUSES = (JobStatus.PENDING, JobStatus.RUNNING)
+FINISHED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.DEAD_LETTERED, JobStatus.CANCELLED)
+
+
+class AttemptOutcome(models.TextChoices):
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+    LEASE_EXPIRED = "lease_expired", "lease expired"
+    RELEASED = "released", "released"
+    TIMED_OUT = "timed_out", "timed out"
+    CANCELLED = "cancelled", "cancelled"
+
+
+class JobQuerySet(models.QuerySet["Job"]):
+    def live(self) -> JobQuerySet:
+        return self.filter(status__in=LIVE_STATUSES)
+
+    def dead_lettered(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.DEAD_LETTERED)
+
+
+class Job(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=200, help_text="The registered job name.")
+    queue = models.CharField(max_length=100, default="default")
+    payload = models.JSONField(null=True, blank=True)
+    status = models.CharField(max_length=20, choices=JobStatus.choices, default=JobStatus.PENDING)
+    priority = models.IntegerField(default=0, help_text="Higher runs first.")
+    run_at = models.DateTimeField(default=tz.now, help_text="Not claimed before this.")
+    attempt = models.PositiveIntegerField(
+        default=0, help_text="Number of the latest attempt (the fencing token)."
+    )
+    attempts_used = models.PositiveIntegerField(
+        default=0, help_text="Attempts charged against max_attempts."
+    )
+    max_attempts = models.PositiveIntegerField(default=5)
+    lease_owner = models.CharField(max_length=255, null=True, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    unique_key = models.CharField(max_length=255, null=True, blank=True)
+    last_error = models.TextField(blank=True, default="")
+    created_at = models.DateTimeField(default=tz.now)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    objects = JobQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            # The claim reads live, due jobs of one queue in this order; the
+            # index holds pending rows only, so it stays small however many
+            # finished rows pile up.
+            models.Index(
+                fields=["queue", "-priority", "run_at", "id"],
+                condition=Q(status="pending"),
+                name="django_jobs_claim_idx",
+            ),
+            # The maintenance pass looks for running jobs whose lease expired.
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(status="running"),
+                name="django_jobs_lease_idx",
+            ),
+            models.Index(fields=["status", "finished_at"], name="django_jobs_status_idx"),
+        ]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["name", "unique_key"],
+                condition=Q(status__in=["pending", "running"]) & Q(unique_key__isnull=False),
+                name="django_jobs_unique_live_key",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} #{self.pk} ({self.status})"
+
+
+class DeadLetter(Job):
+    """Dead-lettered jobs, for the admin's "Dead letters" list."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "dead letter"
+        verbose_name_plural = "dead letters"
+
+
+class Attempt(models.Model):
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
+    number = models.PositiveIntegerField()
+    owner = models.CharField(max_length=255)
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    outcome = models.CharField(max_length=20, choices=AttemptOutcome.choices, null=True, blank=True)
+    error = models.TextField(blank=True, default="")
+
+    class Meta:
+        ordering = ["job_id", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["job", "number"], name="django_jobs_attempt_number"),
+        ]
+
+    def __str__(self) -> str:
+        return f"attempt {self.number} of job {self.job_id}"
+
+
+class RecurringJob(models.Model):
+    name = models.CharField(max_length=200, unique=True)
+    job_name = models.CharField(max_length=200)
+    cron = models.CharField(max_length=200)
+    payload = models.JSONField(null=True, blank=True)
+    queue = models.CharField(max_length=100, null=True, blank=True)
+    priority = models.IntegerField(null=True, blank=True)
+    max_attempts = models.PositiveIntegerField(null=True, blank=True)
+    timezone = models.CharField(max_length=64, default="UTC")
+    enabled = models.BooleanField(default=True)
+    overlap = models.BooleanField(
+        default=True, help_text="Enqueue a new run while the previous one is live."
+    )
+    next_run_at = models.DateTimeField(null=True, blank=True)
+    last_run_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(default=tz.now)
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [
+            models.Index(
+                fields=["next_run_at"],
+                condition=Q(enabled=True),
+                name="django_jobs_recurring_due_idx",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,118 @@
+"""The ``@job`` decorator and the registry that maps job names to handlers.
+
+A worker resolves a row's job name only through this registry: it never
+imports a path stored in the database.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .exceptions import DuplicateJobName, UnknownJob
+
+if TYPE_CHECKING:
+    from .context import JobContext
+
+Handler = Callable[["JobContext", Any], Any]
+H = TypeVar("H", bound=Callable[..., Any])
+
+ATTRIBUTE = "django_job"
+
+
+@dataclass(frozen=True)
+class JobDefinition:
+    name: str
+    func: Handler
+    queue: str = "default"
+    priority: int = 0
+    max_attempts: int | None = None
+    timeout: float | None = None
+
+    @property
+    def func_path(self) -> str:
+        return f"{self.func.__module__}.{self.func.__qualname__}"
+
+
+_registry: dict[str, JobDefinition] = {}
+_lock = threading.Lock()
+
+
+def _seconds(timeout: float | timedelta | None) -> float | None:
+    if timeout is None:
+        return None
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else float(timeout)
+    if seconds <= 0:
+        raise ValueError(f"timeout must be positive, got {timeout!r}")
+    return seconds
+
+
+def job(
+    name: str,
+    *,
+    queue: str = "default",
+    priority: int = 0,
+    max_attempts: int | None = None,
+    timeout: float | timedelta | None = None,
+) -> Callable[[H], H]:
+    """Register the decorated function as the handler of job ``name``.
+
+    The name is what the database stores, so renaming the function does not
+    orphan queued jobs. The handler is called as ``handler(ctx, payload)``.
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ValueError("a job name must be a non-empty string")
+    if not isinstance(queue, str) or not queue:
+        raise ValueError("queue must be a non-empty string")
+    if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
+        raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}")
+    if not isinstance(priority, int):
+        raise ValueError(f"priority must be an integer, got {priority!r}")
+    seconds = _seconds(timeout)
+
+    def decorator(func: H) -> H:
+        definition = JobDefinition(name, func, queue, priority, max_attempts, seconds)
+        register(definition)
+        setattr(func, ATTRIBUTE, definition)
+        return func
+
+    return decorator
+
+
+def register(definition: JobDefinition) -> None:
+    with _lock:
+        existing = _registry.get(definition.name)
+        if existing is not None and existing.func_path != definition.func_path:
+            raise DuplicateJobName(
+                f"job name {definition.name!r} is already registered to "
+                f"{existing.func_path}; cannot register {definition.func_path} too"
+            )
+        _registry[definition.name] = definition
+
+
+def unregister(name: str) -> None:
+    with _lock:
+        _registry.pop(name, None)
+
+
+def get_definition(job: str | Callable[..., Any]) -> JobDefinition:
+    """The definition for a job name or a decorated function; :class:`UnknownJob` if none."""
+    if callable(job) and not isinstance(job, str):
+        definition = getattr(job, ATTRIBUTE, None)
+        if not isinstance(definition, JobDefinition):
+            raise UnknownJob(f"{job!r} is not a registered job: decorate it with @job(name)")
+        return definition
+    if not isinstance(job, str):
+        raise UnknownJob(f"a job is a registered name or @job function, not {job!r}")
+    try:
+        return _registry[job]
+    except KeyError:
+        raise UnknownJob(f"no job is registered under the name {job!r}") from None
+
+
+def registered_names() -> list[str]:
+    with _lock:
+        return sorted(_registry)

@@ -1,0 +1,158 @@
+"""Enqueueing: ``schedule_job()`` and ``schedule_jobs()``.
+
+Both write on the caller's database connection, so inside
+``transaction.atomic()`` a job commits or rolls back with the caller's rows.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.db import IntegrityError, router, transaction
+from django.utils import timezone
+
+from .conf import settings
+from .models import LIVE_STATUSES, Job
+from .payloads import encode_payload
+from .registry import get_definition
+
+logger = logging.getLogger(__name__)
+
+JobRef = str | Callable[..., Any]
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """One job for :func:`schedule_jobs`; the fields are ``schedule_job``'s arguments."""
+
+    job: JobRef
+    payload: Any = None
+    run_at: datetime | None = None
+    delay: timedelta | None = None
+    queue: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
+    unique_key: str | None = None
+
+
+def _resolve_run_at(run_at: datetime | None, delay: timedelta | None) -> datetime:
+    if run_at is not None and delay is not None:
+        raise ValueError("give run_at or delay, not both")
+    if delay is not None:
+        if not isinstance(delay, timedelta):
+            raise ValueError(f"delay must be a timedelta, got {delay!r}")
+        return timezone.now() + delay
+    if run_at is None:
+        return timezone.now()
+    if not isinstance(run_at, datetime):
+        raise ValueError(f"run_at must be a datetime, got {run_at!r}")
+    if django_settings.USE_TZ and timezone.is_naive(run_at):
+        raise ValueError("run_at must be timezone-aware when USE_TZ is True")
+    return run_at
+
+
+def build_job(spec: JobSpec) -> Job:
+    """Validate a spec and return an unsaved :class:`Job`."""
+    definition = get_definition(spec.job)
+    text = encode_payload(spec.payload)
+    max_attempts = (
+        spec.max_attempts
+        if spec.max_attempts is not None
+        else definition.max_attempts or int(settings.MAX_ATTEMPTS)
+    )
+    if not isinstance(max_attempts, int) or max_attempts < 1:
+        raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}")
+    priority = spec.priority if spec.priority is not None else definition.priority
+    if not isinstance(priority, int):
+        raise ValueError(f"priority must be an integer, got {priority!r}")
+    queue = spec.queue or definition.queue
+    if spec.unique_key is not None and not (isinstance(spec.unique_key, str) and spec.unique_key):
+        raise ValueError("unique_key must be a non-empty string")
+    return Job(
+        name=definition.name,
+        queue=queue,
+        payload=json.loads(text),
+        priority=priority,
+        run_at=_resolve_run_at(spec.run_at, spec.delay),
+        max_attempts=max_attempts,
+        unique_key=spec.unique_key,
+    )
+
+
+def _find_live(job: Job, using: str) -> Job | None:
+    return (
+        Job.objects.using(using)
+        .filter(name=job.name, unique_key=job.unique_key, status__in=LIVE_STATUSES)
+        .order_by("id")
+        .first()
+    )
+
+
+def _insert_unique(job: Job, using: str) -> Job:
+    existing = _find_live(job, using)
+    if existing is not None:
+        return existing
+    try:
+        with transaction.atomic(using=using):
+            job.save(using=using, force_insert=True)
+    except IntegrityError:
+        existing = _find_live(job, using)
+        if existing is None:
+            raise
+        return existing
+    return job
+
+
+def schedule_job(
+    job: JobRef,
+    payload: Any = None,
+    *,
+    run_at: datetime | None = None,
+    delay: timedelta | None = None,
+    queue: str | None = None,
+    priority: int | None = None,
+    max_attempts: int | None = None,
+    unique_key: str | None = None,
+) -> Job:
+    """Enqueue one job and return its row.
+
+    With ``unique_key``, a pending or running job of the same name and key is
+    returned instead and nothing is inserted.
+    """
+    spec = JobSpec(job, payload, run_at, delay, queue, priority, max_attempts, unique_key)
+    row = build_job(spec)
+    using = router.db_for_write(Job)
+    if row.unique_key is not None:
+        row = _insert_unique(row, using)
+    else:
+        row.save(using=using, force_insert=True)
+    logger.debug(
+        "job %s #%s enqueued", row.name, row.pk, extra={"event": "job_enqueued", "job_id": row.pk}
+    )
+    return row
+
+
+def schedule_jobs(specs: Iterable[JobSpec | Mapping[str, Any]]) -> list[Job]:
+    """Enqueue many jobs; those without ``unique_key`` go in one INSERT.
+
+    Every spec is validated before anything is written. Returns the rows in
+    the order of ``specs``.
+    """
+    rows: list[Job] = []
+    for spec in specs:
+        if not isinstance(spec, JobSpec):
+            spec = JobSpec(**spec)
+        rows.append(build_job(spec))
+    using = router.db_for_write(Job)
+    plain = [row for row in rows if row.unique_key is None]
+    with transaction.atomic(using=using):
+        if plain:
+            Job.objects.using(using).bulk_create(plain)
+        result = [row if row.unique_key is None else _insert_unique(row, using) for row in rows]
+    return result

@@ -1,0 +1,264 @@
+"""The worker: claims due jobs, runs them on threads, takes back expired leases.
+
+``Worker.run_once(now)`` is one tick, run on the calling thread; tests call it
+directly. ``Worker.run(stop_event)`` serves until the event is set: one
+dispatcher thread per queue claims as many jobs as it has free handler
+threads, in one statement, and the main thread runs the maintenance pass.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue as queue_module
+import random
+import secrets
+import socket
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import connections, router
+from django.db.models import F, Q
+
+from .claims import ClaimedJob, Claimer, get_claimer
+from .clock import Clock, DatabaseClock
+from .conf import settings
+from .execution import execute
+from .leases import dead_letter_exhausted, reclaim_expired_leases
+from .models import Job, JobStatus
+from .retries import RetryPolicy
+
+logger = logging.getLogger(__name__)
+
+
+def make_owner() -> str:
+    """A name for this worker process, unique across hosts and restarts."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
+
+
+@dataclass
+class TickResult:
+    reclaimed: int = 0
+    claimed: int = 0
+    succeeded: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    released: int = 0
+    lost: int = 0
+
+    def record(self, status: JobStatus | None) -> None:
+        if status is None:
+            self.lost += 1
+        elif status == JobStatus.SUCCEEDED:
+            self.succeeded += 1
+        elif status == JobStatus.DEAD_LETTERED:
+            self.dead_lettered += 1
+        else:
+            self.retried += 1
+
+
+@dataclass
+class QueueState:
+    """One queue's handler threads and how many of them are busy."""
+
+    name: str
+    threads: int
+    busy: int = 0
+    inbox: queue_module.Queue[ClaimedJob | None] = field(default_factory=queue_module.Queue)
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+
+def normalise_queues(queues: Mapping[str, int] | Iterable[str] | None) -> dict[str, int]:
+    if queues is None:
+        queues = list(settings.QUEUES)
+    if isinstance(queues, Mapping):
+        result = {str(name): int(count) for name, count in queues.items()}
+    else:
+        result = {str(name): settings.queue_workers(str(name)) for name in queues}
+    if not result:
+        raise ValueError("a worker needs at least one queue")
+    for name, count in result.items():
+        if count < 1:
+            raise ValueError(f"queue {name!r} needs at least one worker thread, got {count}")
+    return result
+
+
+class Worker:
+    def __init__(
+        self,
+        queues: Mapping[str, int] | Iterable[str] | None = None,
+        *,
+        clock: Clock | None = None,
+        using: str | None = None,
+        owner: str | None = None,
+        rng: random.Random | None = None,
+        burst: bool = False,
+    ) -> None:
+        self.queues = normalise_queues(queues)
+        self.using = using or router.db_for_write(Job)
+        self.clock: Clock = clock or DatabaseClock(self.using)
+        self.claimer: Claimer = get_claimer(self.using)
+        self.owner = owner or make_owner()
+        self.rng = rng
+        self.burst = burst
+        self.force_event = threading.Event()
+        self._states = {name: QueueState(name, count) for name, count in self.queues.items()}
+
+    # -- one tick, on the calling thread ---------------------------------
+
+    def run_once(self, now: datetime | None = None) -> TickResult:
+        """Maintenance, then claim and run up to one batch per queue."""
+        now = now or self.clock.now()
+        result = TickResult(reclaimed=self.maintain(now))
+        for name, count in self.queues.items():
+            for claimed in self.claim(name, now, count):
+                result.claimed += 1
+                result.record(self.execute(claimed))
+        return result
+
+    def maintain(self, now: datetime) -> int:
+        """Take back expired leases; dead-letter pending jobs with no attempt left."""
+        reclaimed = reclaim_expired_leases(self.claimer, now)
+        dead_letter_exhausted(self.claimer, now)
+        return reclaimed
+
+    def claim(self, queue: str, now: datetime, limit: int) -> list[ClaimedJob]:
+        claimed = self.claimer.claim(queue, self.owner, now, float(settings.LEASE_SECONDS), limit)
+        for job in claimed:
+            logger.debug(
+                "job %s #%s claimed, attempt %s",
+                job.name,
+                job.id,
+                job.attempt,
+                extra={"event": "job_claimed", "job_id": job.id, "attempt": job.attempt},
+            )
+        return claimed
+
+    def execute(self, claimed: ClaimedJob) -> JobStatus | None:
+        return execute(claimed, self.claimer, self.clock, RetryPolicy.from_settings(), self.rng)
+
+    # -- serving, with threads -------------------------------------------
+
+    def run(self, stop_event: threading.Event) -> None:
+        """Serve until ``stop_event`` is set, then wait for running handlers.
+
+        Setting :attr:`force_event` as well stops the wait for running
+        handlers; their jobs' leases then run out as after a crash.
+        """
+        logger.info(
+            "worker %s serving queues %s",
+            self.owner,
+            self.queues,
+            extra={"event": "worker_started", "owner": self.owner},
+        )
+        threads = self._start_threads(stop_event)
+        try:
+            self._main_loop(stop_event)
+        finally:
+            stop_event.set()
+            for state in self._states.values():
+                with state.changed:
+                    state.changed.notify_all()
+            self._join(threads)
+            connections.close_all()
+            logger.info("worker %s stopped", self.owner, extra={"event": "worker_stopped"})
+
+    def _start_threads(self, stop_event: threading.Event) -> list[threading.Thread]:
+        threads = []
+        for state in self._states.values():
+            threads.append(self._thread(f"claim-{state.name}", self._dispatch, state, stop_event))
+            for number in range(state.threads):
+                threads.append(self._thread(f"run-{state.name}-{number}", self._serve, state))
+        return threads
+
+    @staticmethod
+    def _thread(name: str, target: object, *args: object) -> threading.Thread:
+        thread = threading.Thread(target=target, args=args, name=f"django-jobs-{name}", daemon=True)  # type: ignore[arg-type]
+        thread.start()
+        return thread
+
+    def _main_loop(self, stop_event: threading.Event) -> None:
+        maintenance_every = float(settings.MAINTENANCE_SECONDS)
+        poll = float(settings.POLL_SECONDS)
+        next_maintenance = 0.0
+        elapsed = 0.0
+        while not stop_event.is_set():
+            if elapsed >= next_maintenance:
+                self._guarded(self.maintain_now)
+                next_maintenance = elapsed + maintenance_every
+            if self.burst and self._guarded(self.is_drained):
+                logger.info("no due or running jobs left; burst worker exits")
+                return
+            stop_event.wait(poll)
+            elapsed += poll
+
+    def maintain_now(self) -> int:
+        return self.maintain(self.clock.now())
+
+    def is_drained(self) -> bool:
+        """True when no job on this worker's queues is due or running."""
+        if any(state.busy or not state.inbox.empty() for state in self._states.values()):
+            return False
+        now = self.clock.now()
+        due = Q(status=JobStatus.PENDING, run_at__lte=now, attempts_used__lt=F("max_attempts"))
+        return (
+            not Job.objects.using(self.using)
+            .filter(queue__in=list(self.queues))
+            .filter(due | Q(status=JobStatus.RUNNING))
+            .exists()
+        )
+
+    def _guarded(self, step: object) -> object:
+        """Run one step of a loop; log a failure and carry on serving."""
+        try:
+            return step()  # type: ignore[operator]
+        except Exception:
+            logger.exception("worker step failed; retrying", extra={"event": "worker_error"})
+            connections[self.using].close_if_unusable_or_obsolete()
+            return None
+
+    def _dispatch(self, state: QueueState, stop_event: threading.Event) -> None:
+        poll = float(settings.POLL_SECONDS)
+        try:
+            while not stop_event.is_set():
+                with state.changed:
+                    while state.busy >= state.threads and not stop_event.is_set():
+                        state.changed.wait(poll)
+                    free = state.threads - state.busy
+                if stop_event.is_set():
+                    break
+                claimed = self._guarded(lambda n=free: self.claim(state.name, self.clock.now(), n))
+                jobs: list[ClaimedJob] = claimed if isinstance(claimed, list) else []
+                with state.changed:
+                    state.busy += len(jobs)
+                for job in jobs:
+                    state.inbox.put(job)
+                if len(jobs) < free:
+                    stop_event.wait(poll)
+        finally:
+            for _ in range(state.threads):
+                state.inbox.put(None)
+            connections.close_all()
+
+    def _serve(self, state: QueueState) -> None:
+        try:
+            while (claimed := state.inbox.get()) is not None:
+                try:
+                    self._guarded(lambda job=claimed: self.execute(job))
+                finally:
+                    with state.changed:
+                        state.busy -= 1
+                        state.changed.notify_all()
+                connections[self.using].close_if_unusable_or_obsolete()
+        finally:
+            connections.close_all()
+
+    def _join(self, threads: list[threading.Thread]) -> None:
+        for thread in threads:
+            while thread.is_alive():
+                if self.force_event.is_set():
+                    logger.warning("stopping without waiting for running jobs")
+                    return
+                thread.join(0.1)

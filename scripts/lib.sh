@@ -1,0 +1,65 @@
+# Shared set-up for scripts/demo, scripts/test and scripts/bench. Source it.
+# Creates the virtual environments and installs PostgreSQL when missing.
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PIP_FLAGS=(-q --disable-pip-version-check)
+
+log() { printf '\n== %s\n' "$*" >&2; }
+
+# find_python MIN_MINOR: the first Python 3.x with x >= MIN_MINOR on PATH or under pyenv.
+find_python() {
+    local min=$1 candidate
+    for candidate in python3 python3.13 python3.12 python3.11 \
+        "$(pyenv root 2>/dev/null)"/versions/3.1[1-9]*/bin/python \
+        "$HOME"/.pyenv/versions/3.1[1-9]*/bin/python; do
+        if command -v "$candidate" >/dev/null 2>&1 &&
+            "$candidate" -c "import sys; sys.exit(sys.version_info < (3, $min))" 2>/dev/null; then
+            command -v "$candidate"
+            return 0
+        fi
+    done
+    return 1
+}
+
+# ensure_venv DIR PYTHON DJANGO_SPEC: a venv with the project, its test extras and that Django.
+ensure_venv() {
+    local dir=$1 python=$2 django=$3 stamp
+    stamp="$(cat "$ROOT/pyproject.toml" | sha1sum | cut -c1-12) $django"
+    if [ -x "$dir/bin/python" ] && [ "$(cat "$dir/.stamp" 2>/dev/null)" = "$stamp" ]; then
+        return 0
+    fi
+    log "setting up $dir ($django, $("$python" --version))"
+    rm -rf "$dir"
+    "$python" -m venv "$dir"
+    "$dir/bin/pip" install "${PIP_FLAGS[@]}" --upgrade pip 2>&1 | grep -v "is ignored" || true
+    "$dir/bin/pip" install "${PIP_FLAGS[@]}" -e "$ROOT[test]" "$django" 2>&1 | grep -v "is ignored" || true
+    "$dir/bin/python" -c "import django, django_jobs" # fail here if the install failed
+    echo "$stamp" >"$dir/.stamp"
+}
+
+apt_install() {
+    if [ "$(id -u)" != 0 ]; then
+        echo "need $* from Debian's packages; run as root or install them" >&2
+        return 1
+    fi
+    if [ -z "${APT_UPDATED:-}" ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq
+        APT_UPDATED=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+
+ensure_postgres() {
+    if ! ls /usr/lib/postgresql/*/bin/pg_ctl >/dev/null 2>&1 && ! command -v pg_ctl >/dev/null; then
+        log "installing PostgreSQL"
+        apt_install postgresql postgresql-contrib
+    fi
+}
+
+# start_postgres: a private server on 127.0.0.1; sets PG_DIR and PG_URL; stops on exit.
+start_postgres() {
+    PG_DIR="$(mktemp -d /tmp/django-jobs-pg.XXXXXX)"
+    PG_URL="$(python3 "$ROOT/scripts/pgserver.py" start "$PG_DIR")"
+    trap 'python3 "$ROOT/scripts/pgserver.py" stop "$PG_DIR"; rm -rf "$PG_DIR"' EXIT
+    export PG_DIR PG_URL
+}

@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Start or stop a private PostgreSQL server for the tests, on 127.0.0.1.
+
+    python scripts/pgserver.py start DIR   # prints the DATABASE_URL
+    python scripts/pgserver.py stop DIR
+
+The cluster lives in DIR (created if needed) and listens on a free port of
+127.0.0.1. As root, the server runs as the ``postgres`` system user, since
+PostgreSQL refuses to run as root.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+
+def bindir() -> Path:
+    found = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/pg_ctl"), key=lambda p: int(p.split("/")[4])
+    )
+    if found:
+        return Path(found[-1]).parent
+    pg_ctl = shutil.which("pg_ctl")
+    if pg_ctl:
+        return Path(pg_ctl).parent
+    sys.exit("pgserver: PostgreSQL server binaries not found (install Debian's 'postgresql')")
+
+
+def as_server_user(args: list[str]) -> list[str]:
+    if os.geteuid() == 0:
+        return ["runuser", "-u", "postgres", "--", *args]
+    return args
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start(root: Path) -> str:
+    root.mkdir(parents=True, exist_ok=True)
+    data, log = root / "data", root / "server.log"
+    if os.geteuid() == 0:
+        shutil.chown(root, "postgres", "postgres")
+    root.chmod(0o755)
+    bins = bindir()
+    if not (data / "PG_VERSION").exists():
+        subprocess.run(
+            as_server_user(
+                [
+                    str(bins / "initdb"),
+                    "-D",
+                    str(data),
+                    "-A",
+                    "trust",
+                    "-U",
+                    "postgres",
+                    "-E",
+                    "UTF8",
+                    "--no-sync",
+                ]
+            ),
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
+    port = free_port()
+    options = (
+        f"-c listen_addresses=127.0.0.1 -p {port} -k {root} -c max_connections=200"
+        " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    )
+    subprocess.run(
+        as_server_user(
+            [
+                str(bins / "pg_ctl"),
+                "-D",
+                str(data),
+                "-o",
+                options,
+                "-l",
+                str(log),
+                "-w",
+                "-t",
+                "60",
+                "start",
+            ]
+        ),
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    url = f"postgres://postgres@127.0.0.1:{port}/django_jobs"
+    subprocess.run(
+        [
+            str(bins / "psql"),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "-U",
+            "postgres",
+            "-qAt",
+            "-c",
+            "CREATE DATABASE django_jobs",
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    (root / "url").write_text(url)
+    return url
+
+
+def stop(root: Path) -> None:
+    data = root / "data"
+    if (data / "postmaster.pid").exists():
+        subprocess.run(
+            as_server_user([str(bindir() / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]),
+            check=False,
+            stdout=subprocess.DEVNULL,
+        )
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3 or sys.argv[1] not in {"start", "stop"}:
+        sys.exit(__doc__)
+    target = Path(sys.argv[2]).resolve()
+    if sys.argv[1] == "start":
+        print(start(target))
+    else:
+        stop(target)

@@ -1,0 +1,60 @@
+"""Example jobs. ``django_jobs`` imports every installed app's ``jobs`` module."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django_jobs import JobContext, job
+
+logger = logging.getLogger(__name__)
+
+
+@job("emails.welcome", queue="emails", max_attempts=3)
+def send_welcome(ctx: JobContext, payload: dict[str, Any]) -> None:
+    logger.info("welcome mail to %s (attempt %s)", payload["email"], ctx.attempt)
+
+
+@job("reports.add")
+def add(ctx: JobContext, payload: dict[str, Any]) -> int:
+    return int(payload["a"]) + int(payload["b"])
+
+
+@job("demo.flaky", max_attempts=3)
+def flaky(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Fails until its ``succeed_on`` attempt."""
+    if ctx.attempt < int(payload.get("succeed_on", 2)):
+        raise RuntimeError(f"flaky failure on attempt {ctx.attempt}")
+
+
+@job("demo.broken", max_attempts=2)
+def broken(ctx: JobContext, payload: Any) -> None:
+    raise ValueError("this job always fails")
+
+
+@job("demo.noop")
+def noop(ctx: JobContext, payload: Any) -> None:
+    return None
+
+
+@job("example.record")
+def record(ctx: JobContext, payload: dict[str, Any] | None) -> None:
+    """Write a witness row, so tests can count how often each job ran."""
+    import os
+    import time
+
+    from django.utils import timezone
+
+    from .models import Execution
+
+    started_at = timezone.now()
+    seconds = float((payload or {}).get("sleep", 0))
+    if seconds:
+        time.sleep(seconds)
+    Execution.objects.create(
+        job_id=ctx.job_id,
+        attempt=ctx.attempt,
+        pid=os.getpid(),
+        started_at=started_at,
+        finished_at=timezone.now(),
+    )

@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.views.decorators.http import require_POST
+
+from django_jobs import schedule_job
+
+from .jobs import send_welcome
+
+
+@require_POST
+def signup(request: HttpRequest) -> HttpResponse:
+    """Enqueue a welcome mail in the same transaction as the (pretend) sign-up."""
+    email = request.POST.get("email", "")
+    if "@" not in email:
+        return JsonResponse({"error": "an email address is required"}, status=400)
+    with transaction.atomic():
+        # ... create the user here; the job commits or rolls back with it.
+        job = schedule_job(send_welcome, {"email": email}, unique_key=f"welcome:{email}")
+    return JsonResponse({"job_id": job.pk}, status=202)

@@ -1,0 +1,82 @@
+"""Settings of the test project. The only module that reads the environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env(
+    DEBUG=(bool, True),
+    JOBS_LEASE_SECONDS=(float, 300.0),
+    JOBS_POLL_SECONDS=(float, 1.0),
+    JOBS_MAINTENANCE_SECONDS=(float, 15.0),
+    JOBS_RETRY_BASE_SECONDS=(float, 30.0),
+    JOBS_WORKERS=(int, 2),
+)
+
+DEBUG = env("DEBUG")
+SECRET_KEY = env("SECRET_KEY", default="testproject-not-secret")  # noqa: S105
+ALLOWED_HOSTS = ["127.0.0.1", "localhost", "testserver"]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_jobs",
+    "testproject.example.apps.ExampleConfig",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+ROOT_URLCONF = "testproject.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'db.sqlite3'}")}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    # Take SQLite's write lock up front, and wait for it rather than fail.
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {"transaction_mode": "IMMEDIATE", "timeout": 30}
+    )
+    # Tests use a file, so that runjobs subprocesses see the test database.
+    DATABASES["default"]["TEST"] = {
+        "NAME": env("TEST_SQLITE_NAME", default=f"{DATABASES['default']['NAME']}-test")
+    }
+
+USE_TZ = True
+TIME_ZONE = "UTC"
+STATIC_URL = "static/"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+DJANGO_JOBS = {
+    "QUEUES": {"default": {"workers": env("JOBS_WORKERS")}, "emails": {"workers": 1}},
+    "LEASE_SECONDS": env("JOBS_LEASE_SECONDS"),
+    "POLL_SECONDS": env("JOBS_POLL_SECONDS"),
+    "MAINTENANCE_SECONDS": env("JOBS_MAINTENANCE_SECONDS"),
+    "RETRY_BASE_SECONDS": env("JOBS_RETRY_BASE_SECONDS"),
+}

@@ -1,0 +1,154 @@
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+START = datetime(2026, 1, 5, 12, 0, tzinfo=timezone.utc)
+
+
+def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """Poll ``predicate`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    wants_skip_locked = item.get_closest_marker("skip_locked")
+    wants_guarded = item.get_closest_marker("guarded_update")
+    if wants_skip_locked or wants_guarded:
+        from django.db import connection
+
+        has = connection.features.has_select_for_update_skip_locked
+        if wants_skip_locked and not has:
+            pytest.skip("needs SELECT ... FOR UPDATE SKIP LOCKED")
+        if wants_guarded and has:
+            pytest.skip("needs the guarded-update claimer")
+
+
+@pytest.fixture
+def clock():
+    from django_jobs.testing import FakeClock
+
+    return FakeClock(START)
+
+
+@pytest.fixture
+def worker(clock):
+    from django_jobs.worker import Worker
+
+    def make(**overrides: Any) -> Worker:
+        options: dict[str, Any] = {
+            "queues": {"default": 1},
+            "clock": clock,
+            "rng": random.Random(7),
+            "owner": "test-worker",
+        }
+        options.update(overrides)
+        return Worker(options.pop("queues"), **options)
+
+    return make
+
+
+@pytest.fixture
+def make_job(clock):
+    """Insert a Job row directly, as a hand-written or older row would be."""
+    from django_jobs.models import Job
+
+    def make(**overrides: Any) -> Job:
+        values: dict[str, Any] = {
+            "name": "tests.ok",
+            "queue": "default",
+            "payload": {},
+            "run_at": clock.now(),
+            "created_at": clock.now(),
+            "max_attempts": 3,
+        }
+        values.update(overrides)
+        return Job.objects.create(**values)
+
+    return make
+
+
+def database_url() -> str:
+    """A DATABASE_URL for the live (test) database, for subprocesses."""
+    from django.db import connection
+
+    settings = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{settings['NAME']}"
+    user = settings.get("USER") or ""
+    password = f":{settings['PASSWORD']}" if settings.get("PASSWORD") else ""
+    auth = f"{user}{password}@" if user else ""
+    return f"postgres://{auth}{settings['HOST']}:{settings['PORT']}/{settings['NAME']}"
+
+
+class RunjobsProcesses:
+    """Real ``manage.py runjobs`` subprocesses; every one is killed at teardown."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.tmp_path = tmp_path
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+        environment = {
+            **os.environ,
+            "DATABASE_URL": database_url(),
+            "JOBS_LEASE_SECONDS": "5",
+            "JOBS_POLL_SECONDS": "0.05",
+            "JOBS_MAINTENANCE_SECONDS": "0.5",
+            "JOBS_RETRY_BASE_SECONDS": "0",
+            "PYTHONUNBUFFERED": "1",
+            **(env or {}),
+        }
+        log = open(self.tmp_path / f"runjobs-{len(self.processes)}.log", "wb")  # noqa: SIM115
+        process = subprocess.Popen(
+            [sys.executable, str(ROOT / "manage.py"), "runjobs", *args],
+            cwd=ROOT,
+            env=environment,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        self.processes.append(process)
+        return process
+
+    def log(self, process: subprocess.Popen[bytes]) -> str:
+        index = self.processes.index(process)
+        return (self.tmp_path / f"runjobs-{index}.log").read_text(errors="replace")
+
+    def stop_all(self) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait(10)
+
+
+@pytest.fixture
+def runjobs_process(tmp_path: Path) -> Iterator[RunjobsProcesses]:
+    processes = RunjobsProcesses(tmp_path)
+    try:
+        yield processes
+    finally:
+        processes.stop_all()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _register_test_jobs() -> None:
+    import tests.jobs  # noqa: F401

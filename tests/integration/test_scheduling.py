@@ -1,0 +1,131 @@
+from datetime import datetime, timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from django_jobs import JobSpec, PayloadError, UnknownJob, schedule_job, schedule_jobs
+from django_jobs.models import Job, JobStatus
+from tests.jobs import emails, ok
+
+pytestmark = pytest.mark.django_db
+
+
+def test_schedule_job_by_name_uses_the_job_defaults():
+    job = schedule_job("tests.emails", {"to": "a@example.com"})
+    job.refresh_from_db()
+    assert (job.name, job.queue, job.priority, job.max_attempts) == ("tests.emails", "emails", 5, 7)
+    assert job.status == JobStatus.PENDING
+    assert job.payload == {"to": "a@example.com"}
+    assert job.attempts_used == 0
+
+
+def test_schedule_job_by_function_with_overrides():
+    job = schedule_job(emails, [1, 2], queue="other", priority=-1, max_attempts=2)
+    job.refresh_from_db()
+    assert (job.queue, job.priority, job.max_attempts, job.payload) == ("other", -1, 2, [1, 2])
+
+
+def test_schedule_job_max_attempts_default_comes_from_settings(settings):
+    settings.DJANGO_JOBS = {"MAX_ATTEMPTS": 11}
+    assert schedule_job(ok).max_attempts == 11
+
+
+@pytest.mark.parametrize("payload", [None, "text", 3, True, [1, {"a": None}]])
+def test_schedule_job_any_json_value_round_trips(payload):
+    job = schedule_job(ok, payload)
+    assert Job.objects.get(pk=job.pk).payload == payload
+
+
+def test_schedule_job_delay_and_run_at():
+    before = timezone.now()
+    delayed = schedule_job(ok, delay=timedelta(minutes=5))
+    assert before + timedelta(minutes=5) <= delayed.run_at <= timezone.now() + timedelta(minutes=5)
+    at = timezone.now() + timedelta(days=1)
+    assert Job.objects.get(pk=schedule_job(ok, run_at=at).pk).run_at == at
+
+
+def test_schedule_job_argument_errors():
+    with pytest.raises(ValueError, match="not both"):
+        schedule_job(ok, run_at=timezone.now(), delay=timedelta(1))
+    with pytest.raises(ValueError, match="timezone-aware"):
+        schedule_job(ok, run_at=datetime(2030, 1, 1))  # noqa: DTZ001
+    with pytest.raises(UnknownJob, match="nope"):
+        schedule_job("nope")
+    with pytest.raises(PayloadError):
+        schedule_job(ok, {"x": float("nan")})
+    with pytest.raises(PayloadError):
+        schedule_job(ok, {"x": "\x00"})
+    assert not Job.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_schedule_job_in_a_rolled_back_transaction_never_exists():
+    class Boom(Exception):
+        pass
+
+    with pytest.raises(Boom), transaction.atomic():
+        schedule_job(ok, {"n": 1})
+        schedule_job(ok, {"n": 2}, unique_key="k")
+        raise Boom
+    assert not Job.objects.exists()
+    with transaction.atomic():
+        schedule_job(ok, {"n": 3})
+    assert Job.objects.count() == 1
+
+
+def test_schedule_job_unique_key_returns_the_live_job():
+    first = schedule_job(ok, {"n": 1}, unique_key="welcome-7")
+    second = schedule_job(ok, {"n": 2}, unique_key="welcome-7")
+    assert second.pk == first.pk
+    assert Job.objects.count() == 1
+    other_key = schedule_job(ok, unique_key="welcome-8")
+    other_name = schedule_job(emails, unique_key="welcome-7")
+    assert len({first.pk, other_key.pk, other_name.pk}) == 3
+
+
+def test_schedule_job_unique_key_running_blocks_and_finished_does_not():
+    first = schedule_job(ok, unique_key="k")
+    Job.objects.filter(pk=first.pk).update(status=JobStatus.RUNNING)
+    assert schedule_job(ok, unique_key="k").pk == first.pk
+    Job.objects.filter(pk=first.pk).update(status=JobStatus.SUCCEEDED)
+    fresh = schedule_job(ok, unique_key="k")
+    assert fresh.pk != first.pk
+    Job.objects.filter(pk=fresh.pk).update(status=JobStatus.DEAD_LETTERED)
+    assert schedule_job(ok, unique_key="k").pk not in {first.pk, fresh.pk}
+
+
+def test_unique_key_constraint_holds_against_a_direct_insert():
+    from django.db import IntegrityError
+
+    schedule_job(ok, unique_key="k")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Job.objects.create(name="tests.ok", unique_key="k")
+
+
+def test_schedule_jobs_inserts_many_in_one_statement():
+    specs = [JobSpec(ok, {"n": n}) for n in range(50)]
+    with CaptureQueriesContext(connection) as context:
+        jobs = schedule_jobs(specs)
+    inserts = [q for q in context.captured_queries if q["sql"].startswith("INSERT")]
+    assert len(inserts) == 1
+    assert [job.payload["n"] for job in jobs] == list(range(50))
+    assert all(job.pk for job in jobs)
+    assert Job.objects.count() == 50
+
+
+def test_schedule_jobs_mixes_dicts_specs_and_unique_keys_in_order():
+    existing = schedule_job(ok, unique_key="u")
+    jobs = schedule_jobs(
+        [{"job": "tests.ok", "payload": 1}, JobSpec(ok, 2, unique_key="u"), {"job": emails}]
+    )
+    assert jobs[1].pk == existing.pk
+    assert jobs[0].payload == 1 and jobs[2].queue == "emails"
+    assert Job.objects.count() == 3
+
+
+def test_schedule_jobs_validates_everything_before_writing():
+    with pytest.raises(PayloadError):
+        schedule_jobs([JobSpec(ok, 1), JobSpec(ok, float("inf"))])
+    assert not Job.objects.exists()

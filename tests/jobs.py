@@ -1,0 +1,29 @@
+"""Handlers the tests schedule. Imported by the tests that need them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django_jobs import JobContext, job
+
+CALLS: list[tuple[int, int, Any]] = []
+
+
+@job("tests.ok")
+def ok(ctx: JobContext, payload: Any) -> None:
+    CALLS.append((ctx.job_id, ctx.attempt, payload))
+
+
+@job("tests.fail", max_attempts=3)
+def fail(ctx: JobContext, payload: Any) -> None:
+    raise RuntimeError(f"boom {ctx.attempt}")
+
+
+@job("tests.long_error")
+def long_error(ctx: JobContext, payload: Any) -> None:
+    raise ValueError("x" * 5000)
+
+
+@job("tests.emails", queue="emails", priority=5, max_attempts=7)
+def emails(ctx: JobContext, payload: Any) -> None:
+    return None

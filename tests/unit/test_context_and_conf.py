@@ -1,0 +1,82 @@
+import threading
+import time
+
+import pytest
+from django.test import override_settings
+
+from django_jobs import JobCancelled, JobContext
+from django_jobs.checks import check_settings
+from django_jobs.claims import GuardedUpdateClaimer, SkipLockedClaimer, get_claimer
+from django_jobs.conf import settings
+
+
+def make_context():
+    return JobContext(job_id=1, name="n", queue="default", attempt=1, payload=None)
+
+
+def test_context_wait_returns_early_once_cancelled():
+    ctx = make_context()
+    threading.Timer(0.05, ctx.cancel).start()
+    started = time.monotonic()
+    assert ctx.wait(5) is True
+    assert time.monotonic() - started < 2
+    assert ctx.cancelled
+
+
+def test_context_wait_times_out_when_not_cancelled():
+    ctx = make_context()
+    assert ctx.wait(0.01) is False
+    ctx.raise_if_cancelled()  # no error
+    ctx.cancel()
+    with pytest.raises(JobCancelled):
+        ctx.raise_if_cancelled()
+
+
+def test_conf_defaults_and_overrides():
+    assert settings.LEASE_SECONDS == 300
+    with override_settings(DJANGO_JOBS={"LEASE_SECONDS": 2.5}):
+        assert settings.LEASE_SECONDS == 2.5
+        assert settings.MAX_ATTEMPTS == 5
+    with pytest.raises(AttributeError):
+        _ = settings.NOT_A_KEY
+
+
+@override_settings(DJANGO_JOBS={"LEASE_SECOND": 10, "MAX_ATTEMPT": 3})
+def test_check_unknown_key_suggests_the_closest():
+    errors = check_settings()
+    assert [e.id for e in errors] == ["django_jobs.E002", "django_jobs.E002"]
+    assert "Unknown DJANGO_JOBS key 'LEASE_SECOND'" in errors[0].msg
+    assert errors[0].hint == "Did you mean 'LEASE_SECONDS'?"
+    assert errors[1].hint == "Did you mean 'MAX_ATTEMPTS'?"
+
+
+@override_settings(
+    DJANGO_JOBS={
+        "LEASE_SECONDS": 0,
+        "RETRY_JITTER": -1,
+        "POLL_SECONDS": "1",
+        "MAX_ATTEMPTS": 0,
+        "QUEUES": {"a": {"workers": 0}},
+    }
+)
+def test_check_bad_values_are_errors():
+    messages = [e.msg for e in check_settings()]
+    assert any("LEASE_SECONDS" in m for m in messages)
+    assert any("RETRY_JITTER" in m for m in messages)
+    assert any("POLL_SECONDS" in m for m in messages)
+    assert any("MAX_ATTEMPTS" in m for m in messages)
+    assert any("QUEUES" in m for m in messages)
+
+
+def test_check_good_settings_pass():
+    assert check_settings() == []
+
+
+def test_get_claimer_follows_the_skip_locked_feature():
+    from django.db import connection
+
+    claimer = get_claimer()
+    if connection.features.has_select_for_update_skip_locked:
+        assert isinstance(claimer, SkipLockedClaimer)
+    else:
+        assert isinstance(claimer, GuardedUpdateClaimer)

@@ -1,0 +1,74 @@
+from datetime import timedelta
+
+import pytest
+
+from django_jobs import DuplicateJobName, JobsError, UnknownJob, job
+from django_jobs.registry import get_definition, unregister
+
+
+@pytest.fixture
+def cleanup():
+    names: list[str] = []
+    yield names
+    for name in names:
+        unregister(name)
+
+
+def test_job_registers_under_its_name_with_options(cleanup):
+    cleanup.append("unit.options")
+
+    @job("unit.options", queue="q", priority=3, max_attempts=9, timeout=timedelta(minutes=1))
+    def handler(ctx, payload):
+        return None
+
+    definition = get_definition("unit.options")
+    assert definition.func is handler
+    assert (definition.queue, definition.priority, definition.max_attempts) == ("q", 3, 9)
+    assert definition.timeout == 60
+    assert get_definition(handler) is definition
+
+
+def test_job_same_name_for_another_function_is_an_error(cleanup):
+    cleanup.append("unit.twice")
+
+    @job("unit.twice")
+    def first(ctx, payload):
+        return None
+
+    with pytest.raises(DuplicateJobName, match="unit.twice"):
+
+        @job("unit.twice")
+        def second(ctx, payload):
+            return None
+
+    assert issubclass(DuplicateJobName, JobsError)
+
+
+def test_job_same_function_registered_again_is_fine(cleanup):
+    cleanup.append("unit.again")
+
+    def handler(ctx, payload):
+        return None
+
+    job("unit.again")(handler)
+    job("unit.again")(handler)
+    assert get_definition("unit.again").func is handler
+
+
+def test_get_definition_unknown_name_and_undecorated_function():
+    with pytest.raises(UnknownJob, match="no job is registered under the name 'nope'"):
+        get_definition("nope")
+
+    def plain(ctx, payload):
+        return None
+
+    with pytest.raises(UnknownJob, match="decorate it with @job"):
+        get_definition(plain)
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"max_attempts": 0}, {"timeout": 0}, {"queue": ""}, {"priority": "high"}]
+)
+def test_job_bad_options_are_value_errors(kwargs):
+    with pytest.raises(ValueError):
+        job("unit.bad", **kwargs)
