@@ -23,7 +23,12 @@ def claim(limit=1, queue="default", owner="w1", now=START):
 def test_claim_takes_a_due_job_and_starts_its_attempt(make_job):
     job = make_job(payload={"a": 1})
     [claimed] = claim()
-    assert (claimed.id, claimed.attempt, claimed.attempts_used, claimed.owner) == (job.pk, 1, 1, "w1")
+    assert (claimed.id, claimed.attempt, claimed.attempts_used, claimed.owner) == (
+        job.pk,
+        1,
+        1,
+        "w1",
+    )
     job.refresh_from_db()
     assert job.status == JobStatus.RUNNING
     assert job.lease_owner == "w1"

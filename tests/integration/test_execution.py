@@ -1,0 +1,204 @@
+import dataclasses
+from datetime import timedelta
+
+import pytest
+
+from django_jobs.leases import ERROR_LIMIT, settle
+from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus
+from tests.conftest import START
+from tests.jobs import CALLS
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def _reset_calls():
+    CALLS.clear()
+
+
+def test_run_once_success_finishes_the_job_and_its_attempt(worker, make_job):
+    job = make_job(payload={"x": 1})
+    result = worker().run_once()
+    assert (result.claimed, result.succeeded) == (1, 1)
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED
+    assert (job.lease_owner, job.lease_expires_at, job.finished_at) == (None, None, START)
+    assert CALLS == [(job.pk, 1, {"x": 1})]
+    attempt = job.attempts.get()
+    assert (attempt.outcome, attempt.finished_at, attempt.error) == ("succeeded", START, "")
+
+
+def test_run_once_failure_retries_after_the_backoff(worker, make_job, settings):
+    settings.DJANGO_JOBS = {"RETRY_BASE_SECONDS": 10, "RETRY_JITTER": 0.5}
+    job = make_job(name="tests.fail")
+    result = worker().run_once()
+    assert result.retried == 1
+    job.refresh_from_db()
+    assert job.status == JobStatus.PENDING
+    assert START + timedelta(seconds=10) <= job.run_at <= START + timedelta(seconds=15)
+    assert job.last_error == "RuntimeError: boom 1"
+    assert (job.attempts_used, job.lease_owner) == (1, None)
+    attempt = job.attempts.get()
+    assert (attempt.outcome, attempt.error) == ("failed", "RuntimeError: boom 1")
+
+
+def test_run_once_dead_letters_after_the_last_attempt(worker, make_job, clock, settings):
+    settings.DJANGO_JOBS = {"RETRY_BASE_SECONDS": 10, "RETRY_JITTER": 0}
+    job = make_job(name="tests.fail", max_attempts=3)
+    w = worker()
+    w.run_once()
+    assert w.run_once().claimed == 0  # not due before its backoff
+    clock.advance(10)
+    w.run_once()
+    clock.advance(20)
+    assert w.run_once().dead_lettered == 1
+    job.refresh_from_db()
+    assert job.status == JobStatus.DEAD_LETTERED
+    assert job.finished_at == START + timedelta(seconds=30)
+    assert job.last_error == "RuntimeError: boom 3"
+    outcomes = list(job.attempts.values_list("number", "outcome"))
+    assert outcomes == [(1, "failed"), (2, "failed"), (3, "failed")]
+    clock.advance(10**6)
+    assert w.run_once().claimed == 0
+
+
+def test_run_once_unknown_job_name_fails_the_attempt_and_keeps_serving(worker, make_job):
+    stale = make_job(name="removed.long.ago", max_attempts=1)
+    good = make_job()
+    result = worker(queues={"default": 2}).run_once()
+    assert (result.dead_lettered, result.succeeded) == (1, 1)
+    stale.refresh_from_db()
+    assert stale.status == JobStatus.DEAD_LETTERED
+    assert "UnknownJob" in stale.last_error and "removed.long.ago" in stale.last_error
+    assert Job.objects.get(pk=good.pk).status == JobStatus.SUCCEEDED
+
+
+def test_execute_payload_that_does_not_decode_fails_the_attempt(worker, make_job, clock):
+    # Both databases check JSON on write, so hand the worker undecodable text
+    # as a driver would return it from a column without that check.
+    job = make_job(max_attempts=1)
+    w = worker()
+    [claimed] = w.claim("default", clock.now(), 1)
+    assert w.execute(dataclasses.replace(claimed, raw_payload="{oops")) == "dead_lettered"
+    job.refresh_from_db()
+    assert job.last_error.startswith("PayloadError: stored payload is not valid JSON")
+    assert "oops" not in job.last_error
+    assert CALLS == []
+    make_job()
+    assert w.run_once().succeeded == 1
+
+
+def test_error_text_is_type_and_message_capped_without_traceback(worker, make_job):
+    job = make_job(name="tests.long_error", max_attempts=1)
+    worker().run_once()
+    job.refresh_from_db()
+    assert len(job.last_error) == ERROR_LIMIT
+    assert job.last_error.startswith("ValueError: xxx")
+    assert "Traceback" not in job.last_error
+    assert job.attempts.get().error == job.last_error
+
+
+def test_settle_is_fenced_by_owner_and_attempt(worker, make_job, clock):
+    make_job()
+    w = worker()
+    [claimed] = w.claim("default", clock.now(), 1)
+    wrong_owner = settle(
+        w.claimer,
+        claimed.id,
+        "someone-else",
+        claimed.attempt,
+        outcome=AttemptOutcome.SUCCEEDED,
+        now=clock.now(),
+    )
+    stale_attempt = settle(
+        w.claimer,
+        claimed.id,
+        claimed.owner,
+        claimed.attempt - 1,
+        outcome=AttemptOutcome.SUCCEEDED,
+        now=clock.now(),
+    )
+    assert wrong_owner is None and stale_attempt is None
+    job = Job.objects.get(pk=claimed.id)
+    assert job.status == JobStatus.RUNNING
+    assert Attempt.objects.get(job=job).outcome is None
+    right = settle(
+        w.claimer,
+        claimed.id,
+        claimed.owner,
+        claimed.attempt,
+        outcome=AttemptOutcome.SUCCEEDED,
+        now=clock.now(),
+    )
+    assert right == JobStatus.SUCCEEDED
+
+
+def test_settle_after_the_lease_was_taken_writes_nothing(worker, make_job, clock, settings):
+    settings.DJANGO_JOBS = {"LEASE_SECONDS": 10}
+    job = make_job(max_attempts=5)
+    first, second = worker(owner="first"), worker(owner="second")
+    [lost] = first.claim("default", clock.now(), 1)
+    clock.advance(11)
+    assert second.maintain(clock.now()) == 1  # the first worker's lease expired
+    [taken] = second.claim("default", clock.now(), 1)
+    assert taken.attempt == 2
+    assert first.execute(lost) is None  # its outcome is dropped
+    job.refresh_from_db()
+    assert (job.status, job.lease_owner, job.attempt) == (JobStatus.RUNNING, "second", 2)
+    assert second.execute(taken) == JobStatus.SUCCEEDED
+    outcomes = list(job.attempts.values_list("number", "owner", "outcome"))
+    assert outcomes == [(1, "first", "lease_expired"), (2, "second", "succeeded")]
+
+
+def test_maintain_reclaims_expired_leases_and_dead_letters_exhausted_ones(worker, make_job, clock):
+    again = make_job(max_attempts=2)
+    last = make_job(max_attempts=1)
+    w = worker(queues={"default": 2})
+    w.claim("default", clock.now(), 2)
+    clock.advance(299)
+    assert w.maintain(clock.now()) == 0  # leases (300 s) still hold
+    clock.advance(2)
+    assert w.maintain(clock.now()) == 2
+    again.refresh_from_db()
+    last.refresh_from_db()
+    assert (again.status, again.run_at, again.lease_owner) == ("pending", clock.now(), None)
+    assert last.status == JobStatus.DEAD_LETTERED
+    assert "LeaseExpired" in last.last_error
+    assert set(Attempt.objects.values_list("outcome", flat=True)) == {"lease_expired"}
+
+
+def test_maintain_dead_letters_pending_jobs_without_attempts_left(worker, make_job):
+    job = make_job(attempts_used=3, max_attempts=3)
+    worker().run_once()
+    job.refresh_from_db()
+    assert job.status == JobStatus.DEAD_LETTERED
+    assert "NoAttemptsLeft" in job.last_error
+
+
+def test_retry_job_gives_a_dead_letter_a_fresh_budget(worker, make_job, clock):
+    from django_jobs import retry_job
+
+    job = make_job(name="tests.fail", max_attempts=1)
+    worker().run_once()
+    job.refresh_from_db()
+    assert job.status == JobStatus.DEAD_LETTERED
+    assert retry_job(job.pk, now=clock.now()) is True
+    job.refresh_from_db()
+    assert (job.status, job.attempts_used, job.run_at, job.finished_at) == (
+        "pending",
+        0,
+        clock.now(),
+        None,
+    )
+    assert retry_job(job.pk) is False  # not dead-lettered any more
+    worker().run_once()
+    assert list(job.attempts.values_list("number", flat=True)) == [1, 2]
+
+
+def test_retry_job_refused_while_a_live_job_has_its_unique_key(make_job):
+    from django_jobs import retry_job
+
+    dead = make_job(status=JobStatus.DEAD_LETTERED, unique_key="k")
+    make_job(unique_key="k")
+    assert retry_job(dead.pk) is False
+    assert Job.objects.get(pk=dead.pk).status == JobStatus.DEAD_LETTERED

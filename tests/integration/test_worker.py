@@ -1,0 +1,72 @@
+import threading
+
+import pytest
+
+from django_jobs import schedule_job, schedule_jobs
+from django_jobs.clock import DatabaseClock, SystemClock
+from django_jobs.models import Job, JobStatus
+from django_jobs.testing import FakeClock, run_until_empty
+from django_jobs.worker import Worker
+from tests.conftest import wait_until
+from tests.jobs import ok
+
+FAST = {"POLL_SECONDS": 0.02, "MAINTENANCE_SECONDS": 0.1, "RETRY_BASE_SECONDS": 0}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_run_serves_on_threads_until_stopped(settings):
+    settings.DJANGO_JOBS = {**FAST, "QUEUES": {"default": {"workers": 3}, "emails": {}}}
+    schedule_jobs([{"job": ok, "payload": n} for n in range(30)] + [{"job": "tests.emails"}] * 3)
+    worker = Worker(clock=SystemClock())
+    assert worker.queues == {"default": 3, "emails": 1}
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,))
+    thread.start()
+    try:
+        wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 33)
+        schedule_job(ok, "late")  # a job enqueued while the worker idles is picked up
+        wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 34)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_burst_exits_once_nothing_is_due_or_running(settings):
+    settings.DJANGO_JOBS = FAST
+    schedule_jobs([{"job": ok}] * 5 + [{"job": "tests.fail", "max_attempts": 2}])
+    thread = threading.Thread(target=Worker(["default"], burst=True).run, args=(threading.Event(),))
+    thread.start()
+    thread.join(20)
+    assert not thread.is_alive()
+    statuses = sorted(Job.objects.values_list("status", flat=True))
+    assert statuses == ["dead_lettered"] + ["succeeded"] * 5
+
+
+@pytest.mark.django_db
+def test_run_until_empty_runs_due_jobs_and_leaves_future_ones(worker, make_job, clock):
+    from datetime import timedelta
+
+    for _ in range(4):
+        make_job()
+    later = make_job(run_at=clock.now() + timedelta(hours=1))
+    result = run_until_empty(worker())
+    assert (result.claimed, result.succeeded) == (4, 4)
+    assert Job.objects.get(pk=later.pk).status == JobStatus.PENDING
+
+
+@pytest.mark.django_db
+def test_database_clock_follows_the_database():
+    clock = DatabaseClock()
+    offset = clock.measure()
+    assert abs(offset.total_seconds()) < 5
+    assert abs((clock.now() - SystemClock().now()).total_seconds()) < 5
+
+
+@pytest.mark.django_db
+def test_worker_needs_queues_with_threads():
+    with pytest.raises(ValueError, match="at least one worker thread"):
+        Worker({"default": 0}, clock=FakeClock())
+    with pytest.raises(ValueError, match="at least one queue"):
+        Worker([], clock=FakeClock())

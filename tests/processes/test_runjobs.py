@@ -1,0 +1,81 @@
+"""Real ``manage.py runjobs`` subprocesses and real signals."""
+
+import os
+import signal
+from collections import Counter
+
+import pytest
+from django.db import connection
+
+from django_jobs import schedule_job, schedule_jobs
+from django_jobs.models import Attempt, Job, JobStatus
+from testproject.example.models import Execution
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture(params=["delete", "wal"])
+def journal_mode(request):
+    """SQLite's two journal modes; other databases run the test once."""
+    if connection.vendor != "sqlite":
+        if request.param != "delete":
+            pytest.skip("journal modes are SQLite's")
+        yield None
+        return
+    with connection.cursor() as cursor:
+        cursor.execute(f"PRAGMA journal_mode={request.param}")
+        assert cursor.fetchone()[0] == request.param
+    yield request.param
+    connection.close()
+    with connection.cursor() as cursor:
+        cursor.execute("PRAGMA journal_mode=delete")
+
+
+def test_runjobs_two_processes_run_each_of_500_jobs_exactly_once(runjobs_process, journal_mode):
+    jobs = schedule_jobs([{"job": "example.record", "payload": {"n": n}} for n in range(500)])
+    workers = [runjobs_process.start("--burst", "--queue", "default") for _ in range(2)]
+    for process in workers:
+        assert process.wait(120) == 0, runjobs_process.log(process)
+    assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 500
+    runs = Counter(Execution.objects.values_list("job_id", flat=True))
+    assert set(runs) == {job.pk for job in jobs}
+    assert set(runs.values()) == {1}
+    assert Attempt.objects.filter(outcome="succeeded").count() == 500
+    assert len(set(Execution.objects.values_list("pid", flat=True))) == 2  # both worked
+
+
+def test_runjobs_sigterm_mid_job_finishes_it_and_exits_0(runjobs_process):
+    job = schedule_job("example.record", {"sleep": 1.0})
+    process = runjobs_process.start("--queue", "default")
+    wait_until(lambda: Attempt.objects.filter(job=job).exists(), timeout=20)
+    os.kill(process.pid, signal.SIGTERM)
+    assert process.wait(20) == 0, runjobs_process.log(process)
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED
+    assert Execution.objects.filter(job_id=job.pk).count() == 1
+
+
+def test_runjobs_sigkill_mid_job_is_reclaimed_after_the_lease(runjobs_process):
+    # Until leases are renewed by a heartbeat, a job must finish within its lease.
+    job = schedule_job("example.record", {"sleep": 1.0}, max_attempts=3)
+    short_lease = {"JOBS_LEASE_SECONDS": "2.5"}
+    doomed = runjobs_process.start("--queue", "default", env=short_lease)
+    wait_until(lambda: Attempt.objects.filter(job=job).exists(), timeout=20)
+    os.kill(doomed.pid, signal.SIGKILL)
+    doomed.wait(10)
+    rescuer = runjobs_process.start("--queue", "default", env=short_lease)
+    wait_until(lambda: Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED, timeout=30)
+    os.kill(rescuer.pid, signal.SIGTERM)
+    assert rescuer.wait(20) == 0, runjobs_process.log(rescuer)
+    outcomes = list(Attempt.objects.filter(job=job).values_list("number", "outcome"))
+    assert outcomes == [(1, "lease_expired"), (2, "succeeded")]
+    assert Execution.objects.filter(job_id=job.pk).count() == 1
+    owners = set(Attempt.objects.filter(job=job).values_list("owner", flat=True))
+    assert len(owners) == 2
+
+
+def test_runjobs_rejects_bad_options(runjobs_process):
+    process = runjobs_process.start("--workers", "0")
+    assert process.wait(20) != 0
+    assert "--workers must be at least 1" in runjobs_process.log(process)
