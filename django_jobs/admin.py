@@ -35,9 +35,10 @@ class AttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
 class RetryActionMixin:
     @admin.action(description="Retry selected jobs", permissions=["retry"])
     def retry_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        ids = list(queryset.filter(status=JobStatus.DEAD_LETTERED).values_list("id", flat=True))
-        retried = sum(1 for job_id in ids if retry_job(job_id))
-        skipped = queryset.count() - retried
+        selected = list(queryset.values_list("id", "status"))
+        dead = [job_id for job_id, status in selected if status == JobStatus.DEAD_LETTERED]
+        retried = sum(1 for job_id in dead if retry_job(job_id))
+        skipped = len(selected) - retried
         self.message_user(request, f"{retried} job(s) queued again.", messages.SUCCESS)  # type: ignore[attr-defined]
         if skipped:
             self.message_user(  # type: ignore[attr-defined]

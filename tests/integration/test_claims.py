@@ -153,3 +153,33 @@ def test_claim_sends_the_statement_whose_plan_is_checked(make_job):
     sent = [q["sql"] for q in context.captured_queries if q["sql"].startswith(head)]
     assert len(sent) == 1
     assert f"status{connection.ops.quote_name('')[-1:]} = 'pending'" in sent[0]
+
+
+@pytest.mark.guarded_update
+def test_guarded_update_skips_a_row_that_changed_since_it_was_read(make_job):
+    """The UPDATE repeats every condition of the read: a stale candidate is not claimed."""
+    make_job()
+    claimer = get_claimer()
+    [stale_row] = claimer.read_candidates("default", START, 1)
+    [first] = claim(owner="w1")
+    expires = START + timedelta(seconds=LEASE)
+    assert claimer._claim_row(stale_row, "default", "w2", START, expires) is False
+    job = Job.objects.get(pk=first.id)
+    assert (job.lease_owner, job.attempt, job.attempts_used) == ("w1", 1, 1)
+
+
+@pytest.mark.guarded_update
+@pytest.mark.django_db(transaction=True)
+def test_guarded_update_claim_takes_the_write_lock_up_front(make_job):
+    """A claim's transaction starts with BEGIN IMMEDIATE whatever the connection's mode."""
+    make_job()
+    connection.ensure_connection()
+    saved = connection.transaction_mode
+    connection.transaction_mode = None  # as with DATABASES OPTIONS left at their default
+    try:
+        with CaptureQueriesContext(connection) as context:
+            claim()
+        assert connection.transaction_mode is None  # restored after the claim
+    finally:
+        connection.transaction_mode = saved
+    assert context.captured_queries[0]["sql"] == "BEGIN IMMEDIATE"

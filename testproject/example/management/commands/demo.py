@@ -1,0 +1,59 @@
+"""``manage.py demo``: enqueue example jobs, run a worker until they are done, report."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any
+
+from django.core.management import call_command
+from django.core.management.base import BaseCommand
+
+from django_jobs import schedule_job, schedule_jobs
+from django_jobs.models import Job, JobStatus
+from django_jobs.worker import Worker
+
+
+class Command(BaseCommand):
+    help = "Enqueue some example jobs, run a worker until they are done, print what happened."
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        call_command("migrate", verbosity=0)
+        Job.objects.all().delete()
+        schedule_job("emails.welcome", {"email": "ada@example.com"})
+        schedule_jobs([{"job": "reports.add", "payload": {"a": n, "b": n}} for n in range(5)])
+        schedule_job("demo.flaky", {"succeed_on": 2})
+        schedule_job("demo.broken", {"why": "to show a dead letter"})
+        self.stdout.write(f"enqueued {Job.objects.count()} jobs; running a burst worker...")
+
+        self._log_to_stdout()
+        # A burst worker exits when nothing is due; retries become due after
+        # their backoff, so run again until every job has finished.
+        while Job.objects.filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING]).exists():
+            Worker(burst=True).run(threading.Event())
+            time.sleep(0.1)
+
+        self.stdout.write("\n  id  job              status         attempts  last error")
+        for job in Job.objects.order_by("id"):
+            self.stdout.write(
+                f"{job.pk:>4}  {job.name:<16} {job.status:<14} "
+                f"{job.attempts_used}/{job.max_attempts:<7} {job.last_error[:50]}"
+            )
+        dead = Job.objects.filter(status=JobStatus.DEAD_LETTERED).count()
+        self.stdout.write(
+            f"\n{Job.objects.filter(status=JobStatus.SUCCEEDED).count()} succeeded, "
+            f"{dead} dead-lettered. See them in the admin: python manage.py createsuperuser, "
+            "python manage.py runserver, then /admin/django_jobs/deadletter/"
+        )
+
+    def _log_to_stdout(self) -> None:
+        class Brief(logging.Formatter):
+            def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
+                return ""
+
+        handler = logging.StreamHandler(self.stdout)
+        handler.setFormatter(Brief("  %(levelname)-7s %(message)s"))
+        logger = logging.getLogger("django_jobs")
+        logger.handlers[:] = [handler]
+        logger.setLevel(logging.INFO)
