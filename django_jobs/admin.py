@@ -39,7 +39,8 @@ class RetryActionMixin:
         dead = [job_id for job_id, status in selected if status == JobStatus.DEAD_LETTERED]
         retried = sum(1 for job_id in dead if retry_job(job_id))
         skipped = len(selected) - retried
-        self.message_user(request, f"{retried} job(s) queued again.", messages.SUCCESS)  # type: ignore[attr-defined]
+        if retried:
+            self.message_user(request, f"{retried} job(s) queued again.", messages.SUCCESS)  # type: ignore[attr-defined]
         if skipped:
             self.message_user(  # type: ignore[attr-defined]
                 request,

@@ -12,7 +12,7 @@ from django.db import router
 
 from .conf import DEFAULTS
 
-NON_NEGATIVE = ("RETRY_BASE_SECONDS", "RETRY_JITTER")
+NON_NEGATIVE = ("RETRY_BASE_SECONDS", "RETRY_JITTER", "SHUTDOWN_GRACE_SECONDS")
 POSITIVE = (
     "LEASE_SECONDS",
     "POLL_SECONDS",
@@ -39,6 +39,17 @@ def _number_errors(user: Mapping[str, Any]) -> list[CheckMessage]:
                     id="django_jobs.E003",
                 )
             )
+    beat = user.get("HEARTBEAT_SECONDS")
+    if beat is not None and (
+        not isinstance(beat, (int, float)) or isinstance(beat, bool) or beat <= 0
+    ):
+        errors.append(
+            Error(
+                f"DJANGO_JOBS['HEARTBEAT_SECONDS'] must be a positive number or "
+                f"None, got {beat!r}.",
+                id="django_jobs.E003",
+            )
+        )
     attempts = user.get("MAX_ATTEMPTS", 1)
     if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
         errors.append(

@@ -18,6 +18,10 @@ DEFAULTS: dict[str, Any] = {
     "LEASE_SECONDS": 300,
     # How long an idle worker waits before it looks for due jobs again.
     "POLL_SECONDS": 1,
+    # How often a worker renews the lease of a running job; None: a third of the lease.
+    "HEARTBEAT_SECONDS": None,
+    # How long a stopping worker waits for running handlers before handing their jobs back.
+    "SHUTDOWN_GRACE_SECONDS": 20,
     # How often each worker process takes back jobs whose lease has expired.
     "MAINTENANCE_SECONDS": 15,
     "MAX_ATTEMPTS": 5,
@@ -39,6 +43,12 @@ class JobsSettings:
         if key not in DEFAULTS:
             raise AttributeError(f"unknown django-jobs setting {key!r}")
         return self.user_settings().get(key, DEFAULTS[key])
+
+    def heartbeat_seconds(self) -> float:
+        """The beat: ``HEARTBEAT_SECONDS``, else a third of ``LEASE_SECONDS``."""
+        lease = float(self.LEASE_SECONDS)
+        beat = self.HEARTBEAT_SECONDS
+        return min(float(beat), lease / 3) if beat is not None else lease / 3
 
     def queue_workers(self, queue: str) -> int:
         """Handler threads for ``queue``: its ``workers`` option, else 1."""

@@ -1,9 +1,10 @@
-"""Run one claimed job and record how its attempt ended."""
+"""Run one claimed job's handler, and record how its attempt ended."""
 
 from __future__ import annotations
 
 import logging
 import random
+from dataclasses import dataclass
 
 from .claims import ClaimedJob, Claimer
 from .clock import Clock
@@ -18,14 +19,68 @@ from .retries import RetryPolicy, next_run_at
 logger = logging.getLogger(__name__)
 
 
-def make_context(claimed: ClaimedJob, payload: object) -> JobContext:
+@dataclass(frozen=True)
+class HandlerResult:
+    outcome: AttemptOutcome
+    error: str = ""
+    exception: BaseException | None = None
+
+
+def make_context(claimed: ClaimedJob) -> JobContext:
     return JobContext(
         job_id=claimed.id,
         name=claimed.name,
         queue=claimed.queue,
         attempt=claimed.attempt,
-        payload=payload,
+        payload=None,
     )
+
+
+def run_handler(claimed: ClaimedJob, ctx: JobContext) -> HandlerResult:
+    """Call the job's handler. An unknown name or undecodable payload is a failure."""
+    logger.debug(
+        "job #%s started",
+        claimed.id,
+        extra={"event": "job_started", "job_id": claimed.id, "attempt": claimed.attempt},
+    )
+    try:
+        definition = get_definition(claimed.name)
+        ctx.payload = decode_payload(claimed.raw_payload)
+        definition.func(ctx, ctx.payload)
+    except JobCancelled as exc:
+        if ctx.cancelled:
+            return HandlerResult(AttemptOutcome.RELEASED, error_text(exc), exc)
+        return HandlerResult(AttemptOutcome.FAILED, error_text(exc), exc)
+    except Exception as exc:
+        return HandlerResult(AttemptOutcome.FAILED, error_text(exc), exc)
+    return HandlerResult(AttemptOutcome.SUCCEEDED)
+
+
+def record_result(
+    claimed: ClaimedJob,
+    result: HandlerResult,
+    claimer: Claimer,
+    clock: Clock,
+    policy: RetryPolicy,
+    rng: random.Random | None = None,
+) -> JobStatus | None:
+    """Settle the attempt. Returns the job's new status, or None if the lease was lost."""
+    now = clock.now()
+    retry_at = None
+    if result.outcome in (AttemptOutcome.FAILED, AttemptOutcome.TIMED_OUT):
+        retry_at = next_run_at(claimed.attempts_used, claimed.max_attempts, now, policy, rng)
+    status = settle(
+        claimer,
+        claimed.id,
+        claimed.owner,
+        claimed.attempt,
+        outcome=result.outcome,
+        now=now,
+        error=result.error,
+        retry_at=retry_at,
+    )
+    _log(claimed, result, status, retry_at)
+    return status
 
 
 def execute(
@@ -34,97 +89,50 @@ def execute(
     clock: Clock,
     policy: RetryPolicy,
     rng: random.Random | None = None,
-    ctx: JobContext | None = None,
 ) -> JobStatus | None:
-    """Run the handler of ``claimed`` and settle its attempt.
+    """Run the handler of ``claimed`` on this thread and settle its attempt."""
+    result = run_handler(claimed, make_context(claimed))
+    return record_result(claimed, result, claimer, clock, policy, rng)
 
-    An unknown job name or a payload that does not decode fails the attempt
-    like any error raised by the handler. Returns the job's new status, or
-    None when the lease was lost before the outcome could be written.
-    """
+
+def _log(
+    claimed: ClaimedJob, result: HandlerResult, status: JobStatus | None, retry_at: object
+) -> None:
     extra = {"job_id": claimed.id, "attempt": claimed.attempt, "job_name": claimed.name}
-    logger.debug("job #%s started", claimed.id, extra={"event": "job_started", **extra})
-    try:
-        definition = get_definition(claimed.name)
-        payload = decode_payload(claimed.raw_payload)
-        if ctx is None:
-            ctx = make_context(claimed, payload)
-        else:
-            ctx.payload = payload
-        definition.func(ctx, payload)
-    except JobCancelled as exc:
-        if ctx is not None and ctx.cancelled:
-            return settle(
-                claimer,
-                claimed.id,
-                claimed.owner,
-                claimed.attempt,
-                outcome=AttemptOutcome.RELEASED,
-                now=clock.now(),
-                error=error_text(exc),
-            )
-        return _fail(claimed, claimer, clock, policy, rng, exc, extra)
-    except Exception as exc:
-        return _fail(claimed, claimer, clock, policy, rng, exc, extra)
-    status = settle(
-        claimer,
-        claimed.id,
-        claimed.owner,
-        claimed.attempt,
-        outcome=AttemptOutcome.SUCCEEDED,
-        now=clock.now(),
-    )
-    if status is not None:
+    label = f"job {claimed.name} #{claimed.id}"
+    if status is None:
+        return  # settle() logged the lost lease
+    if status == JobStatus.SUCCEEDED:
         logger.info(
-            "job %s #%s succeeded on attempt %s",
-            claimed.name,
-            claimed.id,
+            "%s succeeded on attempt %s",
+            label,
             claimed.attempt,
             extra={"event": "job_succeeded", **extra},
         )
-    return status
-
-
-def _fail(
-    claimed: ClaimedJob,
-    claimer: Claimer,
-    clock: Clock,
-    policy: RetryPolicy,
-    rng: random.Random | None,
-    exc: Exception,
-    extra: dict[str, object],
-) -> JobStatus | None:
-    now = clock.now()
-    retry_at = next_run_at(claimed.attempts_used, claimed.max_attempts, now, policy, rng)
-    status = settle(
-        claimer,
-        claimed.id,
-        claimed.owner,
-        claimed.attempt,
-        outcome=AttemptOutcome.FAILED,
-        now=now,
-        error=error_text(exc),
-        retry_at=retry_at,
-    )
-    if status == JobStatus.DEAD_LETTERED:
-        logger.error(
-            "job %s #%s dead-lettered after attempt %s: %s",
-            claimed.name,
-            claimed.id,
+    elif result.outcome == AttemptOutcome.RELEASED:
+        logger.info(
+            "%s released on attempt %s",
+            label,
             claimed.attempt,
-            error_text(exc),
-            exc_info=exc,
+            extra={"event": "job_released", **extra},
+        )
+    elif status == JobStatus.DEAD_LETTERED:
+        logger.error(
+            "%s dead-lettered after attempt %s: %s",
+            label,
+            claimed.attempt,
+            result.error,
+            exc_info=result.exception,
             extra={"event": "job_dead_lettered", **extra},
         )
-    elif status is not None:
+    else:
         logger.warning(
-            "job %s #%s failed on attempt %s, retry at %s: %s",
-            claimed.name,
-            claimed.id,
+            "%s %s on attempt %s, retry at %s: %s",
+            label,
+            "timed out" if result.outcome == AttemptOutcome.TIMED_OUT else "failed",
             claimed.attempt,
             retry_at,
-            error_text(exc),
-            exc_info=exc,
+            result.error,
+            exc_info=result.exception,
             extra={"event": "job_failed", **extra},
         )
-    return status

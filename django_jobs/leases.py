@@ -93,6 +93,36 @@ def settle(
     return status
 
 
+def renew_leases(
+    claimer: Claimer,
+    owner: str,
+    held: list[tuple[int, int]],
+    now: datetime,
+    lease_seconds: float,
+) -> tuple[set[int], datetime]:
+    """Extend the leases of ``held`` (job id, attempt) pairs in one statement.
+
+    Fenced like every lease write. Returns the ids whose lease was extended
+    (the others were lost) and the new expiry.
+    """
+    from datetime import timedelta
+
+    from django.db.models import Q
+
+    expires = now + timedelta(seconds=lease_seconds)
+    fence = Q()
+    for job_id, attempt in held:
+        fence |= Q(id=job_id, attempt=attempt)
+    rows = Job.objects.using(claimer.using).filter(
+        fence, lease_owner=owner, status=JobStatus.RUNNING
+    )
+    with claimer.write_transaction():
+        changed = rows.update(lease_expires_at=expires)
+        if changed == len(held):
+            return {job_id for job_id, _ in held}, expires
+        return set(rows.filter(lease_expires_at=expires).values_list("id", flat=True)), expires
+
+
 def reclaim_expired_leases(claimer: Claimer, now: datetime, batch: int = RECLAIM_BATCH) -> int:
     """Take back running jobs whose lease expired before ``now``.
 

@@ -15,6 +15,7 @@ import random
 import secrets
 import socket
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -25,9 +26,11 @@ from django.db.models import F, Q
 from .claims import ClaimedJob, Claimer, get_claimer
 from .clock import Clock, DatabaseClock
 from .conf import settings
-from .execution import execute
+from .execution import HandlerResult, execute, make_context, record_result, run_handler
+from .inflight import InFlight
 from .leases import dead_letter_exhausted, reclaim_expired_leases
 from .models import Job, JobStatus
+from .registry import get_definition
 from .retries import RetryPolicy
 
 logger = logging.getLogger(__name__)
@@ -105,6 +108,13 @@ class Worker:
         self.burst = burst
         self.force_event = threading.Event()
         self._states = {name: QueueState(name, count) for name, count in self.queues.items()}
+        self.inflight = InFlight(
+            self.claimer,
+            self.owner,
+            float(settings.LEASE_SECONDS),
+            settings.heartbeat_seconds(),
+            self.record,
+        )
 
     # -- one tick, on the calling thread ---------------------------------
 
@@ -137,7 +147,32 @@ class Worker:
         return claimed
 
     def execute(self, claimed: ClaimedJob) -> JobStatus | None:
+        """Run a claimed job on this thread, without a heartbeat, and settle it."""
         return execute(claimed, self.claimer, self.clock, RetryPolicy.from_settings(), self.rng)
+
+    def record(self, claimed: ClaimedJob, result: HandlerResult) -> JobStatus | None:
+        policy = RetryPolicy.from_settings()
+        return record_result(claimed, result, self.claimer, self.clock, policy, self.rng)
+
+    def execute_held(self, claimed: ClaimedJob) -> JobStatus | None:
+        """Run a claimed job while the heartbeat keeps its lease; settle it if still ours."""
+        ctx = make_context(claimed)
+        held = self.inflight.add(claimed, ctx, self.clock.now(), self.timeout_for(claimed))
+        result = run_handler(claimed, ctx)
+        if not self.inflight.finish(held):
+            return None
+        return self.record(claimed, result)
+
+    def timeout_for(self, claimed: ClaimedJob) -> float | None:
+        """The job's ``@job(timeout=...)``, else its queue's ``timeout`` option."""
+        try:
+            timeout = get_definition(claimed.name).timeout
+        except Exception:
+            timeout = None
+        if timeout is None:
+            option = (settings.QUEUES.get(claimed.queue) or {}).get("timeout")
+            timeout = float(option) if option else None
+        return timeout
 
     # -- serving, with threads -------------------------------------------
 
@@ -153,6 +188,8 @@ class Worker:
             self.queues,
             extra={"event": "worker_started", "owner": self.owner},
         )
+        heartbeat_stop = threading.Event()
+        heartbeat = self._thread("heartbeat", self._keep_leases, heartbeat_stop)
         threads = self._start_threads(stop_event)
         try:
             self._main_loop(stop_event)
@@ -161,9 +198,33 @@ class Worker:
             for state in self._states.values():
                 with state.changed:
                     state.changed.notify_all()
-            self._join(threads)
+            self._shut_down(threads)
+            heartbeat_stop.set()
+            heartbeat.join(5)
             connections.close_all()
             logger.info("worker %s stopped", self.owner, extra={"event": "worker_stopped"})
+
+    def _shut_down(self, threads: list[threading.Thread]) -> None:
+        """Cancel running handlers, wait up to the grace period, hand back what is left."""
+        self.inflight.cancel_all()
+        grace = float(settings.SHUTDOWN_GRACE_SECONDS)
+        if not self._join(threads, time.monotonic() + grace) and not self.force_event.is_set():
+            released = self.inflight.release_all()
+            logger.warning(
+                "handed %s running job(s) back after a %ss grace period",
+                released,
+                grace,
+                extra={"event": "jobs_released"},
+            )
+
+    def _keep_leases(self, stop: threading.Event) -> None:
+        tick = min(float(settings.POLL_SECONDS), self.inflight.beat_seconds / 4)
+        try:
+            while not stop.is_set():
+                self._guarded(lambda: self.inflight.beat(self.clock.now()))
+                stop.wait(tick)
+        finally:
+            connections.close_all()
 
     def _start_threads(self, stop_event: threading.Event) -> list[threading.Thread]:
         threads = []
@@ -246,7 +307,7 @@ class Worker:
         try:
             while (claimed := state.inbox.get()) is not None:
                 try:
-                    self._guarded(lambda job=claimed: self.execute(job))
+                    self._guarded(lambda job=claimed: self.execute_held(job))
                 finally:
                     with state.changed:
                         state.busy -= 1
@@ -255,10 +316,14 @@ class Worker:
         finally:
             connections.close_all()
 
-    def _join(self, threads: list[threading.Thread]) -> None:
+    def _join(self, threads: list[threading.Thread], deadline: float) -> bool:
+        """Wait for ``threads`` until ``deadline`` (monotonic); True if all ended."""
         for thread in threads:
             while thread.is_alive():
                 if self.force_event.is_set():
                     logger.warning("stopping without waiting for running jobs")
-                    return
-                thread.join(0.1)
+                    return False
+                if time.monotonic() >= deadline:
+                    return False
+                thread.join(0.05)
+        return True

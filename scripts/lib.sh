@@ -63,3 +63,12 @@ start_postgres() {
     trap 'python3 "$ROOT/scripts/pgserver.py" stop "$PG_DIR"; rm -rf "$PG_DIR"' EXIT
     export PG_DIR PG_URL
 }
+
+# ensure_chromium: Debian's Chromium at /usr/bin/chromium, which the browser tests
+# drive through Playwright (never `playwright install`: it downloads its own browsers).
+ensure_chromium() {
+    if [ ! -x /usr/bin/chromium ]; then
+        log "installing Chromium"
+        apt_install chromium
+    fi
+}

@@ -58,3 +58,11 @@ def record(ctx: JobContext, payload: dict[str, Any] | None) -> None:
         started_at=started_at,
         finished_at=timezone.now(),
     )
+
+
+@job("example.patient")
+def patient(ctx: JobContext, payload: dict[str, Any] | None) -> None:
+    """Works for ``seconds``, stopping early (JobCancelled) once cancelled."""
+    if ctx.wait(float((payload or {}).get("seconds", 1))):
+        ctx.raise_if_cancelled()
+    record(ctx, None)

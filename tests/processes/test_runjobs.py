@@ -57,9 +57,8 @@ def test_runjobs_sigterm_mid_job_finishes_it_and_exits_0(runjobs_process):
 
 
 def test_runjobs_sigkill_mid_job_is_reclaimed_after_the_lease(runjobs_process):
-    # Until leases are renewed by a heartbeat, a job must finish within its lease.
-    job = schedule_job("example.record", {"sleep": 1.0}, max_attempts=3)
-    short_lease = {"JOBS_LEASE_SECONDS": "2.5"}
+    job = schedule_job("example.record", {"sleep": 2.0}, max_attempts=3)
+    short_lease = {"JOBS_LEASE_SECONDS": "1.5"}
     doomed = runjobs_process.start("--queue", "default", env=short_lease)
     wait_until(lambda: Attempt.objects.filter(job=job).exists(), timeout=20)
     os.kill(doomed.pid, signal.SIGKILL)
@@ -79,3 +78,56 @@ def test_runjobs_rejects_bad_options(runjobs_process):
     process = runjobs_process.start("--workers", "0")
     assert process.wait(20) != 0
     assert "--workers must be at least 1" in runjobs_process.log(process)
+
+
+def test_runjobs_sigterm_past_the_grace_releases_without_using_an_attempt(runjobs_process):
+    job = schedule_job("example.record", {"sleep": 3.0}, max_attempts=1)
+    quick_grace = {"JOBS_SHUTDOWN_GRACE_SECONDS": "0.3"}
+    process = runjobs_process.start("--queue", "default", env=quick_grace)
+    wait_until(lambda: Attempt.objects.filter(job=job).exists(), timeout=20)
+    os.kill(process.pid, signal.SIGTERM)
+    assert process.wait(20) == 0, runjobs_process.log(process)
+    job.refresh_from_db()
+    assert (job.status, job.attempts_used, job.lease_owner) == (JobStatus.PENDING, 0, None)
+    assert Attempt.objects.get(job=job).outcome == "released"
+    # A restart runs it, although max_attempts is 1.
+    again = runjobs_process.start("--queue", "default", "--burst")
+    assert again.wait(30) == 0, runjobs_process.log(again)
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED
+    assert list(job.attempts.values_list("outcome", flat=True)) == ["released", "succeeded"]
+    assert Execution.objects.filter(job_id=job.pk).count() == 1
+
+
+def test_runjobs_sigterm_cancels_a_handler_that_honours_ctx(runjobs_process):
+    job = schedule_job("example.patient", {"seconds": 60})
+    process = runjobs_process.start("--queue", "default")
+    wait_until(lambda: Attempt.objects.filter(job=job).exists(), timeout=20)
+    os.kill(process.pid, signal.SIGTERM)
+    assert process.wait(10) == 0, runjobs_process.log(process)  # well within the 20 s grace
+    job.refresh_from_db()
+    assert (job.status, job.attempts_used) == (JobStatus.PENDING, 0)
+    assert Attempt.objects.get(job=job).outcome == "released"
+
+
+def test_runjobs_second_signal_exits_at_once(runjobs_process):
+    job = schedule_job("example.record", {"sleep": 30.0})
+    process = runjobs_process.start("--queue", "default")
+    wait_until(lambda: Attempt.objects.filter(job=job).exists(), timeout=20)
+    os.kill(process.pid, signal.SIGTERM)
+    os.kill(process.pid, signal.SIGINT)
+    assert process.wait(10) == 1, runjobs_process.log(process)
+    job.refresh_from_db()
+    assert job.status == JobStatus.RUNNING  # its lease runs out as after a crash
+
+
+def test_runjobs_a_job_longer_than_its_lease_keeps_it_and_runs_once(runjobs_process):
+    job = schedule_job("example.record", {"sleep": 4.0})
+    short_lease = {"JOBS_LEASE_SECONDS": "1.2"}
+    workers = [runjobs_process.start("--queue", "default", env=short_lease) for _ in range(2)]
+    wait_until(lambda: Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED, timeout=30)
+    assert list(job.attempts.values_list("outcome", flat=True)) == ["succeeded"]
+    assert Execution.objects.filter(job_id=job.pk).count() == 1
+    for process in workers:
+        os.kill(process.pid, signal.SIGTERM)
+        assert process.wait(20) == 0, runjobs_process.log(process)

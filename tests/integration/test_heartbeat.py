@@ -1,0 +1,156 @@
+"""The heartbeat against a real database, with a clock the test moves."""
+
+from contextlib import contextmanager
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+
+from django_jobs.execution import HandlerResult, make_context
+from django_jobs.models import AttemptOutcome, Job, JobStatus
+
+# The heartbeat renews on its own thread and connection: the rows must be committed.
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LEASE = 30
+
+
+@pytest.fixture
+def lease_settings(settings):
+    settings.DJANGO_JOBS = {"LEASE_SECONDS": LEASE, "RETRY_BASE_SECONDS": 0}
+
+
+def start(worker, clock, make_job, **job):
+    w = worker()
+    make_job(**job)
+    [claimed] = w.claim("default", clock.now(), 1)
+    ctx = make_context(claimed)
+    held = w.inflight.add(claimed, ctx, clock.now(), w.timeout_for(claimed))
+    return w, claimed, ctx, held
+
+
+@contextmanager
+def renewals_refused_by_the_database():
+    """A trigger makes every change of lease_expires_at fail, as a sick database would."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "sqlite":
+            cursor.execute(
+                "CREATE TRIGGER block_renewal BEFORE UPDATE OF lease_expires_at ON django_jobs_job "
+                "BEGIN SELECT RAISE(ABORT, 'renewal blocked'); END"
+            )
+        else:
+            cursor.execute(
+                "CREATE FUNCTION block_renewal() RETURNS trigger AS $$ BEGIN "
+                "RAISE EXCEPTION 'renewal blocked'; END $$ LANGUAGE plpgsql"
+            )
+            cursor.execute(
+                "CREATE TRIGGER block_renewal BEFORE UPDATE OF lease_expires_at "
+                "ON django_jobs_job FOR EACH ROW EXECUTE FUNCTION block_renewal()"
+            )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            if connection.vendor == "sqlite":
+                cursor.execute("DROP TRIGGER block_renewal")
+            else:
+                cursor.execute("DROP TRIGGER block_renewal ON django_jobs_job")
+                cursor.execute("DROP FUNCTION block_renewal()")
+
+
+def test_heartbeat_keeps_a_long_job_leased_far_past_its_lease(
+    worker, clock, make_job, lease_settings
+):
+    w, claimed, ctx, held = start(worker, clock, make_job)
+    rival = worker(owner="rival")
+    for _ in range(40):  # ten leases' worth of time
+        clock.advance(LEASE / 4)
+        w.inflight.beat(clock.now())
+        assert rival.maintain(clock.now()) == 0
+        assert rival.claim("default", clock.now(), 1) == []
+    assert not ctx.cancelled
+    job = Job.objects.get(pk=claimed.id)
+    assert job.lease_expires_at > clock.now()
+    assert w.inflight.finish(held)
+    assert w.record(claimed, HandlerResult(AttemptOutcome.SUCCEEDED)) == JobStatus.SUCCEEDED
+    assert job.attempts.count() == 1
+
+
+def test_heartbeat_without_renewal_the_lease_is_taken(worker, clock, make_job, lease_settings):
+    """The test above fails without the heartbeat: here is why."""
+    _w, claimed, _ctx, _held = start(worker, clock, make_job)
+    clock.advance(LEASE + 1)
+    assert worker(owner="rival").maintain(clock.now()) == 1
+
+
+def test_heartbeat_refused_renewal_cancels_and_records_nothing(
+    worker, clock, make_job, lease_settings
+):
+    w, claimed, ctx, held = start(worker, clock, make_job)
+    Job.objects.filter(pk=claimed.id).update(lease_owner="someone-else")
+    clock.advance(LEASE / 3)
+    w.inflight.beat(clock.now())
+    assert ctx.cancelled
+    assert not w.inflight.finish(held)  # the handler's result is dropped
+    job = Job.objects.get(pk=claimed.id)
+    assert (job.status, job.lease_owner) == (JobStatus.RUNNING, "someone-else")
+    assert job.attempts.get().outcome is None
+
+
+def test_heartbeat_failing_renewals_keep_the_lease_until_the_deadline(
+    worker, clock, make_job, lease_settings
+):
+    w, claimed, ctx, held = start(worker, clock, make_job)
+    with renewals_refused_by_the_database():
+        clock.advance(10)
+        w.inflight.beat(clock.now())  # fails; retried while the lease holds
+        assert not ctx.cancelled
+        clock.advance(9.5)
+        w.inflight.beat(clock.now())  # next try after a beat, or what is left of the lease
+        assert not ctx.cancelled
+    clock.advance(0.5)
+    w.inflight.beat(clock.now())  # the database is back in time for the retry
+    assert not ctx.cancelled
+    assert Job.objects.get(pk=claimed.id).lease_expires_at == clock.now() + timedelta(seconds=LEASE)
+    with renewals_refused_by_the_database():
+        for _ in range(4):
+            clock.advance(5)
+            w.inflight.beat(clock.now())
+    assert ctx.cancelled  # given up one beat before the lease lapsed
+    assert Job.objects.get(pk=claimed.id).lease_expires_at > clock.now()
+    assert not w.inflight.finish(held)
+
+
+def test_heartbeat_times_out_a_handler_and_retries_the_job(worker, clock, make_job, settings):
+    settings.DJANGO_JOBS = {
+        "LEASE_SECONDS": LEASE,
+        "RETRY_BASE_SECONDS": 0,
+        "QUEUES": {"default": {"workers": 1, "timeout": 5}},
+    }
+    w, claimed, ctx, held = start(worker, clock, make_job)
+    clock.advance(4)
+    w.inflight.beat(clock.now())
+    assert not ctx.cancelled
+    clock.advance(1)
+    w.inflight.beat(clock.now())
+    assert ctx.cancelled
+    assert not w.inflight.finish(held)  # a late return is not a success
+    job = Job.objects.get(pk=claimed.id)
+    assert (job.status, job.attempts_used) == (JobStatus.PENDING, 1)
+    assert job.last_error.startswith("TimedOut")
+    assert job.attempts.get().outcome == AttemptOutcome.TIMED_OUT
+
+
+def test_release_all_hands_jobs_back_without_using_an_attempt(
+    worker, clock, make_job, lease_settings
+):
+    w, claimed, ctx, held = start(worker, clock, make_job, max_attempts=1)
+    w.inflight.cancel_all()
+    assert ctx.cancelled
+    assert w.inflight.release_all() == 1
+    assert not w.inflight.finish(held)
+    job = Job.objects.get(pk=claimed.id)
+    assert (job.status, job.attempts_used, job.lease_owner) == (JobStatus.PENDING, 0, None)
+    assert job.attempts.get().outcome == AttemptOutcome.RELEASED
+    [again] = w.claim("default", clock.now(), 1)  # max_attempts=1, and it runs again
+    assert (again.attempt, again.attempts_used) == (2, 1)
