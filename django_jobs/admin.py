@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from django.utils.text import Truncator
 
 from .leases import retry_job
-from .models import Attempt, DeadLetter, Job, JobStatus, RecurringJob
+from .models import Attempt, DeadLetter, Job, JobStatus, RecurringJob, Worker
 
 RETRY_PERMISSION = "django_jobs.change_job"
 
@@ -108,3 +108,16 @@ class RecurringJobAdmin(admin.ModelAdmin):
     list_filter = ("enabled",)
     search_fields = ("name", "job_name")
     readonly_fields = ("next_run_at", "last_run_at", "created_at")
+
+
+@admin.register(Worker)
+class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Live worker processes; a registration is swept a lease after its last heartbeat."""
+
+    list_display = ("id", "host", "pid", "queues", "started_at", "last_heartbeat_at", "running")
+    readonly_fields = ("id", "host", "pid", "queues", "started_at", "last_heartbeat_at")
+    search_fields = ("id", "host")
+
+    @admin.display(description="running jobs")
+    def running(self, obj: Worker) -> int:
+        return Job.objects.filter(status=JobStatus.RUNNING, lease_owner=obj.id).count()

@@ -33,25 +33,28 @@ class DatabaseClock:
     """The host's clock corrected by its measured offset from the database's.
 
     The offset is measured on first use and again every ``refresh_seconds``.
-    On SQLite the database runs on this host, so the offset is zero.
+    On SQLite the database's clock is this host's system clock.
     """
 
-    def __init__(self, using: str = "default", refresh_seconds: float = 60.0) -> None:
+    def __init__(
+        self, using: str = "default", refresh_seconds: float = 60.0, host: Clock | None = None
+    ) -> None:
         self.using = using
+        self.host: Clock = host or SystemClock()
         self.refresh_seconds = refresh_seconds
         self._offset: timedelta | None = None
         self._measured_at: datetime | None = None
         self._lock = threading.Lock()
 
     def now(self) -> datetime:
-        host_now = timezone.now()
+        host_now = self.host.now()
         with self._lock:
             stale = self._measured_at is None or (
                 abs((host_now - self._measured_at).total_seconds()) > self.refresh_seconds
             )
         if stale:
             self.measure()
-            host_now = timezone.now()
+            host_now = self.host.now()
         assert self._offset is not None
         return host_now + self._offset
 
@@ -59,10 +62,10 @@ class DatabaseClock:
         """Read the database's clock and store its offset from this host's."""
         from .claims import get_claimer
 
-        before = timezone.now()
+        before = self.host.now()
         db_now = get_claimer(self.using).database_now()
-        after = timezone.now()
-        if db_now is None:  # the database runs on this host
+        after = self.host.now()
+        if db_now is None:
             offset = timedelta(0)
         else:
             if timezone.is_naive(db_now):

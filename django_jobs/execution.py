@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import logging
 import random
+import traceback
 from dataclasses import dataclass
 
 from .claims import ClaimedJob, Claimer
 from .clock import Clock
 from .context import JobContext
 from .exceptions import JobCancelled
-from .leases import error_text, settle
+from .leases import ERROR_LIMIT, error_text, settle
 from .models import AttemptOutcome, JobStatus
 from .payloads import decode_payload
+from .redaction import redact
 from .registry import get_definition
 from .retries import RetryPolicy, next_run_at
 
@@ -23,7 +25,15 @@ logger = logging.getLogger(__name__)
 class HandlerResult:
     outcome: AttemptOutcome
     error: str = ""
-    exception: BaseException | None = None
+    traceback: str = ""  # for the log; payload values masked like ``error``
+
+    @classmethod
+    def from_exception(
+        cls, outcome: AttemptOutcome, exc: BaseException, payload: object
+    ) -> HandlerResult:
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        error = redact(error_text(exc, limit=None), payload)[:ERROR_LIMIT]
+        return cls(outcome, error, redact(trace, payload))
 
 
 def make_context(claimed: ClaimedJob) -> JobContext:
@@ -48,11 +58,10 @@ def run_handler(claimed: ClaimedJob, ctx: JobContext) -> HandlerResult:
         ctx.payload = decode_payload(claimed.raw_payload)
         definition.func(ctx, ctx.payload)
     except JobCancelled as exc:
-        if ctx.cancelled:
-            return HandlerResult(AttemptOutcome.RELEASED, error_text(exc), exc)
-        return HandlerResult(AttemptOutcome.FAILED, error_text(exc), exc)
+        outcome = AttemptOutcome.RELEASED if ctx.cancelled else AttemptOutcome.FAILED
+        return HandlerResult.from_exception(outcome, exc, ctx.payload)
     except Exception as exc:
-        return HandlerResult(AttemptOutcome.FAILED, error_text(exc), exc)
+        return HandlerResult.from_exception(AttemptOutcome.FAILED, exc, ctx.payload)
     return HandlerResult(AttemptOutcome.SUCCEEDED)
 
 
@@ -118,21 +127,21 @@ def _log(
         )
     elif status == JobStatus.DEAD_LETTERED:
         logger.error(
-            "%s dead-lettered after attempt %s: %s",
+            "%s dead-lettered after attempt %s: %s\n%s",
             label,
             claimed.attempt,
             result.error,
-            exc_info=result.exception,
+            result.traceback,
             extra={"event": "job_dead_lettered", **extra},
         )
     else:
         logger.warning(
-            "%s %s on attempt %s, retry at %s: %s",
+            "%s %s on attempt %s, retry at %s: %s\n%s",
             label,
             "timed out" if result.outcome == AttemptOutcome.TIMED_OUT else "failed",
             claimed.attempt,
             retry_at,
             result.error,
-            exc_info=result.exception,
+            result.traceback,
             extra={"event": "job_failed", **extra},
         )

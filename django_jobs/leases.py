@@ -23,11 +23,11 @@ ERROR_LIMIT = 2000
 RECLAIM_BATCH = 100
 
 
-def error_text(exc: BaseException) -> str:
+def error_text(exc: BaseException, limit: int | None = ERROR_LIMIT) -> str:
     """Exception type and message, no stack trace, capped at 2,000 characters."""
     message = str(exc)
     text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    return text[:ERROR_LIMIT]
+    return text[:limit]
 
 
 def _fenced(claimer: Claimer, job_id: int, owner: str, attempt: int) -> Any:

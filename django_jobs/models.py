@@ -150,3 +150,20 @@ class RecurringJob(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class Worker(models.Model):
+    """A live ``runjobs`` process, refreshed by its heartbeat."""
+
+    id = models.CharField(primary_key=True, max_length=255, help_text="host:pid:random")
+    host = models.CharField(max_length=255)
+    pid = models.IntegerField()
+    queues = models.JSONField(default=list)
+    started_at = models.DateTimeField()
+    last_heartbeat_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        ordering = ["host", "pid"]
+
+    def __str__(self) -> str:
+        return self.id

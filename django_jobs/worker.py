@@ -29,9 +29,11 @@ from .conf import settings
 from .execution import HandlerResult, execute, make_context, record_result, run_handler
 from .inflight import InFlight
 from .leases import dead_letter_exhausted, reclaim_expired_leases
-from .models import Job, JobStatus
+from .models import AttemptOutcome, Job, JobStatus
+from .registration import refresh_worker, register_worker, sweep_workers, unregister_worker
 from .registry import get_definition
 from .retries import RetryPolicy
+from .retrying import with_backoff
 
 logger = logging.getLogger(__name__)
 
@@ -132,6 +134,7 @@ class Worker:
         """Take back expired leases; dead-letter pending jobs with no attempt left."""
         reclaimed = reclaim_expired_leases(self.claimer, now)
         dead_letter_exhausted(self.claimer, now)
+        sweep_workers(now, float(settings.LEASE_SECONDS), self.using)
         return reclaimed
 
     def claim(self, queue: str, now: datetime, limit: int) -> list[ClaimedJob]:
@@ -151,8 +154,20 @@ class Worker:
         return execute(claimed, self.claimer, self.clock, RetryPolicy.from_settings(), self.rng)
 
     def record(self, claimed: ClaimedJob, result: HandlerResult) -> JobStatus | None:
+        """Settle an attempt, retrying through a brief database outage for up to a lease.
+
+        A release at shutdown retries no longer than the grace period: if it
+        cannot be written, the lease runs out as after a crash.
+        """
         policy = RetryPolicy.from_settings()
-        return record_result(claimed, result, self.claimer, self.clock, policy, self.rng)
+        patience = float(settings.LEASE_SECONDS)
+        if result.outcome == AttemptOutcome.RELEASED:
+            patience = min(patience, float(settings.SHUTDOWN_GRACE_SECONDS))
+        return with_backoff(
+            lambda: record_result(claimed, result, self.claimer, self.clock, policy, self.rng),
+            give_up_after=patience,
+            using=self.using,
+        )
 
     def execute_held(self, claimed: ClaimedJob) -> JobStatus | None:
         """Run a claimed job while the heartbeat keeps its lease; settle it if still ours."""
@@ -188,6 +203,9 @@ class Worker:
             self.queues,
             extra={"event": "worker_started", "owner": self.owner},
         )
+        self._guarded(
+            lambda: register_worker(self.owner, self.queues, self.clock.now(), self.using)
+        )
         heartbeat_stop = threading.Event()
         heartbeat = self._thread("heartbeat", self._keep_leases, heartbeat_stop)
         threads = self._start_threads(stop_event)
@@ -201,6 +219,8 @@ class Worker:
             self._shut_down(threads)
             heartbeat_stop.set()
             heartbeat.join(5)
+            if not self.force_event.is_set():
+                self._guarded(lambda: unregister_worker(self.owner, self.using))
             connections.close_all()
             logger.info("worker %s stopped", self.owner, extra={"event": "worker_stopped"})
 
@@ -218,10 +238,20 @@ class Worker:
             )
 
     def _keep_leases(self, stop: threading.Event) -> None:
-        tick = min(float(settings.POLL_SECONDS), self.inflight.beat_seconds / 4)
+        """The heartbeat thread: renew leases; keep this worker's registration fresh."""
+        beat = self.inflight.beat_seconds
+        tick = min(float(settings.POLL_SECONDS), beat / 4)
+        refreshed_at = time.monotonic()
         try:
             while not stop.is_set():
                 self._guarded(lambda: self.inflight.beat(self.clock.now()))
+                if time.monotonic() - refreshed_at >= beat:
+                    refreshed_at = time.monotonic()
+                    self._guarded(
+                        lambda: refresh_worker(
+                            self.owner, self.queues, self.clock.now(), self.using
+                        )
+                    )
                 stop.wait(tick)
         finally:
             connections.close_all()

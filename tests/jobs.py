@@ -27,3 +27,10 @@ def long_error(ctx: JobContext, payload: Any) -> None:
 @job("tests.emails", queue="emails", priority=5, max_attempts=7)
 def emails(ctx: JobContext, payload: Any) -> None:
     return None
+
+
+@job("tests.leaky", max_attempts=1)
+def leaky(ctx: JobContext, payload: Any) -> None:
+    raise ValueError(
+        f"card {payload['card']} declined for {payload['name']} (pin {payload['pin']})"
+    )

@@ -76,7 +76,7 @@ class Claimer(ABC):
             yield
 
     def database_now(self) -> datetime | None:
-        """The database server's clock, or None when it is this host's."""
+        """The database server's clock (None if it cannot be read)."""
         with self.connection.cursor() as cursor:
             cursor.execute("SELECT CURRENT_TIMESTAMP")
             (value,) = cursor.fetchone()

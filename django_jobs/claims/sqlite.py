@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import datetime, timezone
 
 from django.core.checks import CheckMessage, Warning
 from django.db import OperationalError, transaction
@@ -56,7 +56,11 @@ class GuardedUpdateClaimer(Claimer):
         ]
 
     def database_now(self) -> datetime | None:
-        return None
+        # SQLite reads this host's clock, at millisecond resolution.
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
+            (value,) = cursor.fetchone()
+        return datetime.strptime(value, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=timezone.utc)
 
     def claim(
         self, queue: str, owner: str, now: datetime, lease_seconds: float, limit: int = 1

@@ -202,3 +202,15 @@ def test_retry_job_refused_while_a_live_job_has_its_unique_key(make_job):
     make_job(unique_key="k")
     assert retry_job(dead.pk) is False
     assert Job.objects.get(pk=dead.pk).status == JobStatus.DEAD_LETTERED
+
+
+def test_stored_errors_and_logs_mask_payload_values(worker, make_job, caplog):
+    payload = {"card": "4111111111111111", "name": "Ada Lovelace", "pin": 42}
+    job = make_job(name="tests.leaky", payload=payload, max_attempts=1)
+    worker().run_once()
+    job.refresh_from_db()
+    assert job.last_error == "ValueError: card *** declined for *** (pin ***)"
+    assert job.attempts.get().error == job.last_error
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "card *** declined" in logged and "Traceback" in logged
+    assert "4111111111111111" not in logged and "Ada Lovelace" not in logged

@@ -1,0 +1,51 @@
+"""Retry a database write through a brief outage, with capped backoff."""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from django.db import DatabaseError, connections
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def with_backoff(
+    write: Callable[[], T],
+    *,
+    give_up_after: float,
+    using: str = "default",
+    first_wait: float = 1.0,
+    max_wait: float = 30.0,
+    sleep: Callable[[float], object] = time.sleep,
+    monotonic: Callable[[], float] = time.monotonic,
+) -> T:
+    """Call ``write`` until it succeeds or ``give_up_after`` seconds have passed.
+
+    Waits 1 s, 2 s, 4 s ... up to 30 s between tries, closing the broken
+    connection each time so that the next try reconnects. The last error is
+    raised when time is up.
+    """
+    deadline = monotonic() + give_up_after
+    wait = first_wait
+    while True:
+        try:
+            return write()
+        except DatabaseError as exc:
+            connections[using].close_if_unusable_or_obsolete()
+            left = deadline - monotonic()
+            if left <= 0:
+                raise
+            logger.warning(
+                "database write failed (%s: %s); retrying in %.1fs",
+                type(exc).__name__,
+                exc,
+                min(wait, left),
+                extra={"event": "write_retry"},
+            )
+            sleep(min(wait, left))
+            wait = min(wait * 2, max_wait)

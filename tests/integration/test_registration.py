@@ -1,0 +1,76 @@
+import threading
+from datetime import timedelta
+
+import pytest
+
+from django_jobs.clock import DatabaseClock, SystemClock
+from django_jobs.models import Job, Worker
+from django_jobs.registration import refresh_worker, register_worker, sweep_workers
+from django_jobs.worker import Worker as JobWorker
+from tests.conftest import START, wait_until
+
+
+@pytest.mark.django_db
+def test_workers_register_refresh_and_are_swept_a_lease_after_their_last_beat():
+    register_worker("h:1:a", ["default"], START, "default")
+    register_worker("h:2:b", ["emails", "default"], START, "default")
+    row = Worker.objects.get(id="h:2:b")
+    assert row.queues == ["default", "emails"] and row.started_at == START
+    refresh_worker("h:1:a", ["default"], START + timedelta(seconds=200), "default")
+    assert sweep_workers(START + timedelta(seconds=300), 300, "default") == 0
+    assert sweep_workers(START + timedelta(seconds=301), 300, "default") == 1
+    assert list(Worker.objects.values_list("id", flat=True)) == ["h:1:a"]
+    refresh_worker("h:2:b", ["default"], START + timedelta(seconds=400), "default")
+    assert Worker.objects.filter(id="h:2:b").exists()  # registered again after a sweep
+
+
+@pytest.mark.django_db
+def test_maintenance_sweeps_long_gone_workers(worker, clock):
+    register_worker("gone", ["default"], clock.now() - timedelta(hours=1), "default")
+    register_worker("alive", ["default"], clock.now(), "default")
+    worker().run_once()
+    assert list(Worker.objects.values_list("id", flat=True)) == ["alive"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_running_worker_is_registered_until_it_stops(settings):
+    settings.DJANGO_JOBS = {"POLL_SECONDS": 0.02}
+    w = JobWorker(["default"], clock=SystemClock())
+    stop = threading.Event()
+    thread = threading.Thread(target=w.run, args=(stop,))
+    thread.start()
+    try:
+        wait_until(lambda: Worker.objects.filter(id=w.owner).exists())
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not Worker.objects.exists()
+
+
+class SkewedHostClock:
+    """The host clock of a machine whose time is an hour fast."""
+
+    def now(self):
+        return SystemClock().now() + timedelta(hours=1)
+
+
+@pytest.mark.django_db
+def test_database_clock_corrects_a_wrong_host_clock(make_job):
+    clock = DatabaseClock(host=SkewedHostClock())
+    assert abs((clock.now() - SystemClock().now()).total_seconds()) < 5
+    assert abs(clock.offset + timedelta(hours=1)) < timedelta(seconds=5)
+
+
+@pytest.mark.django_db
+def test_worker_with_a_fast_host_clock_does_not_take_a_live_lease(make_job, settings):
+    settings.DJANGO_JOBS = {"LEASE_SECONDS": 30}
+    job = make_job(run_at=SystemClock().now())
+    honest = JobWorker(["default"], clock=DatabaseClock(), owner="honest")
+    [claimed] = honest.claim("default", honest.clock.now(), 1)
+    fast = JobWorker(["default"], clock=DatabaseClock(host=SkewedHostClock()), owner="fast")
+    assert fast.run_once().reclaimed == 0  # an hour fast, yet it reads the database's time
+    assert Job.objects.get(pk=job.pk).lease_owner == "honest"
+    naive = JobWorker(["default"], clock=SkewedHostClock(), owner="naive")
+    assert naive.run_once().reclaimed == 1  # what a host clock alone would do
+    first = Job.objects.get(pk=claimed.id).attempts.get(number=1)
+    assert (first.owner, first.outcome) == ("honest", "lease_expired")

@@ -1,0 +1,62 @@
+import pytest
+from django.db import OperationalError
+
+from django_jobs.retrying import with_backoff
+
+
+class FakeTime:
+    def __init__(self):
+        self.now = 0.0
+        self.sleeps: list[float] = []
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+    def monotonic(self) -> float:
+        return self.now
+
+
+def flaky(failures: int):
+    calls = {"n": 0}
+
+    def write():
+        calls["n"] += 1
+        if calls["n"] <= failures:
+            raise OperationalError("server closed the connection")
+        return "written"
+
+    return write, calls
+
+
+def test_with_backoff_retries_with_doubling_capped_waits(db_free_connection):
+    time = FakeTime()
+    write, calls = flaky(7)
+    result = with_backoff(write, give_up_after=300, sleep=time.sleep, monotonic=time.monotonic)
+    assert result == "written"
+    assert time.sleeps == [1, 2, 4, 8, 16, 30, 30]
+
+
+def test_with_backoff_gives_up_after_its_time_with_the_last_error(db_free_connection):
+    time = FakeTime()
+    write, calls = flaky(1000)
+    with pytest.raises(OperationalError):
+        with_backoff(write, give_up_after=20, sleep=time.sleep, monotonic=time.monotonic)
+    assert sum(time.sleeps) == 20
+    assert time.sleeps == [1, 2, 4, 8, 5]
+
+
+def test_with_backoff_does_not_retry_other_errors(db_free_connection):
+    def write():
+        raise ValueError("a bug, not an outage")
+
+    with pytest.raises(ValueError):
+        with_backoff(write, give_up_after=20, sleep=pytest.fail)
+
+
+@pytest.fixture
+def db_free_connection(monkeypatch):
+    """with_backoff closes a broken connection; these tests have none to close."""
+    from django.db import connections
+
+    monkeypatch.setattr(connections["default"], "close_if_unusable_or_obsolete", lambda: None)
