@@ -61,7 +61,8 @@ start_postgres() {
     PG_DIR="$(mktemp -d /tmp/django-jobs-pg.XXXXXX)"
     PG_URL="$(python3 "$ROOT/scripts/pgserver.py" start "$PG_DIR")"
     trap 'python3 "$ROOT/scripts/pgserver.py" stop "$PG_DIR"; rm -rf "$PG_DIR"' EXIT
-    export PG_DIR PG_URL
+    JOBS_TEST_PG_DIR=$PG_DIR  # the fault tests stop and start this server
+    export PG_DIR PG_URL JOBS_TEST_PG_DIR
 }
 
 # ensure_chromium: Debian's Chromium at /usr/bin/chromium, which the browser tests

@@ -5,8 +5,9 @@
     python scripts/pgserver.py stop DIR
 
 The cluster lives in DIR (created if needed) and listens on a free port of
-127.0.0.1. As root, the server runs as the ``postgres`` system user, since
-PostgreSQL refuses to run as root.
+127.0.0.1; started again after a stop, it keeps its port and data (the fault
+tests stop and start it under running workers). As root, the server runs as
+the ``postgres`` system user, since PostgreSQL refuses to run as root.
 """
 
 from __future__ import annotations
@@ -70,7 +71,9 @@ def start(root: Path) -> str:
             check=True,
             stdout=subprocess.DEVNULL,
         )
-    port = free_port()
+    port_file = root / "port"
+    port = int(port_file.read_text()) if port_file.exists() else free_port()
+    port_file.write_text(str(port))
     options = (
         f"-c listen_addresses=127.0.0.1 -p {port} -k {root} -c max_connections=200"
         " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
@@ -95,22 +98,17 @@ def start(root: Path) -> str:
         stdout=subprocess.DEVNULL,
     )
     url = f"postgres://postgres@127.0.0.1:{port}/django_jobs"
-    subprocess.run(
-        [
-            str(bins / "psql"),
-            "-h",
-            "127.0.0.1",
-            "-p",
-            str(port),
-            "-U",
-            "postgres",
-            "-qAt",
-            "-c",
-            "CREATE DATABASE django_jobs",
-        ],
+    psql = [str(bins / "psql"), "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-qAt"]
+    exists = subprocess.run(
+        [*psql, "-c", "SELECT 1 FROM pg_database WHERE datname = 'django_jobs'"],
         check=True,
-        stdout=subprocess.DEVNULL,
-    )
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    if not exists:
+        subprocess.run(
+            [*psql, "-c", "CREATE DATABASE django_jobs"], check=True, stdout=subprocess.DEVNULL
+        )
     (root / "url").write_text(url)
     return url
 

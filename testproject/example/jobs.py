@@ -66,3 +66,11 @@ def patient(ctx: JobContext, payload: dict[str, Any] | None) -> None:
     if ctx.wait(float((payload or {}).get("seconds", 1))):
         ctx.raise_if_cancelled()
     record(ctx, None)
+
+
+@job("example.sleep")
+def sleep(ctx: JobContext, payload: dict[str, Any] | None) -> None:
+    """Sleeps, touching no database: its outcome is the worker's only write."""
+    import time
+
+    time.sleep(float((payload or {}).get("seconds", 1)))
