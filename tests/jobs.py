@@ -34,3 +34,11 @@ def leaky(ctx: JobContext, payload: Any) -> None:
     raise ValueError(
         f"card {payload['card']} declined for {payload['name']} (pin {payload['pin']})"
     )
+
+
+@job("tests.stubborn", timeout=0.3, max_attempts=1)
+def stubborn(ctx: JobContext, payload: Any) -> None:
+    """Ignores ctx: keeps its thread past its timeout, then returns as if it had succeeded."""
+    import time
+
+    time.sleep(1.0)

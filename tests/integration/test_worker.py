@@ -70,3 +70,30 @@ def test_worker_needs_queues_with_threads():
         Worker({"default": 0}, clock=FakeClock())
     with pytest.raises(ValueError, match="at least one queue"):
         Worker([], clock=FakeClock())
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_timed_out_handler_that_ignores_ctx_is_not_a_success(settings, caplog):
+    settings.DJANGO_JOBS = {**FAST, "QUEUES": {"default": {"workers": 2}}}
+    stubborn = schedule_job("tests.stubborn")
+    worker = Worker(clock=SystemClock())
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,))
+    thread.start()
+    try:
+        wait_until(lambda: Job.objects.get(pk=stubborn.pk).status == JobStatus.DEAD_LETTERED)
+        others = schedule_jobs([{"job": ok}] * 5)  # the other thread serves on meanwhile
+        wait_until(
+            lambda: (
+                Job.objects.filter(pk__in=[j.pk for j in others], status="succeeded").count() == 5
+            ),
+            timeout=0.9,
+        )
+        wait_until(lambda: "result dropped" in caplog.text, timeout=5)
+    finally:
+        stop.set()
+        thread.join(10)
+    stubborn.refresh_from_db()
+    assert stubborn.status == JobStatus.DEAD_LETTERED  # the late return changed nothing
+    assert stubborn.last_error.startswith("TimedOut")
+    assert list(stubborn.attempts.values_list("outcome", flat=True)) == ["timed_out"]
