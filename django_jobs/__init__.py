@@ -5,7 +5,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from .context import JobContext
-from .exceptions import DuplicateJobName, JobCancelled, JobsError, PayloadError, UnknownJob
+from .exceptions import (
+    DuplicateJobName,
+    JobCancelled,
+    JobsError,
+    PayloadError,
+    ScheduleError,
+    UnknownJob,
+)
 from .registry import job
 
 __version__ = "0.1.0.dev0"
@@ -17,8 +24,11 @@ __all__ = [
     "JobSpec",
     "JobsError",
     "PayloadError",
+    "ScheduleError",
     "UnknownJob",
+    "add_recurring_job",
     "job",
+    "remove_recurring_job",
     "retry_job",
     "schedule_job",
     "schedule_jobs",
@@ -26,6 +36,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from .leases import retry_job
+    from .recurring import add_recurring_job, remove_recurring_job
     from .scheduling import JobSpec, schedule_job, schedule_jobs
 
 _LAZY = {
@@ -33,6 +44,8 @@ _LAZY = {
     "schedule_jobs": "scheduling",
     "JobSpec": "scheduling",
     "retry_job": "leases",
+    "add_recurring_job": "recurring",
+    "remove_recurring_job": "recurring",
 }
 
 

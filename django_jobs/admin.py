@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils import timezone
 from django.utils.text import Truncator
 
+from .cron import get_zone, next_occurrence, normalise_cron
+from .exceptions import JobsError
 from .leases import retry_job
 from .models import Attempt, DeadLetter, Job, JobStatus, RecurringJob, Worker
+from .recurring import run_now as enqueue_run_now
+from .registry import get_definition
 
 RETRY_PERMISSION = "django_jobs.change_job"
 
@@ -102,12 +108,85 @@ class DeadLetterAdmin(RetryActionMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
         return Truncator(obj.last_error).chars(120)
 
 
+class RecurringJobForm(forms.ModelForm):
+    class Meta:
+        model = RecurringJob
+        fields = [
+            "name",
+            "job_name",
+            "cron",
+            "timezone",
+            "payload",
+            "queue",
+            "priority",
+            "max_attempts",
+            "enabled",
+            "overlap",
+        ]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        for field, check in (
+            ("cron", normalise_cron),
+            ("timezone", get_zone),
+            ("job_name", get_definition),
+        ):
+            if data.get(field):
+                try:
+                    check(data[field])
+                except JobsError as exc:
+                    self.add_error(field, str(exc))
+        return data
+
+
 @admin.register(RecurringJob)
 class RecurringJobAdmin(admin.ModelAdmin):
-    list_display = ("name", "job_name", "cron", "timezone", "enabled", "next_run_at", "last_run_at")
-    list_filter = ("enabled",)
+    form = RecurringJobForm
+    list_display = (
+        "name",
+        "job_name",
+        "cron",
+        "timezone",
+        "enabled",
+        "next_run_at",
+        "last_run_at",
+        "source",
+    )
+    list_filter = ("enabled", "source")
     search_fields = ("name", "job_name")
-    readonly_fields = ("next_run_at", "last_run_at", "created_at")
+    readonly_fields = ("next_run_at", "last_run_at", "source", "created_at")
+    actions = ["enable", "disable", "run_now"]
+
+    def save_model(self, request: HttpRequest, obj: RecurringJob, form: Any, change: bool) -> None:
+        moved = {"cron", "timezone", "enabled"} & set(form.changed_data)
+        if not change or moved or obj.next_run_at is None:
+            obj.next_run_at = (
+                next_occurrence(obj.cron, obj.timezone, timezone.now()) if obj.enabled else None
+            )
+        super().save_model(request, obj, form, change)
+
+    @admin.action(
+        description="Enable selected schedules (next run from now)", permissions=["change"]
+    )
+    def enable(self, request: HttpRequest, queryset: QuerySet[RecurringJob]) -> None:
+        count = 0
+        for schedule in queryset.filter(enabled=False):
+            schedule.enabled = True
+            schedule.next_run_at = next_occurrence(schedule.cron, schedule.timezone, timezone.now())
+            schedule.save(update_fields=["enabled", "next_run_at"])
+            count += 1
+        self.message_user(request, f"{count} schedule(s) enabled.", messages.SUCCESS)
+
+    @admin.action(description="Disable selected schedules", permissions=["change"])
+    def disable(self, request: HttpRequest, queryset: QuerySet[RecurringJob]) -> None:
+        count = queryset.filter(enabled=True).update(enabled=False)
+        self.message_user(request, f"{count} schedule(s) disabled.", messages.SUCCESS)
+
+    @admin.action(description="Run selected schedules now", permissions=["change"])
+    def run_now(self, request: HttpRequest, queryset: QuerySet[RecurringJob]) -> None:
+        jobs = [enqueue_run_now(schedule) for schedule in queryset]
+        ids = ", ".join(f"#{job.pk}" for job in jobs)
+        self.message_user(request, f"{len(jobs)} job(s) enqueued: {ids}.", messages.SUCCESS)
 
 
 @admin.register(Worker)

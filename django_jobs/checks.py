@@ -102,6 +102,52 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     errors += _number_errors(user)
     if "QUEUES" in user:
         errors += _queue_errors(user["QUEUES"])
+    if "RECURRING" in user:
+        errors += _recurring_errors(user["RECURRING"])
+    return errors
+
+
+def _recurring_errors(recurring: Any) -> list[CheckMessage]:
+    from .cron import get_zone, normalise_cron
+    from .exceptions import JobsError
+    from .payloads import encode_payload
+    from .recurring import SCHEDULE_KEYS
+    from .registry import get_definition
+
+    if not isinstance(recurring, Mapping):
+        return [
+            Error(
+                "DJANGO_JOBS['RECURRING'] must be a dict of schedule name -> options, "
+                f"got {type(recurring).__name__}.",
+                id="django_jobs.E005",
+            )
+        ]
+    errors: list[CheckMessage] = []
+    for name, options in recurring.items():
+        where = f"DJANGO_JOBS['RECURRING'][{name!r}]"
+        if not isinstance(options, Mapping) or "cron" not in options or "job" not in options:
+            errors.append(
+                Error(
+                    f"{where} must be a dict with at least 'cron' and 'job'.", id="django_jobs.E005"
+                )
+            )
+            continue
+        unknown = sorted(set(options) - SCHEDULE_KEYS)
+        if unknown:
+            errors.append(
+                Error(
+                    f"{where} has unknown keys {unknown}.",
+                    hint=f"Known keys: {', '.join(sorted(SCHEDULE_KEYS))}.",
+                    id="django_jobs.E005",
+                )
+            )
+        try:
+            normalise_cron(options["cron"])
+            get_zone(options.get("timezone", "UTC"))
+            get_definition(options["job"])
+            encode_payload(options.get("payload"))
+        except JobsError as exc:
+            errors.append(Error(f"{where}: {exc}", id="django_jobs.E006"))
     return errors
 
 

@@ -21,3 +21,7 @@ class JobCancelled(JobsError):
 
 class DuplicateJobName(JobsError):
     """Two different functions registered under one job name."""
+
+
+class ScheduleError(JobsError, ValueError):
+    """A recurring schedule that cannot be used: a bad cron or an unknown time zone."""

@@ -121,6 +121,12 @@ class Attempt(models.Model):
         return f"attempt {self.number} of job {self.job_id}"
 
 
+class ScheduleSource(models.TextChoices):
+    CODE = "code", "code"
+    SETTINGS = "settings", "settings"
+    SETTINGS_REMOVED = "settings_removed", "removed from settings"
+
+
 class RecurringJob(models.Model):
     name = models.CharField(max_length=200, unique=True)
     job_name = models.CharField(max_length=200)
@@ -136,6 +142,12 @@ class RecurringJob(models.Model):
     )
     next_run_at = models.DateTimeField(null=True, blank=True)
     last_run_at = models.DateTimeField(null=True, blank=True)
+    source = models.CharField(
+        max_length=20,
+        choices=ScheduleSource.choices,
+        default=ScheduleSource.CODE,
+        help_text="Where the schedule is declared: DJANGO_JOBS['RECURRING'] or code.",
+    )
     created_at = models.DateTimeField(default=tz.now)
 
     class Meta:

@@ -30,6 +30,7 @@ from .execution import HandlerResult, execute, make_context, record_result, run_
 from .inflight import InFlight
 from .leases import dead_letter_exhausted, reclaim_expired_leases
 from .models import AttemptOutcome, Job, JobStatus
+from .recurring import enqueue_due
 from .registration import refresh_worker, register_worker, sweep_workers, unregister_worker
 from .registry import get_definition
 from .retries import RetryPolicy
@@ -45,6 +46,7 @@ def make_owner() -> str:
 
 @dataclass
 class TickResult:
+    fired: int = 0
     reclaimed: int = 0
     claimed: int = 0
     succeeded: int = 0
@@ -123,7 +125,8 @@ class Worker:
     def run_once(self, now: datetime | None = None) -> TickResult:
         """Maintenance, then claim and run up to one batch per queue."""
         now = now or self.clock.now()
-        result = TickResult(reclaimed=self.maintain(now))
+        result = TickResult(fired=enqueue_due(now, using=self.using))
+        result.reclaimed = self.maintain(now)
         for name, count in self.queues.items():
             for claimed in self.claim(name, now, count):
                 result.claimed += 1
@@ -230,12 +233,13 @@ class Worker:
         grace = float(settings.SHUTDOWN_GRACE_SECONDS)
         if not self._join(threads, time.monotonic() + grace) and not self.force_event.is_set():
             released = self.inflight.release_all()
-            logger.warning(
-                "handed %s running job(s) back after a %ss grace period",
-                released,
-                grace,
-                extra={"event": "jobs_released"},
-            )
+            if released:
+                logger.warning(
+                    "handed %s running job(s) back after a %ss grace period",
+                    released,
+                    grace,
+                    extra={"event": "jobs_released"},
+                )
 
     def _keep_leases(self, stop: threading.Event) -> None:
         """The heartbeat thread: renew leases; keep this worker's registration fresh."""
@@ -279,6 +283,7 @@ class Worker:
             if elapsed >= next_maintenance:
                 self._guarded(self.maintain_now)
                 next_maintenance = elapsed + maintenance_every
+            self._guarded(lambda: enqueue_due(self.clock.now(), using=self.using))
             if self.burst and self._guarded(self.is_drained):
                 logger.info("no due or running jobs left; burst worker exits")
                 return

@@ -64,7 +64,7 @@ def test_database_clock_corrects_a_wrong_host_clock(make_job):
 @pytest.mark.django_db
 def test_worker_with_a_fast_host_clock_does_not_take_a_live_lease(make_job, settings):
     settings.DJANGO_JOBS = {"LEASE_SECONDS": 30}
-    job = make_job(run_at=SystemClock().now())
+    job = make_job(run_at=SystemClock().now() - timedelta(seconds=5))
     honest = JobWorker(["default"], clock=DatabaseClock(), owner="honest")
     [claimed] = honest.claim("default", honest.clock.now(), 1)
     fast = JobWorker(["default"], clock=DatabaseClock(host=SkewedHostClock()), owner="fast")

@@ -10,6 +10,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from django_jobs.conf import settings
+from django_jobs.recurring import sync_from_settings
 from django_jobs.worker import Worker
 
 logger = logging.getLogger("django_jobs.runjobs")
@@ -44,6 +45,7 @@ class Command(BaseCommand):
         if options["workers"] is not None and options["workers"] < 1:
             raise CommandError("--workers must be at least 1")
         queues = {name: options["workers"] or settings.queue_workers(name) for name in names}
+        sync_from_settings()
         worker = Worker(queues, burst=options["burst"])
         stop_event = threading.Event()
         self._install_signal_handlers(stop_event, worker.force_event)

@@ -1,0 +1,238 @@
+import logging
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+from freezegun import freeze_time
+
+from django_jobs import ScheduleError, UnknownJob, add_recurring_job, remove_recurring_job
+from django_jobs.checks import check_settings
+from django_jobs.models import Job, JobStatus, RecurringJob
+from django_jobs.recurring import enqueue_due, sync_from_settings
+
+pytestmark = pytest.mark.django_db
+
+UTC = timezone.utc
+T0 = datetime(2026, 1, 5, 12, 0, 30, tzinfo=UTC)
+
+
+def at(minutes: float) -> datetime:
+    return T0 + timedelta(minutes=minutes)
+
+
+@freeze_time(T0)
+def test_add_recurring_job_computes_the_first_run_in_its_zone():
+    schedule = add_recurring_job(
+        "nightly-report",
+        "0 2 * * *",
+        "tests.ok",
+        {"kind": "full"},
+        queue="reports",
+        timezone="Europe/Paris",
+    )
+    assert schedule.next_run_at == datetime(2026, 1, 6, 1, 0, tzinfo=UTC)  # 02:00 CET
+    assert (schedule.job_name, schedule.payload, schedule.queue) == (
+        "tests.ok",
+        {"kind": "full"},
+        "reports",
+    )
+    assert schedule.enabled and schedule.last_run_at is None
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"cron": "0 2 * *"}, ScheduleError, "'bad-one'.*not a valid cron"),
+        ({"timezone": "Europe/Atlantis"}, ScheduleError, "'bad-one'.*unknown time zone"),
+        ({"job": "no.such.job"}, UnknownJob, "'bad-one'.*no.such.job"),
+    ],
+)
+def test_add_recurring_job_refuses_bad_schedules_naming_them(kwargs, error, message):
+    arguments = {"cron": "@hourly", "job": "tests.ok", "timezone": "UTC", **kwargs}
+    with pytest.raises(error, match=message):
+        add_recurring_job(
+            "bad-one", arguments["cron"], arguments["job"], timezone=arguments["timezone"]
+        )
+    assert issubclass(ScheduleError, ValueError)
+    assert not RecurringJob.objects.exists()
+
+
+def test_schedules_fire_once_per_occurrence_as_time_moves():
+    with freeze_time(T0):
+        add_recurring_job(
+            "every-5",
+            "*/5 * * * *",
+            "tests.ok",
+            {"n": 1},
+            priority=3,
+            max_attempts=2,
+            queue="emails",
+        )
+    assert enqueue_due(at(4)) == 0
+    assert enqueue_due(at(4.5)) == 1  # 12:05
+    assert enqueue_due(at(4.5)) == 0  # already fired
+    assert enqueue_due(at(9.5)) == 1  # 12:10
+    jobs = list(Job.objects.order_by("id"))
+    assert [job.run_at for job in jobs] == [at(4.5), at(9.5)]
+    job = jobs[0]
+    assert (job.name, job.payload, job.queue, job.priority, job.max_attempts) == (
+        "tests.ok",
+        {"n": 1},
+        "emails",
+        3,
+        2,
+    )
+    schedule = RecurringJob.objects.get()
+    assert (schedule.last_run_at, schedule.next_run_at) == (at(9.5), at(14.5))
+
+
+def test_re_adding_the_same_schedule_keeps_next_run_at_and_a_new_cron_starts_from_now():
+    with freeze_time(T0):
+        first = add_recurring_job("r", "0 * * * *", "tests.ok")
+    assert first.next_run_at == datetime(2026, 1, 5, 13, 0, tzinfo=UTC)
+    with freeze_time(at(90)):  # a restart after the 13:00 occurrence was missed
+        again = add_recurring_job("r", "0 * * * *", "tests.ok", {"new": "payload"})
+        assert again.next_run_at == first.next_run_at  # not skipped...
+        assert enqueue_due(at(90)) == 1  # ...it fires at startup, once
+        assert enqueue_due(at(90)) == 0
+        changed = add_recurring_job("r", "30 * * * *", "tests.ok")
+    assert changed.next_run_at == datetime(2026, 1, 5, 14, 30, tzinfo=UTC)  # from now
+    assert Job.objects.get().payload == {"new": "payload"}
+
+
+def test_a_day_of_downtime_collapses_into_one_run_and_the_next_comes_from_now():
+    with freeze_time(T0):
+        add_recurring_job("minutely", "* * * * *", "tests.ok")
+    back = at(60 * 24)
+    assert enqueue_due(back) == 1
+    assert enqueue_due(back) == 0
+    assert Job.objects.count() == 1
+    assert RecurringJob.objects.get().next_run_at == datetime(2026, 1, 6, 12, 1, tzinfo=UTC)
+
+
+def test_overlap_false_skips_an_occurrence_while_the_previous_run_is_live(caplog):
+    with freeze_time(T0):
+        add_recurring_job("single", "* * * * *", "tests.ok", overlap=False)
+    assert enqueue_due(at(1)) == 1
+    with caplog.at_level(logging.INFO, logger="django_jobs"):
+        assert enqueue_due(at(2)) == 0  # previous run still pending: skipped
+    assert "skipped" in caplog.text
+    Job.objects.update(status=JobStatus.SUCCEEDED)
+    assert enqueue_due(at(3)) == 1
+    assert Job.objects.count() == 2
+
+
+def test_overlap_true_enqueues_while_the_previous_run_is_live():
+    with freeze_time(T0):
+        add_recurring_job("many", "* * * * *", "tests.ok")
+    assert enqueue_due(at(1)) == 1
+    assert enqueue_due(at(2)) == 1
+    assert Job.objects.filter(status=JobStatus.PENDING).count() == 2
+
+
+def test_a_row_edited_to_a_bad_cron_is_logged_and_skipped(caplog):
+    with freeze_time(T0):
+        add_recurring_job("broken", "* * * * *", "tests.ok")
+        add_recurring_job("fine", "* * * * *", "tests.ok", {"fine": True})
+    RecurringJob.objects.filter(name="broken").update(cron="every tuesday")
+    with caplog.at_level(logging.ERROR, logger="django_jobs"):
+        assert enqueue_due(at(1)) == 1
+    assert "'broken' not fired" in caplog.text
+    assert Job.objects.get().payload == {"fine": True}
+
+
+def test_disabled_schedules_do_not_fire_and_remove_deletes():
+    with freeze_time(T0):
+        add_recurring_job("off", "* * * * *", "tests.ok", enabled=False)
+        add_recurring_job("gone", "* * * * *", "tests.ok")
+    assert remove_recurring_job("gone") is True
+    assert remove_recurring_job("gone") is False
+    assert enqueue_due(at(10)) == 0
+
+
+def test_sync_from_settings_adds_updates_and_disables_removed(settings):
+    settings.DJANGO_JOBS = {
+        "RECURRING": {
+            "nightly": {"cron": "0 2 * * *", "job": "tests.ok", "timezone": "Europe/Paris"},
+            "hourly": {"cron": "@hourly", "job": "tests.ok", "payload": {"h": 1}},
+        }
+    }
+    with freeze_time(T0):
+        add_recurring_job("from-code", "@daily", "tests.ok")
+        sync_from_settings()
+        nightly = RecurringJob.objects.get(name="nightly")
+        assert nightly.source == "settings" and nightly.timezone == "Europe/Paris"
+        settings.DJANGO_JOBS = {"RECURRING": {"hourly": {"cron": "@hourly", "job": "tests.ok"}}}
+        sync_from_settings()
+    nightly.refresh_from_db()
+    assert (nightly.enabled, nightly.source) == (False, "settings_removed")
+    assert RecurringJob.objects.get(name="from-code").enabled  # declared in code: untouched
+    assert RecurringJob.objects.get(name="hourly").payload is None
+
+
+def test_check_recurring_settings_name_the_schedule(settings):
+    settings.DJANGO_JOBS = {
+        "RECURRING": {
+            "bad-cron": {"cron": "0 2 * *", "job": "tests.ok"},
+            "bad-zone": {"cron": "@daily", "job": "tests.ok", "timezone": "Nowhere/City"},
+            "bad-job": {"cron": "@daily", "job": "not.registered"},
+            "bad-key": {"cron": "@daily", "job": "tests.ok", "every": "day"},
+            "no-cron": {"job": "tests.ok"},
+            "good": {"cron": "@daily", "job": "tests.ok"},
+        }
+    }
+    messages = [error.msg for error in check_settings()]
+    assert len(messages) == 5
+    for name in ("bad-cron", "bad-zone", "bad-job", "bad-key", "no-cron"):
+        assert any(f"[{name!r}]" in message for message in messages), name
+
+
+def test_worker_tick_fires_due_schedules(worker, clock):
+    with freeze_time(clock.now()):
+        add_recurring_job("tick", "* * * * *", "tests.ok")
+    clock.advance(61)
+    result = worker().run_once()
+    assert (result.fired, result.succeeded) == (1, 1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runjobs_burst_syncs_schedules_from_settings(settings):
+    settings.DJANGO_JOBS = {
+        "POLL_SECONDS": 0.01,
+        "RECURRING": {"synced": {"cron": "@daily", "job": "tests.ok"}},
+    }
+    call_command("runjobs", "--burst", verbosity=0)
+    assert RecurringJob.objects.get(name="synced").source == "settings"
+
+
+def test_admin_recurring_run_now_enable_disable_and_validation(admin_client):
+    with freeze_time(T0):
+        schedule = add_recurring_job("admin-made", "@daily", "tests.ok", {"a": 1})
+    changelist = reverse("admin:django_jobs_recurringjob_changelist")
+    page = admin_client.get(changelist)
+    assert page.status_code == 200 and "admin-made" in page.content.decode()
+    admin_client.post(changelist, {"action": "run_now", "_selected_action": [schedule.pk]})
+    assert Job.objects.get().payload == {"a": 1}
+    schedule.refresh_from_db()
+    assert schedule.next_run_at == datetime(2026, 1, 6, 0, 0, tzinfo=UTC)  # not moved
+    admin_client.post(changelist, {"action": "disable", "_selected_action": [schedule.pk]})
+    assert not RecurringJob.objects.get().enabled
+    admin_client.post(changelist, {"action": "enable", "_selected_action": [schedule.pk]})
+    assert RecurringJob.objects.get().enabled
+    change = reverse("admin:django_jobs_recurringjob_change", args=[schedule.pk])
+    response = admin_client.post(
+        change,
+        {
+            "name": "admin-made",
+            "job_name": "tests.ok",
+            "cron": "0 2 * *",
+            "timezone": "UTC",
+            "payload": "{}",
+            "enabled": "on",
+            "overlap": "on",
+        },
+    )
+    assert response.status_code == 200
+    assert "not a valid cron expression" in response.content.decode()
+    assert RecurringJob.objects.get().cron == "@daily"
