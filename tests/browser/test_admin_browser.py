@@ -82,7 +82,8 @@ def test_dead_letters_retry_in_browser(live_server, django_user_model, settings)
             sync_api.expect(rows).to_contain_text("RuntimeError: boom 3")
             rows.locator("input.action-select").check()
             page.select_option("select[name=action]", label="Retry selected jobs")
-            page.get_by_role("button", name="Go").click()
+            # The action button says "Go" on Django 5.2 and "Run" on Django 6.
+            page.locator("div.actions button[type=submit]").click()
 
             sync_api.expect(page.locator(".messagelist .success")).to_have_text(
                 "1 job(s) queued again."
