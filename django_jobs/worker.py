@@ -26,6 +26,7 @@ from django.db.models import F, Q
 from .claims import ClaimedJob, Claimer, get_claimer
 from .clock import Clock, DatabaseClock
 from .conf import settings
+from .dbconnections import tidy_connections
 from .execution import HandlerResult, execute, make_context, record_result, run_handler
 from .inflight import InFlight
 from .leases import dead_letter_exhausted, reclaim_expired_leases
@@ -347,7 +348,7 @@ class Worker:
                     with state.changed:
                         state.busy -= 1
                         state.changed.notify_all()
-                connections[self.using].close_if_unusable_or_obsolete()
+                tidy_connections()
         finally:
             connections.close_all()
 
