@@ -27,6 +27,9 @@ from .models import AttemptOutcome
 logger = logging.getLogger(__name__)
 
 Recorder = Callable[[ClaimedJob, HandlerResult], object]
+Renewer = Callable[
+    [Claimer, str, list[tuple[int, int]], datetime, float], tuple[set[int], datetime]
+]
 
 
 @dataclass
@@ -46,7 +49,9 @@ class InFlight:
         lease_seconds: float,
         beat_seconds: float,
         record: Recorder,
+        renew: Renewer = renew_leases,
     ) -> None:
+        self.renew = renew
         self.claimer = claimer
         self.owner = owner
         self.lease_seconds = lease_seconds
@@ -120,7 +125,7 @@ class InFlight:
 
         def attempt() -> None:
             try:
-                outcome["result"] = renew_leases(
+                outcome["result"] = self.renew(
                     self.claimer, self.owner, pairs, now, self.lease_seconds
                 )
             except Exception as exc:

@@ -74,10 +74,10 @@ def start(root: Path) -> str:
     port_file = root / "port"
     port = int(port_file.read_text()) if port_file.exists() else free_port()
     port_file.write_text(str(port))
-    options = (
-        f"-c listen_addresses=127.0.0.1 -p {port} -k {root} -c max_connections=200"
-        " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-    )
+    options = f"-c listen_addresses=127.0.0.1 -p {port} -k {root} -c max_connections=200"
+    if os.environ.get("PGSERVER_DURABLE") != "1":
+        # Tests need no crash safety; benchmarks set PGSERVER_DURABLE=1 to keep it.
+        options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
     subprocess.run(
         as_server_user(
             [
