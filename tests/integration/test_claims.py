@@ -183,3 +183,16 @@ def test_guarded_update_claim_takes_the_write_lock_up_front(make_job):
     finally:
         connection.transaction_mode = saved
     assert context.captured_queries[0]["sql"] == "BEGIN IMMEDIATE"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claim_that_fails_uses_up_no_attempt(make_job):
+    """The claim and its attempt rows commit together, or not at all."""
+    from django.db import IntegrityError
+
+    job = make_job()
+    Attempt.objects.create(job=job, number=1, owner="ghost", started_at=START)  # number 1 taken
+    with pytest.raises(IntegrityError):
+        claim()
+    job.refresh_from_db()
+    assert (job.status, job.attempts_used, job.attempt, job.lease_owner) == ("pending", 0, 0, None)
