@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from typing import Protocol, runtime_checkable
 
 from django.utils import timezone
@@ -69,7 +70,7 @@ class DatabaseClock:
             offset = timedelta(0)
         else:
             if timezone.is_naive(db_now):
-                db_now = timezone.make_aware(db_now, timezone.utc)
+                db_now = timezone.make_aware(db_now, dt_timezone.utc)
             offset = db_now - (before + (after - before) / 2)
         with self._lock:
             self._offset = offset

@@ -146,7 +146,7 @@ def reclaim_expired_leases(claimer: Claimer, now: datetime, batch: int = RECLAIM
         )
         with claimer.write_transaction():
             changed = (
-                _fenced(claimer, job_id, owner, attempt)
+                _fenced(claimer, job_id, owner or "", attempt)
                 .filter(lease_expires_at__lt=now)
                 .update(**values, lease_owner=None, lease_expires_at=None)
             )
