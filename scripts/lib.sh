@@ -31,9 +31,13 @@ ensure_venv() {
     log "setting up $dir ($django, $("$python" --version))"
     rm -rf "$dir"
     "$python" -m venv "$dir"
-    "$dir/bin/pip" install "${PIP_FLAGS[@]}" --upgrade pip 2>&1 | grep -v "is ignored" || true
-    "$dir/bin/pip" install "${PIP_FLAGS[@]}" -e "$ROOT[test]" "$django" 2>&1 | grep -v "is ignored" || true
-    "$dir/bin/python" -c "import django, django_jobs" # fail here if the install failed
+    local pip_log="$dir/pip-install.log"
+    if ! { "$dir/bin/pip" install "${PIP_FLAGS[@]}" --upgrade pip &&
+        "$dir/bin/pip" install "${PIP_FLAGS[@]}" -e "$ROOT[test]" "$django"; } >"$pip_log" 2>&1; then
+        cat "$pip_log" >&2
+        echo "installing into $dir failed" >&2
+        return 1
+    fi
     echo "$stamp" >"$dir/.stamp"
 }
 

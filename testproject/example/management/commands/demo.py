@@ -49,6 +49,11 @@ class Command(BaseCommand):
 
     def _log_to_stdout(self) -> None:
         class Brief(logging.Formatter):
+            """One line a record: the demo leaves tracebacks to the real logs."""
+
+            def format(self, record: logging.LogRecord) -> str:
+                return super().format(record).split("\n", 1)[0]
+
             def formatException(self, ei: Any) -> str:  # noqa: N802 - logging's name
                 return ""
 
