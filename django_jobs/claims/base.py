@@ -77,8 +77,14 @@ class Claimer(ABC):
 
     def database_now(self) -> datetime | None:
         """The database server's clock (None if it cannot be read)."""
+        # PostgreSQL's CURRENT_TIMESTAMP is the start of the transaction.
+        sql = (
+            "SELECT clock_timestamp()"
+            if self.connection.vendor == "postgresql"
+            else ("SELECT CURRENT_TIMESTAMP")
+        )
         with self.connection.cursor() as cursor:
-            cursor.execute("SELECT CURRENT_TIMESTAMP")
+            cursor.execute(sql)
             (value,) = cursor.fetchone()
         return value if isinstance(value, datetime) else None
 

@@ -74,3 +74,16 @@ def test_worker_with_a_fast_host_clock_does_not_take_a_live_lease(make_job, sett
     assert naive.run_once().reclaimed == 1  # what a host clock alone would do
     first = Job.objects.get(pk=claimed.id).attempts.get(number=1)
     assert (first.owner, first.outcome) == ("honest", "lease_expired")
+
+
+@pytest.mark.django_db
+def test_database_clock_reads_the_time_now_even_inside_a_long_transaction():
+    import time
+
+    from django.db import transaction
+
+    with transaction.atomic():
+        first = DatabaseClock().measure()
+        time.sleep(0.3)
+        second = DatabaseClock().measure()
+    assert abs((second - first).total_seconds()) < 0.2
