@@ -81,7 +81,7 @@ class Claimer(ABC):
         sql = (
             "SELECT clock_timestamp()"
             if self.connection.vendor == "postgresql"
-            else ("SELECT CURRENT_TIMESTAMP")
+            else "SELECT CURRENT_TIMESTAMP"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql)
