@@ -1,43 +1,41 @@
-"""The worker: claims due jobs, runs them on threads, takes back expired leases.
+"""The worker: claims due jobs, runs them, takes back expired leases.
 
 ``Worker.run_once(now)`` is one tick, run on the calling thread; tests call it
-directly. ``Worker.run(stop_event)`` serves until the event is set: one
-dispatcher thread per queue claims as many jobs as it has free handler
-threads, in one statement, and the main thread runs the maintenance pass.
+directly. ``Worker.run(stop_event)`` serves with threads until the event is
+set (see :mod:`django_jobs.serving`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import queue as queue_module
 import random
 import secrets
 import socket
 import threading
-import time
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 from django.db import connections, router
-from django.db.models import F, Q
 
 from .claims import ClaimedJob, Claimer, get_claimer
 from .clock import Clock, DatabaseClock
 from .conf import settings
-from .dbconnections import tidy_connections
 from .execution import HandlerResult, execute, make_context, record_result, run_handler
 from .inflight import InFlight
 from .leases import dead_letter_exhausted, reclaim_expired_leases
 from .models import AttemptOutcome, Job, JobStatus
 from .recurring import enqueue_due
-from .registration import refresh_worker, register_worker, sweep_workers, unregister_worker
+from .registration import sweep_workers
 from .registry import get_definition
 from .retries import RetryPolicy
 from .retrying import with_backoff
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 def make_owner() -> str:
@@ -65,17 +63,6 @@ class TickResult:
             self.dead_lettered += 1
         else:
             self.retried += 1
-
-
-@dataclass
-class QueueState:
-    """One queue's handler threads and how many of them are busy."""
-
-    name: str
-    threads: int
-    busy: int = 0
-    inbox: queue_module.Queue[ClaimedJob | None] = field(default_factory=queue_module.Queue)
-    changed: threading.Condition = field(default_factory=threading.Condition)
 
 
 def normalise_queues(queues: Mapping[str, int] | Iterable[str] | None) -> dict[str, int]:
@@ -112,7 +99,6 @@ class Worker:
         self.rng = rng
         self.burst = burst
         self.force_event = threading.Event()
-        self._states = {name: QueueState(name, count) for name, count in self.queues.items()}
         self.inflight = InFlight(
             self.claimer,
             self.owner,
@@ -152,6 +138,9 @@ class Worker:
                 extra={"event": "job_claimed", "job_id": job.id, "attempt": job.attempt},
             )
         return claimed
+
+    def claim_now(self, queue: str, limit: int) -> list[ClaimedJob]:
+        return self.claim(queue, self.clock.now(), limit)
 
     def execute(self, claimed: ClaimedJob) -> JobStatus | None:
         """Run a claimed job on this thread, without a heartbeat, and settle it."""
@@ -201,165 +190,18 @@ class Worker:
         Setting :attr:`force_event` as well stops the wait for running
         handlers; their jobs' leases then run out as after a crash.
         """
-        logger.info(
-            "worker %s serving queues %s",
-            self.owner,
-            self.queues,
-            extra={"event": "worker_started", "owner": self.owner},
-        )
-        self._guarded(
-            lambda: register_worker(self.owner, self.queues, self.clock.now(), self.using)
-        )
-        heartbeat_stop = threading.Event()
-        heartbeat = self._thread("heartbeat", self._keep_leases, heartbeat_stop)
-        threads = self._start_threads(stop_event)
-        try:
-            self._main_loop(stop_event)
-        finally:
-            stop_event.set()
-            for state in self._states.values():
-                with state.changed:
-                    state.changed.notify_all()
-            self._shut_down(threads)
-            heartbeat_stop.set()
-            heartbeat.join(5)
-            if not self.force_event.is_set():
-                self._guarded(lambda: unregister_worker(self.owner, self.using))
-            connections.close_all()
-            logger.info("worker %s stopped", self.owner, extra={"event": "worker_stopped"})
+        from .serving import Server
 
-    def _shut_down(self, threads: list[threading.Thread]) -> None:
-        """Cancel running handlers, wait up to the grace period, hand back what is left."""
-        self.inflight.cancel_all()
-        grace = float(settings.SHUTDOWN_GRACE_SECONDS)
-        if not self._join(threads, time.monotonic() + grace) and not self.force_event.is_set():
-            released = self.inflight.release_all()
-            if released:
-                logger.warning(
-                    "handed %s running job(s) back after a %ss grace period",
-                    released,
-                    grace,
-                    extra={"event": "jobs_released"},
-                )
-
-    def _keep_leases(self, stop: threading.Event) -> None:
-        """The heartbeat thread: renew leases; keep this worker's registration fresh."""
-        beat = self.inflight.beat_seconds
-        tick = min(float(settings.POLL_SECONDS), beat / 4)
-        refreshed_at = time.monotonic()
-        try:
-            while not stop.is_set():
-                self._guarded(lambda: self.inflight.beat(self.clock.now()))
-                if time.monotonic() - refreshed_at >= beat:
-                    refreshed_at = time.monotonic()
-                    self._guarded(
-                        lambda: refresh_worker(
-                            self.owner, self.queues, self.clock.now(), self.using
-                        )
-                    )
-                stop.wait(tick)
-        finally:
-            connections.close_all()
-
-    def _start_threads(self, stop_event: threading.Event) -> list[threading.Thread]:
-        threads = []
-        for state in self._states.values():
-            threads.append(self._thread(f"claim-{state.name}", self._dispatch, state, stop_event))
-            for number in range(state.threads):
-                threads.append(self._thread(f"run-{state.name}-{number}", self._serve, state))
-        return threads
-
-    @staticmethod
-    def _thread(name: str, target: object, *args: object) -> threading.Thread:
-        thread = threading.Thread(target=target, args=args, name=f"django-jobs-{name}", daemon=True)  # type: ignore[arg-type]
-        thread.start()
-        return thread
-
-    def _main_loop(self, stop_event: threading.Event) -> None:
-        maintenance_every = float(settings.MAINTENANCE_SECONDS)
-        poll = float(settings.POLL_SECONDS)
-        next_maintenance = 0.0
-        elapsed = 0.0
-        while not stop_event.is_set():
-            if elapsed >= next_maintenance:
-                self._guarded(self.maintain_now)
-                next_maintenance = elapsed + maintenance_every
-            self._guarded(lambda: enqueue_due(self.clock.now(), using=self.using))
-            if self.burst and self._guarded(self.is_drained):
-                logger.info("no due or running jobs left; burst worker exits")
-                return
-            stop_event.wait(poll)
-            elapsed += poll
+        Server(self).run(stop_event)
 
     def maintain_now(self) -> int:
         return self.maintain(self.clock.now())
 
-    def is_drained(self) -> bool:
-        """True when no job on this worker's queues is due or running."""
-        if any(state.busy or not state.inbox.empty() for state in self._states.values()):
-            return False
-        now = self.clock.now()
-        due = Q(status=JobStatus.PENDING, run_at__lte=now, attempts_used__lt=F("max_attempts"))
-        return (
-            not Job.objects.using(self.using)
-            .filter(queue__in=list(self.queues))
-            .filter(due | Q(status=JobStatus.RUNNING))
-            .exists()
-        )
-
-    def _guarded(self, step: object) -> object:
+    def guarded(self, step: Callable[[], T]) -> T | None:
         """Run one step of a loop; log a failure and carry on serving."""
         try:
-            return step()  # type: ignore[operator]
+            return step()
         except Exception:
             logger.exception("worker step failed; retrying", extra={"event": "worker_error"})
             connections[self.using].close_if_unusable_or_obsolete()
             return None
-
-    def _dispatch(self, state: QueueState, stop_event: threading.Event) -> None:
-        poll = float(settings.POLL_SECONDS)
-        try:
-            while not stop_event.is_set():
-                with state.changed:
-                    while state.busy >= state.threads and not stop_event.is_set():
-                        state.changed.wait(poll)
-                    free = state.threads - state.busy
-                if stop_event.is_set():
-                    break
-                claimed = self._guarded(lambda n=free: self.claim(state.name, self.clock.now(), n))
-                jobs: list[ClaimedJob] = claimed if isinstance(claimed, list) else []
-                with state.changed:
-                    state.busy += len(jobs)
-                for job in jobs:
-                    state.inbox.put(job)
-                if len(jobs) < free:
-                    stop_event.wait(poll)
-        finally:
-            for _ in range(state.threads):
-                state.inbox.put(None)
-            connections.close_all()
-
-    def _serve(self, state: QueueState) -> None:
-        try:
-            while (claimed := state.inbox.get()) is not None:
-                try:
-                    self._guarded(lambda job=claimed: self.execute_held(job))
-                finally:
-                    with state.changed:
-                        state.busy -= 1
-                        state.changed.notify_all()
-                tidy_connections()
-        finally:
-            connections.close_all()
-
-    def _join(self, threads: list[threading.Thread], deadline: float) -> bool:
-        """Wait for ``threads`` until ``deadline`` (monotonic); True if all ended."""
-        for thread in threads:
-            while thread.is_alive():
-                if self.force_event.is_set():
-                    logger.warning("stopping without waiting for running jobs")
-                    return False
-                if time.monotonic() >= deadline:
-                    return False
-                thread.join(0.05)
-        return True

@@ -1,0 +1,209 @@
+"""Serving with threads: what ``Worker.run`` does.
+
+One dispatcher thread per queue claims as many due jobs as it has idle
+handler threads, in one statement, and hands them over; a heartbeat thread
+renews leases and keeps the worker's registration fresh; the main thread
+runs the maintenance pass and the recurring scheduler loop. On stop:
+cancel running handlers, wait the grace period, hand back what is left.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue as queue_module
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TYPE_CHECKING
+
+from django.db import connections
+from django.db.models import F, Q
+
+from .claims import ClaimedJob
+from .conf import settings
+from .dbconnections import tidy_connections
+from .models import Job, JobStatus
+from .recurring import enqueue_due
+from .registration import refresh_worker, register_worker, unregister_worker
+
+if TYPE_CHECKING:
+    from .worker import Worker
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class QueueState:
+    """One queue's handler threads and how many of them are busy."""
+
+    name: str
+    threads: int
+    busy: int = 0
+    inbox: queue_module.Queue[ClaimedJob | None] = field(default_factory=queue_module.Queue)
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+
+class Server:
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.states = {name: QueueState(name, count) for name, count in worker.queues.items()}
+
+    def run(self, stop_event: threading.Event) -> None:
+        w = self.worker
+        logger.info(
+            "worker %s serving queues %s",
+            w.owner,
+            w.queues,
+            extra={"event": "worker_started", "owner": w.owner},
+        )
+        w.guarded(lambda: register_worker(w.owner, w.queues, w.clock.now(), w.using))
+        heartbeat_stop = threading.Event()
+        heartbeat = start_thread("heartbeat", self.keep_leases, heartbeat_stop)
+        threads = self.start_threads(stop_event)
+        try:
+            self.main_loop(stop_event)
+        finally:
+            stop_event.set()
+            for state in self.states.values():
+                with state.changed:
+                    state.changed.notify_all()
+            self.shut_down(threads)
+            heartbeat_stop.set()
+            heartbeat.join(5)
+            if not w.force_event.is_set():
+                w.guarded(lambda: unregister_worker(w.owner, w.using))
+            connections.close_all()
+            logger.info("worker %s stopped", w.owner, extra={"event": "worker_stopped"})
+
+    def start_threads(self, stop_event: threading.Event) -> list[threading.Thread]:
+        threads = []
+        for state in self.states.values():
+            threads.append(start_thread(f"claim-{state.name}", self.dispatch, state, stop_event))
+            for number in range(state.threads):
+                threads.append(start_thread(f"run-{state.name}-{number}", self.serve, state))
+        return threads
+
+    # -- the main thread ---------------------------------------------------
+
+    def main_loop(self, stop_event: threading.Event) -> None:
+        w = self.worker
+        maintenance_every = float(settings.MAINTENANCE_SECONDS)
+        poll = float(settings.POLL_SECONDS)
+        next_maintenance = 0.0
+        elapsed = 0.0
+        while not stop_event.is_set():
+            if elapsed >= next_maintenance:
+                w.guarded(w.maintain_now)
+                next_maintenance = elapsed + maintenance_every
+            w.guarded(lambda: enqueue_due(w.clock.now(), using=w.using))
+            if w.burst and w.guarded(self.is_drained):
+                logger.info("no due or running jobs left; burst worker exits")
+                return
+            stop_event.wait(poll)
+            elapsed += poll
+
+    def is_drained(self) -> bool:
+        """True when no job on this worker's queues is due or running."""
+        if any(state.busy or not state.inbox.empty() for state in self.states.values()):
+            return False
+        w = self.worker
+        now = w.clock.now()
+        due = Q(status=JobStatus.PENDING, run_at__lte=now, attempts_used__lt=F("max_attempts"))
+        return (
+            not Job.objects.using(w.using)
+            .filter(queue__in=list(w.queues))
+            .filter(due | Q(status=JobStatus.RUNNING))
+            .exists()
+        )
+
+    def shut_down(self, threads: list[threading.Thread]) -> None:
+        """Cancel running handlers, wait up to the grace period, hand back what is left."""
+        w = self.worker
+        w.inflight.cancel_all()
+        grace = float(settings.SHUTDOWN_GRACE_SECONDS)
+        if not self.join(threads, time.monotonic() + grace) and not w.force_event.is_set():
+            released = w.inflight.release_all()
+            if released:
+                logger.warning(
+                    "handed %s running job(s) back after a %ss grace period",
+                    released,
+                    grace,
+                    extra={"event": "jobs_released"},
+                )
+
+    def join(self, threads: list[threading.Thread], deadline: float) -> bool:
+        """Wait for ``threads`` until ``deadline`` (monotonic); True if all ended."""
+        for thread in threads:
+            while thread.is_alive():
+                if self.worker.force_event.is_set():
+                    logger.warning("stopping without waiting for running jobs")
+                    return False
+                if time.monotonic() >= deadline:
+                    return False
+                thread.join(0.05)
+        return True
+
+    # -- the other threads -------------------------------------------------
+
+    def keep_leases(self, stop: threading.Event) -> None:
+        """The heartbeat thread: renew leases; keep this worker's registration fresh."""
+        w = self.worker
+        beat = w.inflight.beat_seconds
+        tick = min(float(settings.POLL_SECONDS), beat / 4)
+        refreshed_at = time.monotonic()
+        try:
+            while not stop.is_set():
+                w.guarded(lambda: w.inflight.beat(w.clock.now()))
+                if time.monotonic() - refreshed_at >= beat:
+                    refreshed_at = time.monotonic()
+                    w.guarded(lambda: refresh_worker(w.owner, w.queues, w.clock.now(), w.using))
+                stop.wait(tick)
+        finally:
+            connections.close_all()
+
+    def dispatch(self, state: QueueState, stop_event: threading.Event) -> None:
+        """A queue's dispatcher: claim as many jobs as there are idle threads."""
+        w = self.worker
+        poll = float(settings.POLL_SECONDS)
+        try:
+            while not stop_event.is_set():
+                with state.changed:
+                    while state.busy >= state.threads and not stop_event.is_set():
+                        state.changed.wait(poll)
+                    free = state.threads - state.busy
+                if stop_event.is_set():
+                    break
+                jobs = w.guarded(partial(w.claim_now, state.name, free)) or []
+                with state.changed:
+                    state.busy += len(jobs)
+                for job in jobs:
+                    state.inbox.put(job)
+                if len(jobs) < free:
+                    stop_event.wait(poll)
+        finally:
+            for _ in range(state.threads):
+                state.inbox.put(None)
+            connections.close_all()
+
+    def serve(self, state: QueueState) -> None:
+        """A handler thread: run the jobs the dispatcher hands over."""
+        w = self.worker
+        try:
+            while (claimed := state.inbox.get()) is not None:
+                try:
+                    w.guarded(partial(w.execute_held, claimed))
+                finally:
+                    with state.changed:
+                        state.busy -= 1
+                        state.changed.notify_all()
+                tidy_connections()
+        finally:
+            connections.close_all()
+
+
+def start_thread(name: str, target: Callable[..., object], *args: object) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, name=f"django-jobs-{name}", daemon=True)
+    thread.start()
+    return thread
