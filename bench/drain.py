@@ -162,6 +162,7 @@ def database_description() -> str:
 
     if connection.vendor == "sqlite":
         queries = ["sqlite_version()", "'journal_mode=' || (SELECT * FROM pragma_journal_mode)"]
+        queries.append("'synchronous=' || (SELECT * FROM pragma_synchronous)")
     else:
         queries = ["current_setting('server_version')", "'fsync=' || current_setting('fsync')"]
         queries.append("'synchronous_commit=' || current_setting('synchronous_commit')")
@@ -310,7 +311,7 @@ def drain(options: Options, log_dir: Path) -> list[Row]:
         first = wait_for(has_started, processes, deadline)
         done = wait_for(lambda: is_finished(options.jobs), processes, deadline)
         wait_for_exit(processes)
-    except BaseException:
+    except Exception:
         print_logs(log_dir)
         raise
     finally:

@@ -155,4 +155,7 @@ def schedule_jobs(specs: Iterable[JobSpec | Mapping[str, Any]]) -> list[Job]:
         if plain:
             Job.objects.using(using).bulk_create(plain)
         result = [row if row.unique_key is None else _insert_unique(row, using) for row in rows]
+    logger.debug(
+        "%s jobs enqueued", len(result), extra={"event": "job_enqueued", "count": len(result)}
+    )
     return result
