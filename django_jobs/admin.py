@@ -11,10 +11,11 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.text import Truncator
 
-from .cron import get_zone, next_occurrence, normalise_cron
+from .cron import get_zone, normalise_cron
 from .exceptions import JobsError
 from .leases import retry_job
 from .models import Attempt, DeadLetter, Job, JobStatus, RecurringJob, Worker
+from .recurring import first_run_at
 from .recurring import run_now as enqueue_run_now
 from .registry import get_definition
 
@@ -160,9 +161,7 @@ class RecurringJobAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: RecurringJob, form: Any, change: bool) -> None:
         moved = {"cron", "timezone", "enabled"} & set(form.changed_data)
         if not change or moved or obj.next_run_at is None:
-            obj.next_run_at = (
-                next_occurrence(obj.cron, obj.timezone, timezone.now()) if obj.enabled else None
-            )
+            obj.next_run_at = first_run_at(obj.cron, obj.timezone, timezone.now(), obj.enabled)
         super().save_model(request, obj, form, change)
 
     @admin.action(
@@ -172,7 +171,7 @@ class RecurringJobAdmin(admin.ModelAdmin):
         count = 0
         for schedule in queryset.filter(enabled=False):
             schedule.enabled = True
-            schedule.next_run_at = next_occurrence(schedule.cron, schedule.timezone, timezone.now())
+            schedule.next_run_at = first_run_at(schedule.cron, schedule.timezone, timezone.now())
             schedule.save(update_fields=["enabled", "next_run_at"])
             count += 1
         self.message_user(request, f"{count} schedule(s) enabled.", messages.SUCCESS)

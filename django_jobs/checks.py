@@ -22,16 +22,17 @@ POSITIVE = (
 )
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _number_errors(user: Mapping[str, Any]) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     for key in POSITIVE + NON_NEGATIVE:
         if key not in user:
             continue
         value = user[key]
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if ok and (value < 0 or (key in POSITIVE and value == 0)):
-            ok = False
-        if not ok:
+        if not _is_number(value) or value < 0 or (key in POSITIVE and value == 0):
             kind = "a positive" if key in POSITIVE else "a non-negative"
             errors.append(
                 Error(
@@ -40,9 +41,7 @@ def _number_errors(user: Mapping[str, Any]) -> list[CheckMessage]:
                 )
             )
     beat = user.get("HEARTBEAT_SECONDS")
-    if beat is not None and (
-        not isinstance(beat, (int, float)) or isinstance(beat, bool) or beat <= 0
-    ):
+    if beat is not None and (not _is_number(beat) or beat <= 0):
         errors.append(
             Error(
                 f"DJANGO_JOBS['HEARTBEAT_SECONDS'] must be a positive number or "
@@ -108,11 +107,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 
 
 def _recurring_errors(recurring: Any) -> list[CheckMessage]:
-    from .cron import get_zone, normalise_cron
     from .exceptions import JobsError
-    from .payloads import encode_payload
-    from .recurring import SCHEDULE_KEYS
-    from .registry import get_definition
+    from .recurring import SCHEDULE_KEYS, check_schedule_parts
 
     if not isinstance(recurring, Mapping):
         return [
@@ -142,10 +138,12 @@ def _recurring_errors(recurring: Any) -> list[CheckMessage]:
                 )
             )
         try:
-            normalise_cron(options["cron"])
-            get_zone(options.get("timezone", "UTC"))
-            get_definition(options["job"])
-            encode_payload(options.get("payload"))
+            check_schedule_parts(
+                options["cron"],
+                options["job"],
+                options.get("payload"),
+                options.get("timezone", "UTC"),
+            )
         except JobsError as exc:
             errors.append(Error(f"{where}: {exc}", id="django_jobs.E006"))
     return errors

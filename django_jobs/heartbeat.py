@@ -27,7 +27,6 @@ class Renewal(enum.Enum):
 class LeaseKeeper:
     """When to renew one lease, and when to give it up."""
 
-    lease_seconds: float
     beat_seconds: float
     expires_at: datetime
     next_beat_at: datetime
@@ -38,7 +37,7 @@ class LeaseKeeper:
         cls, claimed_at: datetime, expires_at: datetime, lease_seconds: float, beat_seconds: float
     ) -> LeaseKeeper:
         beat = min(beat_seconds, lease_seconds / 3)
-        return cls(lease_seconds, beat, expires_at, claimed_at + timedelta(seconds=beat))
+        return cls(beat, expires_at, claimed_at + timedelta(seconds=beat))
 
     @property
     def beat(self) -> timedelta:
@@ -79,6 +78,5 @@ class LeaseKeeper:
 
     def check(self, now: datetime) -> bool:
         """Give up if the deadline passed without a renewal; return False once given up."""
-        if not self.gave_up and now >= self.give_up_at:
-            self.gave_up = True
+        self.gave_up = self.must_give_up(now)
         return not self.gave_up

@@ -60,10 +60,6 @@ class InFlight:
         self._held: dict[tuple[int, int], Held] = {}
         self._lock = threading.Lock()
 
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._held)
-
     def add(
         self, claimed: ClaimedJob, ctx: JobContext, now: datetime, timeout: float | None
     ) -> Held:

@@ -11,10 +11,11 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from django.db.models import F
+from django.db import IntegrityError, router
+from django.db.models import F, Q
 from django.utils import timezone
 
-from .claims import Claimer
+from .claims import Claimer, get_claimer
 from .models import Attempt, AttemptOutcome, Job, JobStatus
 
 logger = logging.getLogger(__name__)
@@ -105,11 +106,7 @@ def renew_leases(
     Fenced like every lease write. Returns the ids whose lease was extended
     (the others were lost) and the new expiry.
     """
-    from datetime import timedelta
-
-    from django.db.models import Q
-
-    expires = now + timedelta(seconds=lease_seconds)
+    expires = Claimer.lease_end(now, lease_seconds)
     fence = Q()
     for job_id, attempt in held:
         fence |= Q(id=job_id, attempt=attempt)
@@ -184,10 +181,6 @@ def retry_job(job_id: int, *, now: datetime | None = None, using: str | None = N
 
     Returns False when the job is not dead-lettered (already retried, say).
     """
-    from django.db import IntegrityError, router
-
-    from .claims import get_claimer
-
     claimer = get_claimer(using or router.db_for_write(Job))
     try:
         with claimer.write_transaction():

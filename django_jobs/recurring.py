@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, router, transaction
-from django.utils import timezone
+from django.utils import timezone as dj_timezone
 
 from .claims import get_claimer
 from .conf import settings
@@ -25,7 +25,7 @@ from .exceptions import JobsError
 from .models import RecurringJob, ScheduleSource
 from .payloads import encode_payload
 from .registry import get_definition
-from .scheduling import JobSpec, build_job
+from .scheduling import JobSpec, build_job, find_live_job
 
 logger = logging.getLogger(__name__)
 
@@ -42,14 +42,22 @@ SCHEDULE_KEYS = {
 }
 
 
-def _validate(name: str, cron: str, job: str | Callable[..., Any], payload: Any, zone: str) -> str:
+def check_schedule_parts(cron: str, job: str | Callable[..., Any], payload: Any, zone: str) -> str:
+    """Raise a :class:`JobsError` for a bad cron, zone, payload or job; return the job name."""
+    normalise_cron(cron)
+    get_zone(zone)
+    encode_payload(payload)
+    return get_definition(job).name
+
+
+def validate_schedule(
+    name: str, cron: str, job: str | Callable[..., Any], payload: Any, zone: str
+) -> str:
+    """Check a schedule's parts; return its job name. Errors name the schedule."""
     if not isinstance(name, str) or not name.strip():
         raise ValueError("a recurring job needs a non-empty name")
     try:
-        normalise_cron(cron)
-        get_zone(zone)
-        encode_payload(payload)
-        return get_definition(job).name
+        return check_schedule_parts(cron, job, payload, zone)
     except JobsError as exc:
         raise type(exc)(f"recurring job {name!r}: {exc}") from None
 
@@ -74,7 +82,7 @@ def add_recurring_job(
     time zone, ``next_run_at`` is kept, so a restart never skips or repeats
     an occurrence; a changed cron or zone (or re-enabling) starts from now.
     """
-    job_name = _validate(name, cron, job, payload, timezone)
+    job_name = validate_schedule(name, cron, job, payload, timezone)
     using = router.db_for_write(RecurringJob)
     values = {
         "job_name": job_name,
@@ -88,13 +96,13 @@ def add_recurring_job(
         "overlap": overlap,
         "source": source,
     }
-    now = _now()
+    now = dj_timezone.now()
     for _ in range(3):
         existing = RecurringJob.objects.using(using).filter(name=name).first()
         if existing is None:
             try:
                 with transaction.atomic(using=using):
-                    next_run_at = next_occurrence(cron, timezone, now) if enabled else None
+                    next_run_at = first_run_at(cron, timezone, now, enabled)
                     return RecurringJob.objects.using(using).create(
                         name=name, next_run_at=next_run_at, **values
                     )
@@ -109,7 +117,7 @@ def add_recurring_job(
         for field, value in values.items():
             setattr(existing, field, value)
         if restart:
-            existing.next_run_at = next_occurrence(cron, timezone, now) if enabled else None
+            existing.next_run_at = first_run_at(cron, timezone, now, enabled)
         existing.save(using=using)
         return existing
     raise JobsError(f"recurring job {name!r} could not be saved")
@@ -122,8 +130,9 @@ def remove_recurring_job(name: str) -> bool:
     return bool(deleted)
 
 
-def _now() -> datetime:
-    return timezone.now()
+def first_run_at(cron: str, zone: str, now: datetime, enabled: bool = True) -> datetime | None:
+    """When a new, changed or re-enabled schedule first fires: its next occurrence after now."""
+    return next_occurrence(cron, zone, now) if enabled else None
 
 
 def enqueue_due(now: datetime, *, using: str | None = None, batch: int = 100) -> int:
@@ -173,7 +182,7 @@ def fire(schedule: RecurringJob, now: datetime, using: str) -> int:
         )
         if not moved:
             return 0  # another worker fired this occurrence
-        if job.unique_key is not None and _live_run_exists(job, using):
+        if job.unique_key is not None and find_live_job(job, using) is not None:
             logger.info(
                 "recurring job %r: previous run still live; occurrence %s skipped",
                 schedule.name,
@@ -190,16 +199,6 @@ def fire(schedule: RecurringJob, now: datetime, using: str) -> int:
         extra={"event": "recurring_fired", "schedule": schedule.name, "job_id": job.pk},
     )
     return 1
-
-
-def _live_run_exists(job: Any, using: str) -> bool:
-    from .models import LIVE_STATUSES, Job
-
-    return (
-        Job.objects.using(using)
-        .filter(name=job.name, unique_key=job.unique_key, status__in=LIVE_STATUSES)
-        .exists()
-    )
 
 
 def run_now(schedule: RecurringJob) -> Any:

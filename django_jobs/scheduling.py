@@ -18,7 +18,7 @@ from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
 from .conf import settings
-from .models import LIVE_STATUSES, Job
+from .models import Job
 from .payloads import encode_payload
 from .registry import get_definition
 
@@ -85,24 +85,26 @@ def build_job(spec: JobSpec) -> Job:
     )
 
 
-def _find_live(job: Job, using: str) -> Job | None:
+def find_live_job(job: Job, using: str) -> Job | None:
+    """The pending or running job of ``job``'s name and unique key, if any."""
     return (
         Job.objects.using(using)
-        .filter(name=job.name, unique_key=job.unique_key, status__in=LIVE_STATUSES)
+        .live()
+        .filter(name=job.name, unique_key=job.unique_key)
         .order_by("id")
         .first()
     )
 
 
 def _insert_unique(job: Job, using: str) -> Job:
-    existing = _find_live(job, using)
+    existing = find_live_job(job, using)
     if existing is not None:
         return existing
     try:
         with transaction.atomic(using=using):
             job.save(using=using, force_insert=True)
     except IntegrityError:
-        existing = _find_live(job, using)
+        existing = find_live_job(job, using)
         if existing is None:
             raise
         return existing

@@ -23,6 +23,7 @@ from django.db import connections, router
 from .claims import ClaimedJob, Claimer, get_claimer
 from .clock import Clock, DatabaseClock
 from .conf import settings
+from .exceptions import UnknownJob
 from .execution import HandlerResult, execute, make_context, record_result, run_handler
 from .inflight import InFlight
 from .leases import dead_letter_exhausted, reclaim_expired_leases
@@ -32,6 +33,7 @@ from .registration import sweep_workers
 from .registry import get_definition
 from .retries import RetryPolicy
 from .retrying import with_backoff
+from .serving import Server
 
 logger = logging.getLogger(__name__)
 
@@ -175,8 +177,8 @@ class Worker:
         """The job's ``@job(timeout=...)``, else its queue's ``timeout`` option."""
         try:
             timeout = get_definition(claimed.name).timeout
-        except Exception:
-            timeout = None
+        except UnknownJob:
+            timeout = None  # the attempt fails when the handler is looked up
         if timeout is None:
             option = (settings.QUEUES.get(claimed.queue) or {}).get("timeout")
             timeout = float(option) if option else None
@@ -190,8 +192,6 @@ class Worker:
         Setting :attr:`force_event` as well stops the wait for running
         handlers; their jobs' leases then run out as after a crash.
         """
-        from .serving import Server
-
         Server(self).run(stop_event)
 
     def maintain_now(self) -> int:
