@@ -8,12 +8,15 @@ time goes through :func:`django.utils.timezone.now`, so freezegun works.
 
 from __future__ import annotations
 
+import logging
 import threading
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from typing import Protocol, runtime_checkable
 
 from django.utils import timezone
+
+logger = logging.getLogger(__name__)
 
 
 @runtime_checkable
@@ -33,38 +36,82 @@ class SystemClock:
 class DatabaseClock:
     """The host's clock corrected by its measured offset from the database's.
 
-    The offset is measured on first use and again every ``refresh_seconds``.
+    The offset is measured on first use, on the calling thread. After that,
+    :meth:`now` never waits for the database: every ``refresh_seconds`` it
+    starts a re-measure on a thread of its own and goes on with the last
+    offset, which it also keeps when a re-measure fails or times out (the
+    heartbeat reads this clock, and a database outage must not stop it).
     On SQLite the database's clock is this host's system clock.
     """
 
     def __init__(
-        self, using: str = "default", refresh_seconds: float = 60.0, host: Clock | None = None
+        self,
+        using: str = "default",
+        refresh_seconds: float = 60.0,
+        host: Clock | None = None,
+        timeout_seconds: float = 5.0,
     ) -> None:
         self.using = using
         self.host: Clock = host or SystemClock()
         self.refresh_seconds = refresh_seconds
+        self.timeout_seconds = timeout_seconds
         self._offset: timedelta | None = None
         self._measured_at: datetime | None = None
+        self._measuring: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def now(self) -> datetime:
         host_now = self.host.now()
-        with self._lock:
-            stale = self._measured_at is None or (
-                abs((host_now - self._measured_at).total_seconds()) > self.refresh_seconds
-            )
-        if stale:
+        if self._offset is None:
             self.measure()
             host_now = self.host.now()
+        elif self._is_stale(host_now):
+            self._remeasure_in_background()
         assert self._offset is not None
         return host_now + self._offset
+
+    def _is_stale(self, host_now: datetime) -> bool:
+        with self._lock:
+            if self._measuring is not None and self._measuring.is_alive():
+                return False
+            return self._measured_at is None or (
+                abs((host_now - self._measured_at).total_seconds()) > self.refresh_seconds
+            )
+
+    def _remeasure_in_background(self) -> None:
+        with self._lock:
+            if self._measuring is not None and self._measuring.is_alive():
+                return
+            self._measuring = threading.Thread(
+                target=self._remeasure, name="django-jobs-clock", daemon=True
+            )
+            self._measuring.start()
+
+    def _remeasure(self) -> None:
+        from django.db import connections
+
+        try:
+            self.measure()
+        except Exception as exc:
+            with self._lock:  # try again after another refresh period
+                self._measured_at = self.host.now()
+            logger.warning(
+                "could not read the database clock (%s: %s); keeping the last offset",
+                type(exc).__name__,
+                exc,
+                extra={"event": "clock_measure_failed"},
+            )
+        finally:
+            connections.close_all()
 
     def measure(self) -> timedelta:
         """Read the database's clock and store its offset from this host's."""
         from .claims import get_claimer
+        from .deadlines import deadline
 
         before = self.host.now()
-        db_now = get_claimer(self.using).database_now()
+        with deadline(self.timeout_seconds, self.using, "reading the database clock"):
+            db_now = get_claimer(self.using).database_now()
         after = self.host.now()
         if db_now is None:
             offset = timedelta(0)

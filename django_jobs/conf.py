@@ -52,6 +52,10 @@ class JobsSettings:
         beat = self.HEARTBEAT_SECONDS
         return min(float(beat), lease / 3) if beat is not None else lease / 3
 
+    def call_timeout_seconds(self) -> float:
+        """The deadline of one database call of the worker: a beat, at most 30 s."""
+        return min(30.0, self.heartbeat_seconds())
+
     def queue_workers(self, queue: str) -> int:
         """Handler threads for ``queue``: its ``workers`` option, else 1."""
         options = self.QUEUES.get(queue) or {}

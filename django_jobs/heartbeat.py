@@ -1,11 +1,13 @@
 """The rules of a lease heartbeat, for one held job, as a small pure unit.
 
 While a handler runs, its worker renews the lease every beat. A renewal that
-raises (a transient database error) is tried again while the lease holds,
-after a beat or what is left of the lease, whichever is less. The keeper
-gives up as soon as a renewal is refused (another worker holds the lease) or
-when the lease is one beat from lapsing with no successful renewal, so that
-the handler stops before anyone else can claim the job.
+fails (a transient database error, or no answer in time) is tried again
+before the give-up point: after a beat or half the time left until that
+point, whichever is less. The keeper gives up as soon as a renewal is
+refused (another worker holds the lease, or the lease lapsed) or when the
+lease is one beat from lapsing with no successful renewal, so that the
+handler stops before anyone else can claim the job. No renewal is tried at
+or after the give-up point.
 
 Time is an argument: ``LeaseKeeper`` never reads a clock itself.
 """
@@ -55,9 +57,9 @@ class LeaseKeeper:
         """True once the lease is a beat from lapsing with no renewal."""
         return self.gave_up or now >= self.give_up_at
 
-    def try_deadline(self, now: datetime) -> float:
-        """Seconds a renewal try may take: it is cut off at the lease's end."""
-        return max(0.0, (self.expires_at - now).total_seconds())
+    def time_to_give_up(self, now: datetime) -> float:
+        """Seconds a renewal try may take: it is cut off at the give-up point."""
+        return max(0.0, (self.give_up_at - now).total_seconds())
 
     def record(self, outcome: Renewal, now: datetime, expires_at: datetime | None = None) -> bool:
         """Record a renewal's outcome; return False once the lease is given up."""
@@ -70,8 +72,8 @@ class LeaseKeeper:
         elif outcome is Renewal.REFUSED:
             self.gave_up = True
         else:
-            remaining = self.expires_at - now
-            self.next_beat_at = now + min(self.beat, max(remaining, timedelta(0)))
+            left = max(self.give_up_at - now, timedelta(0))
+            self.next_beat_at = now + min(self.beat, left / 2)
         if self.must_give_up(now) and outcome is not Renewal.RENEWED:
             self.gave_up = True
         return not self.gave_up

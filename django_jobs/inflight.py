@@ -5,31 +5,53 @@ every due lease in one statement, gives up leases that could not be renewed
 in time (cancelling their handlers), and times out handlers past their
 ``timeout``. A job whose attempt is over (given up, timed out, released) has
 its handler's late result dropped.
+
+The heartbeat itself never waits on the database past the give-up point:
+the renewal runs on a thread of its own (:class:`~django_jobs.deadlines.OffThread`)
+and is waited for only until the earliest give-up point among the leases
+it renews; then the leases are judged at the time the wait ended. Writes
+that may wait out an outage (a timed-out job's outcome) are handed to
+``defer`` and never run on the heartbeat's thread.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import connections
-
-from .claims import ClaimedJob, Claimer
+from .claims import ClaimedJob
 from .context import JobContext
+from .deadlines import OffThread
 from .execution import HandlerResult
 from .heartbeat import LeaseKeeper, Renewal
-from .leases import renew_leases
 from .models import AttemptOutcome
 
 logger = logging.getLogger(__name__)
 
+Pairs = list[tuple[int, int]]
 Recorder = Callable[[ClaimedJob, HandlerResult], object]
-Renewer = Callable[
-    [Claimer, str, list[tuple[int, int]], datetime, float], tuple[set[int], datetime]
-]
+# renew(pairs, now, timeout) -> (ids renewed, new expiry); timeout: seconds it may take.
+Renewer = Callable[[Pairs, datetime, float], tuple[set[int], datetime]]
+# release(pairs, now) -> ids handed back
+Releaser = Callable[[Pairs, datetime], set[int]]
+
+
+def run_on_a_thread(write: Callable[[], object]) -> None:
+    """The default ``defer``: run ``write`` on a daemon thread of its own."""
+
+    def run() -> None:
+        from django.db import connections
+
+        try:
+            write()
+        finally:
+            connections.close_all()
+
+    threading.Thread(target=run, name="django-jobs-write", daemon=True).start()
 
 
 @dataclass
@@ -44,19 +66,23 @@ class Held:
 class InFlight:
     def __init__(
         self,
-        claimer: Claimer,
         owner: str,
         lease_seconds: float,
         beat_seconds: float,
         record: Recorder,
-        renew: Renewer = renew_leases,
+        renew: Renewer,
+        release: Releaser | None = None,
+        defer: Callable[[Callable[[], object]], None] = run_on_a_thread,
     ) -> None:
-        self.renew = renew
-        self.claimer = claimer
         self.owner = owner
         self.lease_seconds = lease_seconds
-        self.beat_seconds = beat_seconds
+        self.beat_seconds = min(beat_seconds, lease_seconds / 3)
         self.record = record
+        self.renew = renew
+        self.release = release
+        self.defer = defer
+        self.renewer = OffThread("django-jobs-renew")
+        self.stopping = False
         self._held: dict[tuple[int, int], Held] = {}
         self._lock = threading.Lock()
 
@@ -70,6 +96,8 @@ class InFlight:
         held = Held(claimed, ctx, keeper, timeout_at)
         with self._lock:
             self._held[(claimed.id, claimed.attempt)] = held
+            if self.stopping:
+                ctx.cancel()  # claimed just before a stop: the handler starts cancelled
         return held
 
     def finish(self, held: Held) -> bool:
@@ -107,49 +135,47 @@ class InFlight:
         held = self.snapshot()
         due = [h for h in held if h.keeper.is_due(now)]
         if due:
-            self._renew(due, now)
+            now = self._renew(due, now)
         for h in held:
             if not h.over and not h.keeper.check(now):
                 self._give_up(h, "its lease could not be renewed in time")
             elif h.timeout_at is not None and now >= h.timeout_at and self._end(h):
                 self._time_out(h)
 
-    def _renew(self, due: list[Held], now: datetime) -> None:
+    def _renew(self, due: list[Held], now: datetime) -> datetime:
+        """Renew ``due`` leases, waiting at most until the first give-up point.
+
+        Returns the time at which the wait ended: ``now`` plus the time spent.
+        """
         pairs = [(h.claimed.id, h.claimed.attempt) for h in due]
-        deadline = min(h.keeper.try_deadline(now) for h in due)
-        outcome: dict[str, object] = {}
-
-        def attempt() -> None:
+        wait = min(h.keeper.time_to_give_up(now) for h in due)
+        started = time.monotonic()
+        result: tuple[set[int], datetime] | None = None
+        error: BaseException | None = None
+        if wait > 0:
             try:
-                outcome["result"] = self.renew(
-                    self.claimer, self.owner, pairs, now, self.lease_seconds
-                )
+                result = self.renewer.call(lambda: self.renew(pairs, now, wait), wait)
             except Exception as exc:
-                outcome["error"] = exc
-            finally:
-                connections.close_all()
-
-        thread = threading.Thread(target=attempt, name="django-jobs-renew", daemon=True)
-        thread.start()
-        thread.join(deadline)  # a hung database cannot hold the handler past its lease
-        result = outcome.get("result")
-        if not isinstance(result, tuple):
+                error = exc
+        after = now + timedelta(seconds=time.monotonic() - started)
+        if result is None:
             logger.warning(
                 "lease renewal failed (%s); retrying while the lease holds",
-                outcome.get("error", "timed out"),
+                error or "no time left before the give-up point",
                 extra={"event": "lease_renewal_failed"},
             )
             for h in due:
-                if not h.keeper.record(Renewal.FAILED, now):
+                if not h.keeper.record(Renewal.FAILED, after):
                     self._give_up(h, "its lease could not be renewed in time")
-            return
+            return after
         renewed, expires = result
         for h in due:
             if h.claimed.id in renewed:
                 h.keeper.record(Renewal.RENEWED, now, expires)
             else:
-                h.keeper.record(Renewal.REFUSED, now)
-                self._give_up(h, "another worker holds its lease")
+                h.keeper.record(Renewal.REFUSED, after)
+                self._give_up(h, "another worker holds its lease, or it lapsed")
+        return after
 
     def _give_up(self, held: Held, why: str) -> None:
         if self._end(held):
@@ -169,24 +195,39 @@ class InFlight:
             extra={"event": "job_timed_out", "job_id": held.claimed.id},
         )
         error = f"TimedOut: handler ran past its timeout on attempt {held.claimed.attempt}"
-        self._record_guarded(held, HandlerResult(AttemptOutcome.TIMED_OUT, error))
+        result = HandlerResult(AttemptOutcome.TIMED_OUT, error)
+        self.defer(lambda: self._record_guarded(held, result))
 
     # -- shutdown ---------------------------------------------------------
 
     def cancel_all(self) -> None:
-        """Ask every running handler to stop (a graceful shutdown began)."""
+        """Ask every running handler to stop, and every one started from now on."""
+        with self._lock:
+            self.stopping = True
         for held in self.snapshot():
             held.ctx.cancel()
 
-    def release_all(self) -> int:
-        """Hand every job still running back to the queue without using an attempt."""
-        released = 0
-        for held in self.snapshot():
-            if self._end(held):
-                error = "Released: the worker stopped before the handler finished"
-                if self._record_guarded(held, HandlerResult(AttemptOutcome.RELEASED, error)):
-                    released += 1
-        return released
+    def release_all(self, now: datetime) -> int:
+        """Hand every job still running back to the queue without using an attempt.
+
+        One write for all of them; if it fails, their leases run out as after a crash.
+        """
+        ended = [held for held in self.snapshot() if self._end(held)]
+        if not ended or self.release is None:
+            return 0
+        pairs = [(held.claimed.id, held.claimed.attempt) for held in ended]
+        try:
+            return len(self.release(pairs, now))
+        except Exception:
+            logger.exception(
+                "could not hand back %s running job(s); their leases will run out",
+                len(pairs),
+                extra={"event": "worker_error"},
+            )
+            return 0
+
+    def close(self) -> None:
+        self.renewer.close()
 
     def _record_guarded(self, held: Held, result: HandlerResult) -> bool:
         try:

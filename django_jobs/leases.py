@@ -8,7 +8,7 @@ changed means the lease was lost; the result is dropped.
 from __future__ import annotations
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import IntegrityError, router
@@ -94,30 +94,74 @@ def settle(
     return status
 
 
+def _held_rows(claimer: Claimer, owner: str, held: list[tuple[int, int]]) -> Any:
+    """The running rows of ``held`` (job id, attempt) pairs that ``owner`` still holds."""
+    fence = Q()
+    for job_id, attempt in held:
+        fence |= Q(id=job_id, attempt=attempt)
+    return Job.objects.using(claimer.using).filter(
+        fence, lease_owner=owner, status=JobStatus.RUNNING
+    )
+
+
 def renew_leases(
     claimer: Claimer,
     owner: str,
     held: list[tuple[int, int]],
     now: datetime,
     lease_seconds: float,
+    give_up_seconds: float = 0.0,
 ) -> tuple[set[int], datetime]:
     """Extend the leases of ``held`` (job id, attempt) pairs in one statement.
 
-    Fenced like every lease write. Returns the ids whose lease was extended
-    (the others were lost) and the new expiry.
+    Fenced like every lease write, and only while the lease stands more than
+    ``give_up_seconds`` (the heartbeat's margin) past ``now``: a lease that
+    has lapsed, or reached the point where its worker gives it up, is never
+    extended again. Returns the ids whose lease was extended (the others
+    were lost) and the new expiry.
     """
     expires = Claimer.lease_end(now, lease_seconds)
-    fence = Q()
-    for job_id, attempt in held:
-        fence |= Q(id=job_id, attempt=attempt)
-    rows = Job.objects.using(claimer.using).filter(
-        fence, lease_owner=owner, status=JobStatus.RUNNING
+    rows = _held_rows(claimer, owner, held).filter(
+        lease_expires_at__gt=now + timedelta(seconds=give_up_seconds)
     )
     with claimer.write_transaction():
         changed = rows.update(lease_expires_at=expires)
         if changed == len(held):
             return {job_id for job_id, _ in held}, expires
-        return set(rows.filter(lease_expires_at=expires).values_list("id", flat=True)), expires
+        renewed = _held_rows(claimer, owner, held).filter(lease_expires_at=expires)
+        return set(renewed.values_list("id", flat=True)), expires
+
+
+def release_leases(
+    claimer: Claimer, owner: str, held: list[tuple[int, int]], now: datetime
+) -> set[int]:
+    """Hand ``held`` jobs back, due now, giving back the attempt each had used.
+
+    One transaction with a fixed number of statements however many jobs are
+    held, so a stop during an outage costs one deadline, not one per job.
+    Returns the ids handed back.
+    """
+    error = "Released: the worker stopped before the handler finished"
+    with claimer.write_transaction():
+        rows = _held_rows(claimer, owner, held)
+        ids = set(rows.values_list("id", flat=True))
+        if not ids:
+            return ids
+        Job.objects.using(claimer.using).filter(id__in=ids).update(
+            status=JobStatus.PENDING,
+            run_at=now,
+            attempts_used=F("attempts_used") - 1,
+            lease_owner=None,
+            lease_expires_at=None,
+        )
+        attempts = Q()
+        for job_id, attempt in held:
+            if job_id in ids:
+                attempts |= Q(job_id=job_id, number=attempt)
+        Attempt.objects.using(claimer.using).filter(attempts, outcome__isnull=True).update(
+            outcome=AttemptOutcome.RELEASED, finished_at=now, error=error
+        )
+    return ids
 
 
 def reclaim_expired_leases(claimer: Claimer, now: datetime, batch: int = RECLAIM_BATCH) -> int:

@@ -2,9 +2,11 @@
 
 One dispatcher thread per queue claims as many due jobs as it has idle
 handler threads, in one statement, and hands them over; a heartbeat thread
-renews leases and keeps the worker's registration fresh; the main thread
-runs the maintenance pass and the recurring scheduler loop. On stop:
-cancel running handlers, wait the grace period, hand back what is left.
+renews leases and does nothing else, so that no other database call can
+delay its give-up check; the main thread runs the maintenance pass, the
+recurring scheduler loop and keeps the worker's registration fresh. On
+stop: cancel running handlers, wait the grace period, hand back what is
+left in one write.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from django.db.models import F, Q
 from .claims import ClaimedJob
 from .conf import settings
 from .dbconnections import tidy_connections
+from .deadlines import apply_connect_timeout
 from .models import Job, JobStatus
 from .recurring import enqueue_due
 from .registration import refresh_worker, register_worker, unregister_worker
@@ -52,13 +55,14 @@ class Server:
 
     def run(self, stop_event: threading.Event) -> None:
         w = self.worker
+        apply_connect_timeout(w.using, settings.call_timeout_seconds())
         logger.info(
             "worker %s serving queues %s",
             w.owner,
             w.queues,
             extra={"event": "worker_started", "owner": w.owner},
         )
-        w.guarded(lambda: register_worker(w.owner, w.queues, w.clock.now(), w.using))
+        w.guarded(self.register)
         heartbeat_stop = threading.Event()
         heartbeat = start_thread("heartbeat", self.keep_leases, heartbeat_stop)
         threads = self.start_threads(stop_event)
@@ -72,8 +76,9 @@ class Server:
             self.shut_down(threads)
             heartbeat_stop.set()
             heartbeat.join(5)
+            w.inflight.close()
             if not w.force_event.is_set():
-                w.guarded(lambda: unregister_worker(w.owner, w.using))
+                w.guarded(self.unregister)
             connections.close_all()
             logger.info("worker %s stopped", w.owner, extra={"event": "worker_stopped"})
 
@@ -90,19 +95,44 @@ class Server:
     def main_loop(self, stop_event: threading.Event) -> None:
         w = self.worker
         maintenance_every = float(settings.MAINTENANCE_SECONDS)
+        refresh_every = w.inflight.beat_seconds
         poll = float(settings.POLL_SECONDS)
-        next_maintenance = 0.0
+        next_maintenance = next_refresh = 0.0
         elapsed = 0.0
         while not stop_event.is_set():
             if elapsed >= next_maintenance:
                 w.guarded(w.maintain_now)
                 next_maintenance = elapsed + maintenance_every
-            w.guarded(lambda: enqueue_due(w.clock.now(), using=w.using))
+            if elapsed >= next_refresh:
+                w.guarded(self.refresh_registration)
+                next_refresh = elapsed + refresh_every
+            w.guarded(self.enqueue_due)
             if w.burst and w.guarded(self.is_drained):
                 logger.info("no due or running jobs left; burst worker exits")
                 return
             stop_event.wait(poll)
             elapsed += poll
+
+    def register(self) -> None:
+        w = self.worker
+        now = w.clock.now()  # the first reading measures the database clock
+        with w.deadline("the worker registration"):
+            register_worker(w.owner, w.queues, now, w.using)
+
+    def unregister(self) -> None:
+        w = self.worker
+        with w.deadline("removing the worker registration"):
+            unregister_worker(w.owner, w.using)
+
+    def refresh_registration(self) -> None:
+        w = self.worker
+        with w.deadline("the worker registration"):
+            refresh_worker(w.owner, w.queues, w.clock.now(), w.using)
+
+    def enqueue_due(self) -> int:
+        w = self.worker
+        with w.deadline("the recurring scheduler"):
+            return enqueue_due(w.clock.now(), using=w.using)
 
     def is_drained(self) -> bool:
         """True when no job on this worker's queues is due or running."""
@@ -111,12 +141,13 @@ class Server:
         w = self.worker
         now = w.clock.now()
         due = Q(status=JobStatus.PENDING, run_at__lte=now, attempts_used__lt=F("max_attempts"))
-        return (
-            not Job.objects.using(w.using)
-            .filter(queue__in=list(w.queues))
-            .filter(due | Q(status=JobStatus.RUNNING))
-            .exists()
-        )
+        with w.deadline("the drain check"):
+            return (
+                not Job.objects.using(w.using)
+                .filter(queue__in=list(w.queues))
+                .filter(due | Q(status=JobStatus.RUNNING))
+                .exists()
+            )
 
     def shut_down(self, threads: list[threading.Thread]) -> None:
         """Cancel running handlers, wait up to the grace period, hand back what is left."""
@@ -124,7 +155,7 @@ class Server:
         w.inflight.cancel_all()
         grace = float(settings.SHUTDOWN_GRACE_SECONDS)
         if not self.join(threads, time.monotonic() + grace) and not w.force_event.is_set():
-            released = w.inflight.release_all()
+            released = w.inflight.release_all(w.clock.now())
             if released:
                 logger.warning(
                     "handed %s running job(s) back after a %ss grace period",
@@ -148,20 +179,16 @@ class Server:
     # -- the other threads -------------------------------------------------
 
     def keep_leases(self, stop: threading.Event) -> None:
-        """The heartbeat thread: renew leases; keep this worker's registration fresh."""
+        """The heartbeat thread: renew leases, give up those it cannot, time out handlers.
+
+        It makes no database call of its own: renewals run on their own
+        thread and are waited for only until the give-up point.
+        """
         w = self.worker
-        beat = w.inflight.beat_seconds
-        tick = min(float(settings.POLL_SECONDS), beat / 4)
-        refreshed_at = time.monotonic()
-        try:
-            while not stop.is_set():
-                w.guarded(lambda: w.inflight.beat(w.clock.now()))
-                if time.monotonic() - refreshed_at >= beat:
-                    refreshed_at = time.monotonic()
-                    w.guarded(lambda: refresh_worker(w.owner, w.queues, w.clock.now(), w.using))
-                stop.wait(tick)
-        finally:
-            connections.close_all()
+        tick = min(float(settings.POLL_SECONDS), w.inflight.beat_seconds / 4)
+        while not stop.is_set():
+            w.guarded(lambda: w.inflight.beat(w.clock.now()))
+            stop.wait(tick)
 
     def dispatch(self, state: QueueState, stop_event: threading.Event) -> None:
         """A queue's dispatcher: claim as many jobs as there are idle threads."""

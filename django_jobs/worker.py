@@ -16,17 +16,18 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.db import connections, router
 
 from .claims import ClaimedJob, Claimer, get_claimer
 from .clock import Clock, DatabaseClock
 from .conf import settings
+from .deadlines import deadline
 from .exceptions import UnknownJob
 from .execution import HandlerResult, execute, make_context, record_result, run_handler
-from .inflight import InFlight
-from .leases import dead_letter_exhausted, reclaim_expired_leases
+from .inflight import InFlight, Pairs
+from .leases import dead_letter_exhausted, reclaim_expired_leases, release_leases, renew_leases
 from .models import AttemptOutcome, Job, JobStatus
 from .recurring import enqueue_due
 from .registration import sweep_workers
@@ -101,12 +102,14 @@ class Worker:
         self.rng = rng
         self.burst = burst
         self.force_event = threading.Event()
+        self.lease_seconds = float(settings.LEASE_SECONDS)
         self.inflight = InFlight(
-            self.claimer,
             self.owner,
-            float(settings.LEASE_SECONDS),
+            self.lease_seconds,
             settings.heartbeat_seconds(),
             self.record,
+            renew=self.renew,
+            release=self.release,
         )
 
     # -- one tick, on the calling thread ---------------------------------
@@ -124,13 +127,19 @@ class Worker:
 
     def maintain(self, now: datetime) -> int:
         """Take back expired leases; dead-letter pending jobs with no attempt left."""
-        reclaimed = reclaim_expired_leases(self.claimer, now)
-        dead_letter_exhausted(self.claimer, now)
-        sweep_workers(now, float(settings.LEASE_SECONDS), self.using)
+        with self.deadline("the maintenance pass"):
+            reclaimed = reclaim_expired_leases(self.claimer, now)
+            dead_letter_exhausted(self.claimer, now)
+            sweep_workers(now, self.lease_seconds, self.using)
         return reclaimed
 
+    def deadline(self, what: str, seconds: float | None = None) -> Any:
+        """A deadline for one database call of this worker (see :mod:`.deadlines`)."""
+        return deadline(seconds or settings.call_timeout_seconds(), self.using, what)
+
     def claim(self, queue: str, now: datetime, limit: int) -> list[ClaimedJob]:
-        claimed = self.claimer.claim(queue, self.owner, now, float(settings.LEASE_SECONDS), limit)
+        with self.deadline("the claim"):
+            claimed = self.claimer.claim(queue, self.owner, now, self.lease_seconds, limit)
         for job in claimed:
             logger.debug(
                 "job %s #%s claimed, attempt %s",
@@ -158,18 +167,48 @@ class Worker:
         patience = float(settings.LEASE_SECONDS)
         if result.outcome == AttemptOutcome.RELEASED:
             patience = min(patience, float(settings.SHUTDOWN_GRACE_SECONDS))
-        return with_backoff(
-            lambda: record_result(claimed, result, self.claimer, self.clock, policy, self.rng),
-            give_up_after=patience,
-            using=self.using,
-        )
+
+        def write() -> JobStatus | None:
+            with self.deadline(f"recording job #{claimed.id}"):
+                return record_result(claimed, result, self.claimer, self.clock, policy, self.rng)
+
+        return with_backoff(write, give_up_after=patience, using=self.using)
+
+    def renew(self, pairs: Pairs, now: datetime, timeout: float) -> tuple[set[int], datetime]:
+        """The heartbeat's renewal, cut off after ``timeout`` (its give-up point)."""
+        with self.deadline("the lease renewal", timeout):
+            return renew_leases(
+                self.claimer,
+                self.owner,
+                pairs,
+                now,
+                self.lease_seconds,
+                give_up_seconds=self.inflight.beat_seconds,
+            )
+
+    def release(self, pairs: Pairs, now: datetime) -> set[int]:
+        """Hand held jobs back at shutdown, in one write bounded by the grace period."""
+        grace = max(1.0, float(settings.SHUTDOWN_GRACE_SECONDS))
+        with self.deadline("handing jobs back", grace):
+            return release_leases(self.claimer, self.owner, pairs, now)
 
     def execute_held(self, claimed: ClaimedJob) -> JobStatus | None:
-        """Run a claimed job while the heartbeat keeps its lease; settle it if still ours."""
+        """Run a claimed job while the heartbeat keeps its lease; settle it if still ours.
+
+        The job leaves the set of held jobs however its handler ends.
+        """
         ctx = make_context(claimed)
-        held = self.inflight.add(claimed, ctx, self.clock.now(), self.timeout_for(claimed))
-        result = run_handler(claimed, ctx)
-        if not self.inflight.finish(held):
+        try:
+            timeout = self.timeout_for(claimed)
+        except Exception as exc:  # a bad setting: a failed attempt, not a stuck job
+            failed = HandlerResult.from_exception(AttemptOutcome.FAILED, exc, None)
+            return self.record(claimed, failed)
+        held = self.inflight.add(claimed, ctx, self.clock.now(), timeout)
+        try:
+            result = run_handler(claimed, ctx)
+        finally:
+            still_ours = self.inflight.finish(held)
+        if not still_ours:
             return None
         return self.record(claimed, result)
 

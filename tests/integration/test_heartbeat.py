@@ -8,6 +8,7 @@ from django.db import connection
 
 from django_jobs.execution import HandlerResult, make_context
 from django_jobs.models import AttemptOutcome, Job, JobStatus
+from tests.conftest import wait_until
 
 # The heartbeat renews on its own thread and connection: the rows must be committed.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -103,13 +104,13 @@ def test_heartbeat_failing_renewals_keep_the_lease_until_the_deadline(
     w, claimed, ctx, held = start(worker, clock, make_job)
     with renewals_refused_by_the_database():
         clock.advance(10)
-        w.inflight.beat(clock.now())  # fails; retried while the lease holds
+        w.inflight.beat(clock.now())  # fails; retried before the give-up point (20)
         assert not ctx.cancelled
-        clock.advance(9.5)
-        w.inflight.beat(clock.now())  # next try after a beat, or what is left of the lease
+        clock.advance(5)
+        w.inflight.beat(clock.now())  # the retry, halfway to the give-up point: fails too
         assert not ctx.cancelled
-    clock.advance(0.5)
-    w.inflight.beat(clock.now())  # the database is back in time for the retry
+    clock.advance(2.5)
+    w.inflight.beat(clock.now())  # the database is back in time for the next retry
     assert not ctx.cancelled
     assert Job.objects.get(pk=claimed.id).lease_expires_at == clock.now() + timedelta(seconds=LEASE)
     with renewals_refused_by_the_database():
@@ -135,6 +136,8 @@ def test_heartbeat_times_out_a_handler_and_retries_the_job(worker, clock, make_j
     w.inflight.beat(clock.now())
     assert ctx.cancelled
     assert not w.inflight.finish(held)  # a late return is not a success
+    # The outcome is written off the heartbeat's thread.
+    wait_until(lambda: Job.objects.get(pk=claimed.id).status == JobStatus.PENDING)
     job = Job.objects.get(pk=claimed.id)
     assert (job.status, job.attempts_used) == (JobStatus.PENDING, 1)
     assert job.last_error.startswith("TimedOut")
@@ -147,7 +150,7 @@ def test_release_all_hands_jobs_back_without_using_an_attempt(
     w, claimed, ctx, held = start(worker, clock, make_job, max_attempts=1)
     w.inflight.cancel_all()
     assert ctx.cancelled
-    assert w.inflight.release_all() == 1
+    assert w.inflight.release_all(clock.now()) == 1
     assert not w.inflight.finish(held)
     job = Job.objects.get(pk=claimed.id)
     assert (job.status, job.attempts_used, job.lease_owner) == (JobStatus.PENDING, 0, None)

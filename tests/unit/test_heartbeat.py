@@ -29,24 +29,25 @@ def test_keeper_beat_is_at_most_a_third_of_the_lease():
     assert k.beat_seconds == 10
 
 
-def test_keeper_failed_renewal_is_retried_while_the_lease_holds():
+def test_keeper_failed_renewal_is_retried_before_the_give_up_point():
     k = keeper()
     assert k.record(Renewal.FAILED, at(10))  # lease ends at 30, give-up at 20
-    assert k.next_beat_at == at(20)
+    assert k.next_beat_at == at(15)  # halfway to the give-up point
+    assert k.record(Renewal.FAILED, at(15))
+    assert k.next_beat_at == at(17.5)
     assert k.check(at(19.9))
-    assert k.record(Renewal.RENEWED, at(15), at(45))  # the database came back
-    assert k.check(at(34.9)) and not k.gave_up
+    assert k.record(Renewal.RENEWED, at(17.5), at(47.5))  # the database came back
+    assert k.check(at(37.4)) and not k.gave_up
 
 
-def test_keeper_retry_wait_is_what_is_left_of_the_lease_when_less_than_a_beat():
-    k = LeaseKeeper.start(START, at(30), 30, 10)
-    k.expires_at = at(24)  # say the claim's lease started earlier
+def test_keeper_retry_wait_is_a_beat_when_the_give_up_point_is_far():
+    k = LeaseKeeper.start(START, at(90), 90, 10)  # give-up at 80
     assert k.record(Renewal.FAILED, at(10))
     assert k.next_beat_at == at(20)
     k2 = LeaseKeeper.start(START, at(30), 30, 10)
     k2.record(Renewal.RENEWED, at(10), at(40))
-    k2.expires_at = at(27)
-    assert k2.record(Renewal.FAILED, at(12)) and k2.next_beat_at == at(22)
+    k2.expires_at = at(27)  # give-up at 17
+    assert k2.record(Renewal.FAILED, at(12)) and k2.next_beat_at == at(14.5)
 
 
 def test_keeper_gives_up_one_beat_before_the_lease_lapses():
@@ -70,8 +71,8 @@ def test_keeper_failure_at_the_deadline_gives_up():
     assert not k.record(Renewal.FAILED, at(20))
 
 
-def test_keeper_try_deadline_is_cut_at_the_lease_end():
+def test_keeper_a_renewal_may_take_until_the_give_up_point_not_the_lease_end():
     k = keeper()
-    assert k.try_deadline(at(10)) == 20
-    assert k.try_deadline(at(25)) == 5
-    assert k.try_deadline(at(31)) == 0
+    assert k.time_to_give_up(at(10)) == 10
+    assert k.time_to_give_up(at(18)) == 2
+    assert k.time_to_give_up(at(25)) == 0

@@ -24,21 +24,30 @@ class Renewals:
         self.mode = "ok"
         self.calls = 0
         self.release = threading.Event()
+        self.timeouts: list[float] = []
 
-    def __call__(self, claimer, owner, held, now, lease_seconds):
+    def __call__(self, held, now, timeout):
         self.calls += 1
+        self.timeouts.append(timeout)
         if self.mode == "raise":
             raise ConnectionError("database unreachable")
         if self.mode == "hang":
             self.release.wait(10)
         if self.mode == "refuse":
-            return set(), now + timedelta(seconds=lease_seconds)
-        return {job_id for job_id, _ in held}, now + timedelta(seconds=lease_seconds)
+            return set(), now + timedelta(seconds=LEASE)
+        return {job_id for job_id, _ in held}, now + timedelta(seconds=LEASE)
 
 
-def setup(renewals: Renewals):
+def setup(renewals: Renewals, deferred: list | None = None):
     recorded = []
-    inflight = InFlight(None, "me", LEASE, 0.3, lambda c, r: recorded.append(r), renew=renewals)
+    inflight = InFlight(
+        "me",
+        LEASE,
+        0.3,
+        lambda c, r: recorded.append(r),
+        renew=renewals,
+        defer=(deferred.append if deferred is not None else lambda write: write()),
+    )
     ctx = JobContext(1, "tests.ok", "default", 1, {})
     held = inflight.add(claimed(), ctx, START, timeout=None)
     return inflight, ctx, held, recorded
@@ -61,26 +70,83 @@ def test_inflight_a_raising_renewal_is_retried_then_given_up():
     inflight, ctx, held, recorded = setup(renewals)
     clock = FakeClock(START)
     clock.advance(0.3)
-    inflight.beat(clock.now())
+    inflight.beat(clock.now())  # the lease ends at 0.9: the give-up point is 0.6
     assert not ctx.cancelled and renewals.calls == 1
-    clock.advance(0.3)
-    inflight.beat(clock.now())  # retried one beat later: fails at the give-up point
+    clock.advance(0.16)
+    inflight.beat(clock.now())  # retried about halfway to the give-up point
+    assert not ctx.cancelled and renewals.calls == 2
+    clock.advance(0.14)
+    inflight.beat(clock.now())  # at the give-up point: no renewal is even tried
     assert ctx.cancelled and renewals.calls == 2
     assert not inflight.finish(held) and recorded == []  # nothing recorded
 
 
-def test_inflight_a_hung_renewal_is_cut_off_at_the_lease_end():
+def test_inflight_a_hung_renewal_is_cut_off_at_the_give_up_point():
     renewals = Renewals()
     renewals.mode = "hang"
     inflight, ctx, held, _ = setup(renewals)
     clock = FakeClock(START)
-    clock.advance(0.6)  # the lease ends 0.3 s from here
+    clock.advance(0.3)  # the give-up point is 0.3 s from here, the lease's end 0.6 s
     started = time.monotonic()
     inflight.beat(clock.now())
     waited = time.monotonic() - started
+    assert renewals.timeouts == [0.3]  # the renewal's own deadline: the give-up point
+    assert 0.25 <= waited < 0.55  # not until the lease's end
+    assert ctx.cancelled  # judged when the wait ended, not at the beat's start
     renewals.release.set()
-    assert 0.25 <= waited < 2
+
+
+def test_inflight_a_renewal_still_hung_is_not_started_again():
+    renewals = Renewals()
+    renewals.mode = "hang"
+    recorded = []
+    inflight = InFlight("me", 30, 10, lambda c, r: recorded.append(r), renew=renewals)
+    ctx = JobContext(1, "tests.ok", "default", 1, {})
+    inflight.add(
+        ClaimedJob(1, "tests.ok", "default", "{}", 1, 1, 3, "me", START + timedelta(seconds=30)),
+        ctx,
+        START,
+        timeout=None,
+    )
+    inflight.renewer.call = _hang_for(0.05, inflight.renewer.call)
+    clock = FakeClock(START)
+    clock.advance(10)
+    started = time.monotonic()
+    inflight.beat(clock.now())  # the renewal hangs: the beat waits 0.05 s (a fake deadline)
+    clock.advance(5)
+    inflight.beat(clock.now())  # still hung: fails at once, no second renewal
+    assert time.monotonic() - started < 5
+    assert renewals.calls == 1 and not ctx.cancelled
+    renewals.release.set()
+
+
+def _hang_for(seconds, call):
+    return lambda fn, timeout: call(fn, min(timeout, seconds))
+
+
+def test_inflight_a_handler_claimed_as_the_worker_stops_starts_cancelled():
+    renewals = Renewals()
+    inflight, ctx, _held, _ = setup(renewals)
+    inflight.cancel_all()
     assert ctx.cancelled
+    late = JobContext(2, "tests.ok", "default", 1, {})
+    inflight.add(claimed(2), late, START, timeout=None)
+    assert late.cancelled
+
+
+def test_inflight_a_timed_out_outcome_is_not_written_on_the_heartbeat_thread():
+    renewals = Renewals()
+    deferred: list = []
+    recorded = []
+    inflight = InFlight(
+        "me", LEASE, 0.3, lambda c, r: recorded.append(r), renew=renewals, defer=deferred.append
+    )
+    ctx = JobContext(1, "tests.ok", "default", 1, {})
+    inflight.add(claimed(), ctx, START, timeout=0.1)
+    inflight.beat(START + timedelta(seconds=0.2))
+    assert ctx.cancelled and recorded == [] and len(deferred) == 1
+    deferred[0]()  # the writer thread's turn
+    assert [r.outcome for r in recorded] == ["timed_out"]
 
 
 def test_inflight_refused_renewal_gives_up_at_once():
