@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from typing import Protocol, runtime_checkable
@@ -50,9 +51,11 @@ class DatabaseClock:
         refresh_seconds: float = 60.0,
         host: Clock | None = None,
         timeout_seconds: float = 5.0,
+        read: Callable[[], datetime | None] | None = None,
     ) -> None:
         self.using = using
         self.host: Clock = host or SystemClock()
+        self.read = read or self._read_database
         self.refresh_seconds = refresh_seconds
         self.timeout_seconds = timeout_seconds
         self._offset: timedelta | None = None
@@ -104,14 +107,17 @@ class DatabaseClock:
         finally:
             connections.close_all()
 
-    def measure(self) -> timedelta:
-        """Read the database's clock and store its offset from this host's."""
+    def _read_database(self) -> datetime | None:
         from .claims import get_claimer
         from .deadlines import deadline
 
-        before = self.host.now()
         with deadline(self.timeout_seconds, self.using, "reading the database clock"):
-            db_now = get_claimer(self.using).database_now()
+            return get_claimer(self.using).database_now()
+
+    def measure(self) -> timedelta:
+        """Read the database's clock and store its offset from this host's."""
+        before = self.host.now()
+        db_now = self.read()
         after = self.host.now()
         if db_now is None:
             offset = timedelta(0)

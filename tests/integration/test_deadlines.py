@@ -1,0 +1,89 @@
+"""Deadlines on database calls: a call that overruns is cut off, and the connection recovers."""
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+
+from django_jobs.deadlines import CallerBusy, DatabaseTimeout, OffThread, deadline
+from django_jobs.leases import release_leases, renew_leases
+from django_jobs.models import Job, JobStatus
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.mark.skip_locked
+def test_deadline_cuts_off_a_call_the_database_does_not_answer_in_time():
+    started = time.monotonic()
+    with pytest.raises(DatabaseTimeout, match="past its 0.3s deadline"):
+        with deadline(0.3, what="a sleepy query"), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_sleep(3)")
+    assert time.monotonic() - started < 2
+    with connection.cursor() as cursor:  # the next call reconnects
+        cursor.execute("SELECT 1")
+        assert cursor.fetchone() == (1,)
+
+
+def test_deadline_lets_a_call_in_time_through():
+    with deadline(5), connection.cursor() as cursor:
+        cursor.execute("SELECT 1")
+        assert cursor.fetchone() == (1,)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT 2")
+        assert cursor.fetchone() == (2,)
+
+
+def test_offthread_waits_at_most_its_timeout_and_refuses_while_busy():
+    release = threading.Event()
+    runner = OffThread("test-runner")
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        runner.call(lambda: release.wait(10), 0.1)
+    assert time.monotonic() - started < 1
+    with pytest.raises(CallerBusy):
+        runner.call(lambda: 1, 5)  # the first call still runs: no second thread
+    release.set()
+    time.sleep(0.05)
+    assert runner.call(lambda: 42, 5) == 42
+    with pytest.raises(ZeroDivisionError):
+        runner.call(lambda: 1 / 0, 5)
+    runner.close()
+
+
+def test_renewal_never_extends_a_lease_past_its_give_up_point(worker, clock, make_job):
+    w = worker()
+    make_job()
+    [claimed] = w.claim("default", clock.now(), 1)
+    pairs = [(claimed.id, claimed.attempt)]
+    lease = w.lease_seconds
+    beat = w.inflight.beat_seconds
+    # Just past the give-up point (a beat before the lease's end): refused.
+    late = claimed.lease_expires_at - timedelta(seconds=beat - 0.001)
+    renewed, _ = renew_leases(w.claimer, w.owner, pairs, late, lease, give_up_seconds=beat)
+    assert renewed == set()
+    # Past the lease's end: refused, even with no margin.
+    lapsed = claimed.lease_expires_at + timedelta(seconds=1)
+    assert renew_leases(w.claimer, w.owner, pairs, lapsed, lease)[0] == set()
+    assert Job.objects.get(pk=claimed.id).lease_expires_at == claimed.lease_expires_at
+    # Before it: renewed.
+    early = claimed.lease_expires_at - timedelta(seconds=beat + 1)
+    renewed, expires = renew_leases(w.claimer, w.owner, pairs, early, lease, give_up_seconds=beat)
+    assert renewed == {claimed.id}
+    assert Job.objects.get(pk=claimed.id).lease_expires_at == expires
+
+
+def test_release_hands_every_held_job_back_in_one_transaction(
+    worker, clock, make_job, django_assert_max_num_queries
+):
+    w = worker(queues={"default": 5})
+    for _ in range(5):
+        make_job(max_attempts=1)
+    claimed = w.claim("default", clock.now(), 5)
+    pairs = [(job.id, job.attempt) for job in claimed]
+    with django_assert_max_num_queries(5):  # the same count for 1 job or 500
+        assert release_leases(w.claimer, w.owner, pairs, clock.now()) == {id for id, _ in pairs}
+    for job in Job.objects.all():
+        assert (job.status, job.attempts_used, job.lease_owner) == (JobStatus.PENDING, 0, None)
+        assert job.attempts.get().outcome == "released"
