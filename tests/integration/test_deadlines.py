@@ -87,3 +87,23 @@ def test_release_hands_every_held_job_back_in_one_transaction(
     for job in Job.objects.all():
         assert (job.status, job.attempts_used, job.lease_owner) == (JobStatus.PENDING, 0, None)
         assert job.attempts.get().outcome == "released"
+
+
+@pytest.mark.skip_locked
+def test_apply_connect_timeout_bounds_new_connections_unless_one_is_set(settings):
+    from django.db import connections
+
+    from django_jobs.deadlines import apply_connect_timeout
+
+    options = connections["default"].settings_dict.setdefault("OPTIONS", {})
+    saved = dict(options)
+    try:
+        options.pop("connect_timeout", None)
+        apply_connect_timeout("default", 0.4)
+        assert options["connect_timeout"] == 2  # libpq's least useful value
+        options["connect_timeout"] = 7
+        apply_connect_timeout("default", 30)
+        assert options["connect_timeout"] == 7  # the project's own choice stands
+    finally:
+        options.clear()
+        options.update(saved)
