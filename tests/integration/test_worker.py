@@ -97,3 +97,32 @@ def test_worker_timed_out_handler_that_ignores_ctx_is_not_a_success(settings, ca
     assert stubborn.status == JobStatus.DEAD_LETTERED  # the late return changed nothing
     assert stubborn.last_error.startswith("TimedOut")
     assert list(stubborn.attempts.values_list("outcome", flat=True)) == ["timed_out"]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_a_clock_re_measure_failing_as_a_handler_starts_costs_no_attempt(make_job):
+    from datetime import timedelta
+
+    from tests.conftest import START
+
+    host = FakeClock(START)
+    readings = {"fail": False}
+
+    def read_database():
+        if readings["fail"]:
+            raise ConnectionError("database unreachable")
+        return host.now()
+
+    clock = DatabaseClock(host=host, refresh_seconds=60, read=read_database)
+    w = Worker({"default": 1}, clock=clock, owner="blip")
+    make_job()
+    [claimed] = w.claim_now("default", 1)
+    readings["fail"] = True  # a blip just as the re-measure comes due
+    host.advance(61)
+    assert w.execute_held(claimed) == JobStatus.SUCCEEDED
+    job = Job.objects.get(pk=claimed.id)
+    assert (job.attempts_used, list(job.attempts.values_list("outcome", flat=True))) == (
+        1,
+        ["succeeded"],
+    )
+    assert clock.offset == timedelta(0)
