@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from django.db import connections, router
+from django.db import DatabaseError, connections, router
 
 from .claims import ClaimedJob, Claimer, get_claimer
 from .clock import Clock, DatabaseClock
@@ -240,7 +240,14 @@ class Worker:
         """Run one step of a loop; log a failure and carry on serving."""
         try:
             return step()
+        except DatabaseError as exc:  # an outage: one line, not a traceback each poll
+            logger.warning(
+                "worker step failed (%s: %s); retrying",
+                type(exc).__name__,
+                str(exc).strip().splitlines()[0] if str(exc).strip() else "",
+                extra={"event": "worker_error"},
+            )
         except Exception:
             logger.exception("worker step failed; retrying", extra={"event": "worker_error"})
-            connections[self.using].close_if_unusable_or_obsolete()
-            return None
+        connections[self.using].close_if_unusable_or_obsolete()
+        return None

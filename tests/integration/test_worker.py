@@ -126,3 +126,24 @@ def test_worker_a_clock_re_measure_failing_as_a_handler_starts_costs_no_attempt(
         ["succeeded"],
     )
     assert clock.offset == timedelta(0)
+
+
+@pytest.mark.django_db
+def test_worker_a_database_outage_is_logged_in_one_line_not_a_traceback(worker, caplog):
+    from django.db import OperationalError
+
+    def step():
+        raise OperationalError("connection refused\n\tIs the server running?")
+
+    def bug():
+        raise KeyError("a bug")
+
+    w = worker()
+    assert w.guarded(step) is None
+    assert w.guarded(bug) is None
+    outage, crash = [r for r in caplog.records if r.getMessage().startswith("worker step")]
+    assert outage.levelname == "WARNING" and outage.exc_info is None
+    assert outage.getMessage() == (
+        "worker step failed (OperationalError: connection refused); retrying"
+    )
+    assert crash.levelname == "ERROR" and crash.exc_info is not None  # a bug keeps its trace
