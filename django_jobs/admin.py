@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -11,11 +12,12 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.text import Truncator
 
-from .cron import get_zone, normalise_cron
+from .cron import get_zone, validate_cron
 from .exceptions import JobsError
 from .leases import retry_job
 from .models import Attempt, DeadLetter, Job, JobStatus, RecurringJob, Worker
-from .recurring import first_run_at
+from .payloads import encode_payload
+from .recurring import check_schedule_options, first_run_at
 from .recurring import run_now as enqueue_run_now
 from .registry import get_definition
 
@@ -127,12 +129,17 @@ class RecurringJobForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        for field, check in (
-            ("cron", normalise_cron),
+        checks: tuple[tuple[str, Callable[[Any], Any]], ...] = (
+            ("cron", validate_cron),
             ("timezone", get_zone),
             ("job_name", get_definition),
-        ):
-            if data.get(field):
+            ("payload", encode_payload),
+            ("queue", lambda queue: check_schedule_options(queue=queue)),
+            ("priority", lambda priority: check_schedule_options(priority=priority)),
+            ("max_attempts", lambda attempts: check_schedule_options(max_attempts=attempts)),
+        )
+        for field, check in checks:
+            if data.get(field) is not None and field not in self.errors:
                 try:
                     check(data[field])
                 except JobsError as exc:

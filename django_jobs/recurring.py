@@ -20,12 +20,12 @@ from django.utils import timezone as dj_timezone
 
 from .claims import get_claimer
 from .conf import settings
-from .cron import get_zone, next_occurrence, normalise_cron
-from .exceptions import JobsError
+from .cron import get_zone, next_occurrence, validate_cron
+from .exceptions import JobsError, ScheduleError
 from .models import RecurringJob, ScheduleSource
 from .payloads import encode_payload
 from .registry import get_definition
-from .scheduling import JobSpec, build_job, find_live_job
+from .scheduling import JobSpec, build_job, check_job_options, find_live_job
 
 logger = logging.getLogger(__name__)
 
@@ -42,22 +42,52 @@ SCHEDULE_KEYS = {
 }
 
 
-def check_schedule_parts(cron: str, job: str | Callable[..., Any], payload: Any, zone: str) -> str:
-    """Raise a :class:`JobsError` for a bad cron, zone, payload or job; return the job name."""
-    normalise_cron(cron)
+def check_schedule_parts(
+    cron: str,
+    job: str | Callable[..., Any],
+    payload: Any,
+    zone: str,
+    *,
+    queue: str | None = None,
+    priority: int | None = None,
+    max_attempts: int | None = None,
+) -> str:
+    """Raise a :class:`JobsError` for anything that would keep a schedule from firing.
+
+    A cron that is not valid or never fires, an unknown zone, a payload that is
+    not JSON, a job that is not registered, or a queue, priority or
+    max_attempts no job can have. Returns the job name.
+    """
+    validate_cron(cron)
     get_zone(zone)
     encode_payload(payload)
+    check_schedule_options(queue=queue, priority=priority, max_attempts=max_attempts)
     return get_definition(job).name
 
 
+def check_schedule_options(
+    *, queue: str | None = None, priority: int | None = None, max_attempts: int | None = None
+) -> None:
+    """:class:`ScheduleError` for a queue, priority or max_attempts that no job can have."""
+    try:
+        check_job_options(queue=queue, priority=priority, max_attempts=max_attempts)
+    except ValueError as exc:
+        raise ScheduleError(str(exc)) from None
+
+
 def validate_schedule(
-    name: str, cron: str, job: str | Callable[..., Any], payload: Any, zone: str
+    name: str,
+    cron: str,
+    job: str | Callable[..., Any],
+    payload: Any,
+    zone: str,
+    **options: Any,
 ) -> str:
     """Check a schedule's parts; return its job name. Errors name the schedule."""
     if not isinstance(name, str) or not name.strip():
         raise ValueError("a recurring job needs a non-empty name")
     try:
-        return check_schedule_parts(cron, job, payload, zone)
+        return check_schedule_parts(cron, job, payload, zone, **options)
     except JobsError as exc:
         raise type(exc)(f"recurring job {name!r}: {exc}") from None
 
@@ -82,7 +112,16 @@ def add_recurring_job(
     time zone, ``next_run_at`` is kept, so a restart never skips or repeats
     an occurrence; a changed cron or zone (or re-enabling) starts from now.
     """
-    job_name = validate_schedule(name, cron, job, payload, timezone)
+    job_name = validate_schedule(
+        name,
+        cron,
+        job,
+        payload,
+        timezone,
+        queue=queue,
+        priority=priority,
+        max_attempts=max_attempts,
+    )
     using = router.db_for_write(RecurringJob)
     values = {
         "job_name": job_name,

@@ -3,6 +3,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 from django.urls import reverse
 from freezegun import freeze_time
 
@@ -46,13 +47,30 @@ def test_add_recurring_job_computes_the_first_run_in_its_zone():
         ({"cron": "0 2 * *"}, ScheduleError, "'bad-one'.*not a valid cron"),
         ({"timezone": "Europe/Atlantis"}, ScheduleError, "'bad-one'.*unknown time zone"),
         ({"job": "no.such.job"}, UnknownJob, "'bad-one'.*no.such.job"),
+        ({"cron": "0 0 30 2 *"}, ScheduleError, r"'bad-one': '0 0 30 2 \*' never fires"),
+        ({"cron": "0 0 31 4,6 *"}, ScheduleError, r"'bad-one': '0 0 31 4,6 \*' never fires"),
+        ({"cron": "0 25 * * *"}, ScheduleError, "'bad-one'.*hour '25' is out of range 0-23"),
+        ({"max_attempts": 0}, ScheduleError, "'bad-one': max_attempts must be a positive"),
+        ({"max_attempts": "3"}, ScheduleError, "'bad-one': max_attempts must be a positive"),
+        ({"priority": "high"}, ScheduleError, "'bad-one': priority must be an integer"),
+        ({"priority": 1.5}, ScheduleError, "'bad-one': priority must be an integer"),
+        ({"queue": ""}, ScheduleError, "'bad-one': queue must be a non-empty string"),
+        ({"queue": 7}, ScheduleError, "'bad-one': queue must be a non-empty string"),
+        ({"queue": "q" * 101}, ScheduleError, "'bad-one': queue must be .* at most 100"),
     ],
 )
 def test_add_recurring_job_refuses_bad_schedules_naming_them(kwargs, error, message):
     arguments = {"cron": "@hourly", "job": "tests.ok", "timezone": "UTC", **kwargs}
+    options = {
+        key: arguments[key] for key in ("queue", "priority", "max_attempts") if key in kwargs
+    }
     with pytest.raises(error, match=message):
         add_recurring_job(
-            "bad-one", arguments["cron"], arguments["job"], timezone=arguments["timezone"]
+            "bad-one",
+            arguments["cron"],
+            arguments["job"],
+            timezone=arguments["timezone"],
+            **options,
         )
     assert issubclass(ScheduleError, ValueError)
     assert not RecurringJob.objects.exists()
@@ -186,6 +204,34 @@ def test_check_recurring_settings_name_the_schedule(settings):
     assert len(messages) == 5
     for name in ("bad-cron", "bad-zone", "bad-job", "bad-key", "no-cron"):
         assert any(f"[{name!r}]" in message for message in messages), name
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"cron": "0 0 30 2 *"}, "'0 0 30 2 *' never fires"),
+        ({"cron": "0 25 * * *"}, "hour '25' is out of range 0-23"),
+        ({"max_attempts": 0}, "max_attempts must be a positive integer, got 0"),
+        ({"priority": "high"}, "priority must be an integer, got 'high'"),
+        ({"queue": ""}, "queue must be a non-empty string"),
+    ],
+)
+def test_check_recurring_settings_refuse_what_could_never_fire(settings, options, message):
+    settings.DJANGO_JOBS = {
+        "RECURRING": {"broken": {"cron": "@daily", "job": "tests.ok", **options}}
+    }
+    errors = check_settings()
+    assert [error.id for error in errors] == ["django_jobs.E006"]
+    assert errors[0].msg.startswith("DJANGO_JOBS['RECURRING']['broken']: ")
+    assert message in errors[0].msg
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runjobs_refuses_to_start_with_a_cron_that_never_fires(settings):
+    settings.DJANGO_JOBS = {"RECURRING": {"leap": {"cron": "0 0 30 2 *", "job": "tests.ok"}}}
+    with pytest.raises(SystemCheckError, match=r"\['leap'\]: '0 0 30 2 \*' never fires"):
+        call_command("runjobs", "--burst", skip_checks=False)
+    assert not RecurringJob.objects.exists()
 
 
 def test_worker_tick_fires_due_schedules(worker, clock):
