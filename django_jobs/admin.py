@@ -17,7 +17,7 @@ from .exceptions import JobsError
 from .leases import retry_job
 from .models import Attempt, DeadLetter, Job, JobStatus, RecurringJob, Worker
 from .payloads import encode_payload
-from .recurring import check_schedule_options, first_run_at
+from .recurring import change_schedule, check_schedule_options, first_run_at
 from .recurring import run_now as enqueue_run_now
 from .registry import get_definition
 
@@ -166,21 +166,22 @@ class RecurringJobAdmin(admin.ModelAdmin):
     actions = ["enable", "disable", "run_now"]
 
     def save_model(self, request: HttpRequest, obj: RecurringJob, form: Any, change: bool) -> None:
-        moved = {"cron", "timezone", "enabled"} & set(form.changed_data)
-        if not change or moved or obj.next_run_at is None:
+        if not change:
             obj.next_run_at = first_run_at(obj.cron, obj.timezone, timezone.now(), obj.enabled)
-        super().save_model(request, obj, form, change)
+            super().save_model(request, obj, form, change)
+            return
+        # Only what the form changed, never next_run_at as read: a scheduler
+        # may have fired the schedule since this page was loaded.
+        saved = change_schedule(obj.pk, {field: getattr(obj, field) for field in form.changed_data})
+        if saved is not None:
+            obj.next_run_at, obj.last_run_at = saved.next_run_at, saved.last_run_at
 
     @admin.action(
         description="Enable selected schedules (next run from now)", permissions=["change"]
     )
     def enable(self, request: HttpRequest, queryset: QuerySet[RecurringJob]) -> None:
-        count = 0
-        for schedule in queryset.filter(enabled=False):
-            schedule.enabled = True
-            schedule.next_run_at = first_run_at(schedule.cron, schedule.timezone, timezone.now())
-            schedule.save(update_fields=["enabled", "next_run_at"])
-            count += 1
+        disabled = queryset.filter(enabled=False).values_list("pk", flat=True)
+        count = sum(1 for pk in disabled if change_schedule(pk, {"enabled": True}) is not None)
         self.message_user(request, f"{count} schedule(s) enabled.", messages.SUCCESS)
 
     @admin.action(description="Disable selected schedules", permissions=["change"])

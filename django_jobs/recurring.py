@@ -40,6 +40,7 @@ SCHEDULE_KEYS = {
     "max_attempts",
     "overlap",
 }
+SAVE_TRIES = 10
 
 
 def check_schedule_parts(
@@ -108,9 +109,11 @@ def add_recurring_job(
 ) -> RecurringJob:
     """Create or update the schedule ``name`` and return it.
 
-    Safe to call at every startup on every instance: with the same cron and
-    time zone, ``next_run_at`` is kept, so a restart never skips or repeats
-    an occurrence; a changed cron or zone (or re-enabling) starts from now.
+    Safe to call at every startup on every instance, while schedulers fire:
+    only the fields that differ are written, never ``next_run_at`` or
+    ``last_run_at`` as read, so a restart never skips or repeats an
+    occurrence. A changed cron or zone (or re-enabling) starts from now, by a
+    guarded update that a concurrent fire makes retry.
     """
     job_name = validate_schedule(
         name,
@@ -135,31 +138,80 @@ def add_recurring_job(
         "overlap": overlap,
         "source": source,
     }
-    now = dj_timezone.now()
-    for _ in range(3):
-        existing = RecurringJob.objects.using(using).filter(name=name).first()
-        if existing is None:
+    for _ in range(SAVE_TRIES):
+        pk = (
+            RecurringJob.objects.using(using).filter(name=name).values_list("pk", flat=True).first()
+        )
+        if pk is None:
             try:
                 with transaction.atomic(using=using):
-                    next_run_at = first_run_at(cron, timezone, now, enabled)
+                    next_run_at = first_run_at(cron, timezone, dj_timezone.now(), enabled)
                     return RecurringJob.objects.using(using).create(
                         name=name, next_run_at=next_run_at, **values
                     )
             except IntegrityError:
                 continue  # another instance created it meanwhile: update it instead
-        restart = (
-            existing.cron != cron
-            or existing.timezone != timezone
-            or (enabled and not existing.enabled)
-            or existing.next_run_at is None
-        )
-        for field, value in values.items():
-            setattr(existing, field, value)
-        if restart:
-            existing.next_run_at = first_run_at(cron, timezone, now, enabled)
-        existing.save(using=using)
-        return existing
+        schedule = change_schedule(pk, values, using=using)
+        if schedule is not None:
+            return schedule
     raise JobsError(f"recurring job {name!r} could not be saved")
+
+
+def change_schedule(
+    pk: int, values: Mapping[str, Any], *, using: str | None = None
+) -> RecurringJob | None:
+    """Write to schedule ``pk`` those of ``values`` that differ; return it (None if gone).
+
+    Never writes ``next_run_at`` or ``last_run_at`` as read: a schedule whose
+    cron or zone changes, that is enabled again, or that has no next run,
+    restarts from now by a compare-and-set on the row as read, retried if a
+    scheduler fired it meanwhile. The admin's form and actions use this too.
+    """
+    using = using or router.db_for_write(RecurringJob)
+    for _ in range(SAVE_TRIES):
+        current = RecurringJob.objects.using(using).filter(pk=pk).first()
+        if current is None:
+            return None
+        changes = {
+            field: value for field, value in values.items() if getattr(current, field) != value
+        }
+        if _restarts(current, changes):
+            # Strictly after the last fired occurrence too, whatever this host's clock says.
+            after = dj_timezone.now()
+            if current.last_run_at is not None and current.last_run_at > after:
+                after = current.last_run_at
+            changes["next_run_at"] = first_run_at(
+                changes.get("cron", current.cron),
+                changes.get("timezone", current.timezone),
+                after,
+                changes.get("enabled", current.enabled),
+            )
+        if not changes:
+            return current
+        if _compare_and_set(current, changes, using):
+            current.refresh_from_db(using=using)
+            return current
+    raise JobsError(f"recurring job #{pk} could not be saved: it kept changing")
+
+
+def _restarts(current: RecurringJob, changes: Mapping[str, Any]) -> bool:
+    enabled = changes.get("enabled", current.enabled)
+    return (
+        "cron" in changes
+        or "timezone" in changes
+        or (enabled and not current.enabled)
+        or (enabled and current.next_run_at is None)
+    )
+
+
+def _compare_and_set(current: RecurringJob, changes: Mapping[str, Any], using: str) -> bool:
+    """Apply ``changes`` if the fields that decide the next run still hold what was read."""
+    guard = RecurringJob.objects.using(using).filter(
+        pk=current.pk, cron=current.cron, timezone=current.timezone, enabled=current.enabled
+    )
+    if "next_run_at" in changes:
+        guard = guard.filter(next_run_at=current.next_run_at)  # None reads as IS NULL
+    return bool(guard.update(**changes))
 
 
 def remove_recurring_job(name: str) -> bool:

@@ -15,7 +15,7 @@ from freezegun import freeze_time
 
 from django_jobs import add_recurring_job
 from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, RecurringJob
-from tests.integration.test_recurring import T0
+from tests.integration.test_recurring import T0, at, scheduler_fires_after_next_read
 
 pytestmark = pytest.mark.django_db
 
@@ -291,6 +291,29 @@ def minutely() -> Any:
         return add_recurring_job("nightly", "* * * * *", "tests.ok")
 
 
+def test_admin_recurring_saving_an_unchanged_form_after_a_fire_keeps_next_run_at(
+    admin_client, minutely
+):
+    change = reverse("admin:django_jobs_recurringjob_change", args=[minutely.pk])
+    # The scheduler fires 12:01 after the admin has read the row, before it saves.
+    with scheduler_fires_after_next_read(at(1)):
+        response = admin_client.post(change, schedule_form())
+    assert response.status_code == 302
+    schedule = RecurringJob.objects.get()
+    assert (schedule.next_run_at, schedule.last_run_at) == (at(1.5), at(0.5))
+    assert Job.objects.count() == 1
+
+
+def test_admin_recurring_changed_cron_restarts_from_now(admin_client, minutely):
+    change = reverse("admin:django_jobs_recurringjob_change", args=[minutely.pk])
+    with freeze_time(at(3)):
+        response = admin_client.post(change, schedule_form(cron="*/10 * * * *", queue="emails"))
+    assert response.status_code == 302
+    schedule = RecurringJob.objects.get()
+    assert (schedule.cron, schedule.queue) == ("*/10 * * * *", "emails")
+    assert schedule.next_run_at == T0.replace(minute=10, second=0)
+
+
 @pytest.mark.parametrize(
     ("field", "value", "message"),
     [
@@ -312,3 +335,12 @@ def test_admin_recurring_form_refuses_a_schedule_that_could_never_fire(
     assert response.status_code == 200
     assert message in response.content.decode()
     assert RecurringJob.objects.count() == 1
+
+
+def test_admin_recurring_enable_restarts_from_now(admin_client, minutely):
+    RecurringJob.objects.update(enabled=False)
+    changelist = reverse(RECURRING_CHANGELIST)
+    with freeze_time(at(30)):
+        admin_client.post(changelist, {"action": "enable", ACTION_CHECKBOX_NAME: [minutely.pk]})
+    schedule = RecurringJob.objects.get()
+    assert (schedule.enabled, schedule.next_run_at) == (True, at(30.5))

@@ -1,9 +1,13 @@
 import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
+from django.db import connection
 from django.urls import reverse
 from freezegun import freeze_time
 
@@ -20,6 +24,27 @@ T0 = datetime(2026, 1, 5, 12, 0, 30, tzinfo=UTC)
 
 def at(minutes: float) -> datetime:
     return T0 + timedelta(minutes=minutes)
+
+
+@contextmanager
+def scheduler_fires_after_next_read(now: datetime) -> Iterator[None]:
+    """Run ``enqueue_due(now)`` right after the next read of a schedule's ``next_run_at``.
+
+    A scheduler firing between the read and the write of whatever runs inside,
+    placed deterministically with Django's own ``execute_wrapper`` hook.
+    """
+    fired: list[int] = []
+
+    def wrapper(execute: Callable[..., Any], sql: str, *args: Any) -> Any:
+        result = execute(sql, *args)
+        if not fired and sql.startswith("SELECT") and "next_run_at" in sql:
+            fired.append(0)
+            fired[0] = enqueue_due(now)
+        return result
+
+    with connection.execute_wrapper(wrapper):
+        yield
+    assert fired == [1], "the scheduler did not fire in between"
 
 
 @freeze_time(T0)
@@ -147,6 +172,29 @@ def test_overlap_true_enqueues_while_the_previous_run_is_live():
     assert enqueue_due(at(1)) == 1
     assert enqueue_due(at(2)) == 1
     assert Job.objects.filter(status=JobStatus.PENDING).count() == 2
+
+
+def test_add_recurring_job_never_writes_back_a_next_run_at_a_scheduler_advanced():
+    with freeze_time(T0):
+        add_recurring_job("r", "* * * * *", "tests.ok", {"v": 1})  # next: 12:01
+        with scheduler_fires_after_next_read(at(1)):  # fires 12:01, moves to 12:02
+            schedule = add_recurring_job("r", "* * * * *", "tests.ok", {"v": 2})
+    assert (schedule.next_run_at, schedule.last_run_at) == (at(1.5), at(0.5))
+    assert schedule.payload == {"v": 2}
+    assert enqueue_due(at(1)) == 0  # 12:01 is not enqueued again
+    assert Job.objects.count() == 1
+
+
+def test_add_recurring_job_restart_does_not_undo_a_concurrent_fire():
+    # This host's clock (12:00:30) is behind the scheduler's (12:01:30), and the
+    # changed cron restarts the schedule from now while that scheduler fires 12:01.
+    with freeze_time(T0):
+        add_recurring_job("r", "* * * * *", "tests.ok")  # next: 12:01
+        with scheduler_fires_after_next_read(at(1)):
+            schedule = add_recurring_job("r", "0-59 * * * *", "tests.ok")
+    assert schedule.next_run_at == at(1.5)  # 12:02: strictly after the occurrence just fired
+    assert enqueue_due(at(1)) == 0
+    assert [job.run_at for job in Job.objects.all()] == [at(0.5)]
 
 
 def test_a_row_edited_to_a_bad_cron_is_logged_and_skipped(caplog):
