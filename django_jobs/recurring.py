@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, router, transaction
+from django.db.models import Q
 from django.utils import timezone as dj_timezone
 
 from .claims import get_claimer
@@ -227,44 +228,74 @@ def first_run_at(cron: str, zone: str, now: datetime, enabled: bool = True) -> d
 
 
 def enqueue_due(now: datetime, *, using: str | None = None, batch: int = 100) -> int:
-    """Fire every enabled schedule due at ``now``; return how many jobs were enqueued."""
+    """Fire every enabled schedule due at ``now``; return how many jobs were enqueued.
+
+    Reads the due schedules a page of ``batch`` at a time, in ``(next_run_at,
+    id)`` order, and goes on past the last row read, so rows that fail stay
+    behind and never starve the ones after them.
+    """
     using = using or router.db_for_write(RecurringJob)
-    due = list(
-        RecurringJob.objects.using(using)
-        .filter(enabled=True, next_run_at__lte=now)
-        .order_by("next_run_at")[:batch]
-    )
     fired = 0
-    for schedule in due:
-        try:
-            fired += fire(schedule, now, using)
-        except Exception as exc:
-            logger.error(
-                "recurring job %r not fired: %s: %s",
-                schedule.name,
-                type(exc).__name__,
-                exc,
-                extra={"event": "recurring_error", "schedule": schedule.name},
-            )
-    return fired
+    after: tuple[datetime, int] | None = None
+    while True:
+        page = _due_page(now, using, batch, after)
+        for schedule in page:
+            fired += _fire_logged(schedule, now, using)
+        if len(page) < batch:
+            return fired
+        last = page[-1]
+        assert last.next_run_at is not None
+        after = (last.next_run_at, last.pk)
+
+
+def _due_page(
+    now: datetime, using: str, batch: int, after: tuple[datetime, int] | None
+) -> list[RecurringJob]:
+    due = RecurringJob.objects.using(using).filter(enabled=True, next_run_at__lte=now)
+    if after is not None:
+        due = due.filter(Q(next_run_at__gt=after[0]) | Q(next_run_at=after[0], pk__gt=after[1]))
+    return list(due.order_by("next_run_at", "pk")[:batch])
+
+
+def _fire_logged(schedule: RecurringJob, now: datetime, using: str) -> int:
+    try:
+        return fire(schedule, now, using)
+    except Exception as exc:
+        logger.error(
+            "recurring job %r not fired: %s: %s",
+            schedule.name,
+            type(exc).__name__,
+            exc,
+            extra={"event": "recurring_error", "schedule": schedule.name},
+        )
+        return 0
 
 
 def fire(schedule: RecurringJob, now: datetime, using: str) -> int:
-    """Fire one due occurrence of ``schedule``; 1 if this call enqueued its job."""
+    """Fire one due occurrence of ``schedule``; 1 if this call enqueued its job.
+
+    A row that cannot make a job (its job no longer registered, a stored
+    cron, payload or option that is not valid) is moved on rather than left
+    due: see :func:`_move_past`.
+    """
     occurrence = schedule.next_run_at
     assert occurrence is not None
-    following = next_occurrence(schedule.cron, schedule.timezone, max(now, occurrence))
-    job = build_job(
-        JobSpec(
-            schedule.job_name,
-            schedule.payload,
-            run_at=occurrence,
-            queue=schedule.queue,
-            priority=schedule.priority,
-            max_attempts=schedule.max_attempts,
-            unique_key=None if schedule.overlap else f"recurring:{schedule.name}",
+    try:
+        following = next_occurrence(schedule.cron, schedule.timezone, max(now, occurrence))
+        job = build_job(
+            JobSpec(
+                schedule.job_name,
+                schedule.payload,
+                run_at=occurrence,
+                queue=schedule.queue,
+                priority=schedule.priority,
+                max_attempts=schedule.max_attempts,
+                unique_key=None if schedule.overlap else f"recurring:{schedule.name}",
+            )
         )
-    )
+    except Exception as exc:  # the row's own content: no database call above
+        _move_past(schedule, occurrence, now, exc, using)
+        return 0
     with get_claimer(using).write_transaction():
         moved = (
             RecurringJob.objects.using(using)
@@ -290,6 +321,47 @@ def fire(schedule: RecurringJob, now: datetime, using: str) -> int:
         extra={"event": "recurring_fired", "schedule": schedule.name, "job_id": job.pk},
     )
     return 1
+
+
+def _move_past(
+    schedule: RecurringJob, occurrence: datetime, now: datetime, error: Exception, using: str
+) -> None:
+    """Log why ``occurrence`` cannot fire, and take the row out of the due set.
+
+    Like cron when a command fails: the occurrence is skipped and the schedule
+    tries again at its next one, so it resumes by itself once the job is
+    registered again or the row is fixed. A cron or zone that gives no next
+    occurrence leaves nothing to wait for: the schedule is disabled, to be
+    enabled again once fixed. Both writes are guarded by the occurrence read,
+    so they never undo a fire by another worker.
+    """
+    problem = f"{type(error).__name__}: {error}"
+    guard = RecurringJob.objects.using(using).filter(
+        pk=schedule.pk, enabled=True, next_run_at=occurrence
+    )
+    extra = {"event": "recurring_error", "schedule": schedule.name}
+    try:
+        following = next_occurrence(schedule.cron, schedule.timezone, max(now, occurrence))
+    except Exception:
+        if guard.update(enabled=False):
+            logger.error(
+                "recurring job %r not fired for %s: %s; schedule disabled: fix its cron or "
+                "time zone and enable it again",
+                schedule.name,
+                occurrence.isoformat(),
+                problem,
+                extra=extra,
+            )
+        return
+    if guard.update(next_run_at=following):
+        logger.error(
+            "recurring job %r not fired for %s: %s; occurrence skipped, next try at %s",
+            schedule.name,
+            occurrence.isoformat(),
+            problem,
+            following.isoformat(),
+            extra=extra,
+        )
 
 
 def run_now(schedule: RecurringJob) -> Any:

@@ -174,6 +174,79 @@ def test_overlap_true_enqueues_while_the_previous_run_is_live():
     assert Job.objects.filter(status=JobStatus.PENDING).count() == 2
 
 
+@pytest.mark.parametrize("cron", ["every tuesday", "0 0 30 2 *"])
+def test_a_row_edited_to_a_bad_cron_is_logged_disabled_and_skipped(caplog, cron):
+    with freeze_time(T0):
+        add_recurring_job("broken", "* * * * *", "tests.ok")
+        add_recurring_job("fine", "* * * * *", "tests.ok", {"fine": True})
+    RecurringJob.objects.filter(name="broken").update(cron=cron)
+    with caplog.at_level(logging.ERROR, logger="django_jobs"):
+        assert enqueue_due(at(1)) == 1
+    assert "'broken' not fired" in caplog.text
+    assert "ScheduleError" in caplog.text and "schedule disabled" in caplog.text
+    assert Job.objects.get().payload == {"fine": True}
+    assert not RecurringJob.objects.get(name="broken").enabled  # nothing to wait for
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="django_jobs"):
+        assert enqueue_due(at(2)) == 1
+    assert caplog.text == ""  # logged once, not on every tick
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [({"job_name": "no.such.job"}, "UnknownJob"), ({"max_attempts": 0}, "ValueError")],
+)
+def test_a_schedule_that_cannot_make_a_job_skips_the_occurrence_and_tries_the_next(
+    caplog, bad, error
+):
+    with freeze_time(T0):
+        add_recurring_job("hand-edited", "*/5 * * * *", "tests.ok")  # next: 12:05
+    RecurringJob.objects.filter(name="hand-edited").update(**bad)
+    with caplog.at_level(logging.ERROR, logger="django_jobs"):
+        assert enqueue_due(at(4.5)) == 0
+        assert enqueue_due(at(5)) == 0  # moved on: not tried again on every tick
+    assert caplog.text.count("'hand-edited' not fired for 2026-01-05T12:05:00+00:00") == 1
+    assert f"{error}: " in caplog.text
+    assert "next try at 2026-01-05T12:10:00+00:00" in caplog.text
+    schedule = RecurringJob.objects.get()
+    assert (schedule.enabled, schedule.next_run_at, schedule.last_run_at) == (True, at(9.5), None)
+    RecurringJob.objects.update(job_name="tests.ok", max_attempts=None)  # fixed
+    assert enqueue_due(at(9.5)) == 1
+    assert Job.objects.get().run_at == at(9.5)
+
+
+def test_schedules_that_fail_do_not_starve_the_one_behind_them(caplog):
+    due = at(1) - timedelta(seconds=30)  # 12:01
+    RecurringJob.objects.bulk_create(
+        RecurringJob(
+            name=f"unregistered-{index:03}",
+            job_name="no.such.job",
+            cron="* * * * *",
+            next_run_at=due - timedelta(seconds=index + 1),
+        )
+        for index in range(150)
+    )
+    RecurringJob.objects.create(name="good", job_name="tests.ok", cron="* * * * *", next_run_at=due)
+    with caplog.at_level(logging.ERROR, logger="django_jobs"):
+        assert enqueue_due(at(1)) == 1  # one call reaches the good one behind 150 bad
+    assert Job.objects.get().name == "tests.ok"
+    errors = [record.getMessage() for record in caplog.records]
+    assert len(errors) == 150
+    assert all("not fired" in error and "no.such.job" in error for error in errors)
+    assert {record.schedule for record in caplog.records} == {  # type: ignore[attr-defined]
+        f"unregistered-{index:03}" for index in range(150)
+    }
+
+
+def test_enqueue_due_fires_every_due_schedule_in_one_call_page_by_page():
+    # Pages of two, read past the last row of each page: one call reaches all five.
+    with freeze_time(T0):
+        for index in range(5):
+            add_recurring_job(f"s{index}", "* * * * *", "tests.ok")
+    assert enqueue_due(at(1), batch=2) == 5
+    assert enqueue_due(at(1), batch=2) == 0
+
+
 def test_add_recurring_job_never_writes_back_a_next_run_at_a_scheduler_advanced():
     with freeze_time(T0):
         add_recurring_job("r", "* * * * *", "tests.ok", {"v": 1})  # next: 12:01
@@ -195,17 +268,6 @@ def test_add_recurring_job_restart_does_not_undo_a_concurrent_fire():
     assert schedule.next_run_at == at(1.5)  # 12:02: strictly after the occurrence just fired
     assert enqueue_due(at(1)) == 0
     assert [job.run_at for job in Job.objects.all()] == [at(0.5)]
-
-
-def test_a_row_edited_to_a_bad_cron_is_logged_and_skipped(caplog):
-    with freeze_time(T0):
-        add_recurring_job("broken", "* * * * *", "tests.ok")
-        add_recurring_job("fine", "* * * * *", "tests.ok", {"fine": True})
-    RecurringJob.objects.filter(name="broken").update(cron="every tuesday")
-    with caplog.at_level(logging.ERROR, logger="django_jobs"):
-        assert enqueue_due(at(1)) == 1
-    assert "'broken' not fired" in caplog.text
-    assert Job.objects.get().payload == {"fine": True}
 
 
 def test_disabled_schedules_do_not_fire_and_remove_deletes():
