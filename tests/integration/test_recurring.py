@@ -1,4 +1,8 @@
 import logging
+import os
+import sqlite3
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
@@ -15,6 +19,7 @@ from django_jobs import ScheduleError, UnknownJob, add_recurring_job, remove_rec
 from django_jobs.checks import check_settings
 from django_jobs.models import Job, JobStatus, RecurringJob
 from django_jobs.recurring import enqueue_due, sync_from_settings
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.django_db
 
@@ -392,3 +397,43 @@ def test_admin_recurring_run_now_enable_disable_and_validation(admin_client):
     assert response.status_code == 200
     assert "not a valid cron expression" in response.content.decode()
     assert RecurringJob.objects.get().cron == "@daily"
+
+
+def test_docs_post_migrate_recipe_adds_schedules_on_a_fresh_database(tmp_path):
+    # The recipe from docs/recurring.md, as a project would paste it, migrated from scratch.
+    docs = (ROOT / "docs" / "recurring.md").read_text()
+    recipe = next(block for block in docs.split("```python\n") if "# reports/apps.py" in block)
+    app = tmp_path / "reports"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    (app / "apps.py").write_text(recipe.split("```")[0])
+    (app / "jobs.py").write_text(
+        "from django_jobs import job\n\n\n@job('reports.nightly')\ndef nightly(ctx, payload):\n"
+        "    pass\n"
+    )
+    database = tmp_path / "fresh.sqlite3"
+    (tmp_path / "recipe_settings.py").write_text(
+        "SECRET_KEY = 'recipe'\nUSE_TZ = True\nDEFAULT_AUTO_FIELD = 'django.db.models.AutoField'\n"
+        "INSTALLED_APPS = ['django.contrib.contenttypes', 'django_jobs', 'reports']\n"
+        "DATABASES = {'default': {'ENGINE': 'django.db.backends.sqlite3', "
+        f"'NAME': {str(database)!r}, 'OPTIONS': {{'transaction_mode': 'IMMEDIATE'}}}}}}\n"
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}",
+        "DJANGO_SETTINGS_MODULE": "recipe_settings",
+    }
+    for _ in range(2):  # a fresh database, then again: the receiver is idempotent
+        done = subprocess.run(  # noqa: S603
+            [sys.executable, "-W", "error", "-m", "django", "migrate", "-v0"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == ""
+    with sqlite3.connect(database) as db:
+        rows = db.execute("SELECT name, cron, timezone FROM django_jobs_recurringjob").fetchall()
+    assert rows == [("nightly-report", "0 2 * * *", "Europe/Paris")]
