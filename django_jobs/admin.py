@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -11,11 +12,12 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.text import Truncator
 
-from .cron import get_zone, normalise_cron
+from .cron import get_zone, validate_cron
 from .exceptions import JobsError
 from .leases import retry_job
 from .models import Attempt, DeadLetter, Job, JobStatus, RecurringJob, Worker
-from .recurring import first_run_at
+from .payloads import encode_payload
+from .recurring import change_schedule, check_schedule_options, first_run_at
 from .recurring import run_now as enqueue_run_now
 from .registry import get_definition
 
@@ -127,12 +129,17 @@ class RecurringJobForm(forms.ModelForm):
 
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        for field, check in (
-            ("cron", normalise_cron),
+        checks: tuple[tuple[str, Callable[[Any], Any]], ...] = (
+            ("cron", validate_cron),
             ("timezone", get_zone),
             ("job_name", get_definition),
-        ):
-            if data.get(field):
+            ("payload", encode_payload),
+            ("queue", lambda queue: check_schedule_options(queue=queue)),
+            ("priority", lambda priority: check_schedule_options(priority=priority)),
+            ("max_attempts", lambda attempts: check_schedule_options(max_attempts=attempts)),
+        )
+        for field, check in checks:
+            if data.get(field) is not None and field not in self.errors:
                 try:
                     check(data[field])
                 except JobsError as exc:
@@ -159,21 +166,22 @@ class RecurringJobAdmin(admin.ModelAdmin):
     actions = ["enable", "disable", "run_now"]
 
     def save_model(self, request: HttpRequest, obj: RecurringJob, form: Any, change: bool) -> None:
-        moved = {"cron", "timezone", "enabled"} & set(form.changed_data)
-        if not change or moved or obj.next_run_at is None:
+        if not change:
             obj.next_run_at = first_run_at(obj.cron, obj.timezone, timezone.now(), obj.enabled)
-        super().save_model(request, obj, form, change)
+            super().save_model(request, obj, form, change)
+            return
+        # Only what the form changed, never next_run_at as read: a scheduler
+        # may have fired the schedule since this page was loaded.
+        saved = change_schedule(obj.pk, {field: getattr(obj, field) for field in form.changed_data})
+        if saved is not None:
+            obj.next_run_at, obj.last_run_at = saved.next_run_at, saved.last_run_at
 
     @admin.action(
         description="Enable selected schedules (next run from now)", permissions=["change"]
     )
     def enable(self, request: HttpRequest, queryset: QuerySet[RecurringJob]) -> None:
-        count = 0
-        for schedule in queryset.filter(enabled=False):
-            schedule.enabled = True
-            schedule.next_run_at = first_run_at(schedule.cron, schedule.timezone, timezone.now())
-            schedule.save(update_fields=["enabled", "next_run_at"])
-            count += 1
+        disabled = queryset.filter(enabled=False).values_list("pk", flat=True)
+        count = sum(1 for pk in disabled if change_schedule(pk, {"enabled": True}) is not None)
         self.message_user(request, f"{count} schedule(s) enabled.", messages.SUCCESS)
 
     @admin.action(description="Disable selected schedules", permissions=["change"])

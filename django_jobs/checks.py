@@ -143,6 +143,9 @@ def _recurring_errors(recurring: Any) -> list[CheckMessage]:
                 options["job"],
                 options.get("payload"),
                 options.get("timezone", "UTC"),
+                queue=options.get("queue"),
+                priority=options.get("priority"),
+                max_attempts=options.get("max_attempts"),
             )
         except JobsError as exc:
             errors.append(Error(f"{where}: {exc}", id="django_jobs.E006"))

@@ -8,6 +8,10 @@ found in the zone's wall time and then placed on the time line:
   next valid instant (the moment the clocks jump);
 - one that falls in a repeated hour (clocks go back) fires once, at its
   first passage.
+
+:func:`validate_cron` is the check every entry point shares (the API, the
+settings check, the admin form): it names the field that is wrong and refuses
+an expression that no date matches (``0 0 30 2 *``).
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from __future__ import annotations
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, CroniterError, croniter
 
 from .exceptions import ScheduleError
 
@@ -29,6 +33,17 @@ ALIASES = {
     "@hourly": "0 * * * *",
 }
 UTC = timezone.utc
+FIELDS = (
+    ("minute", "0-59"),
+    ("hour", "0-23"),
+    ("day-of-month", "1-31"),
+    ("month", "1-12 or jan-dec"),
+    ("day-of-week", "0-7 or sun-sat"),
+)
+# Any date pattern a cron can name (a weekday of February 29th at worst) recurs
+# within 40 years of any instant, so croniter's 50-year search settles whether
+# an expression ever fires; the reference instant does not change the answer.
+REFERENCE = datetime(2000, 1, 1)
 
 
 def normalise_cron(cron: str) -> str:
@@ -37,11 +52,40 @@ def normalise_cron(cron: str) -> str:
         raise ScheduleError(f"a cron expression must be a non-empty string, got {cron!r}")
     text = " ".join(cron.split())
     text = ALIASES.get(text.lower(), text)
-    if len(text.split()) != 5 or not croniter.is_valid(text):
+    if len(text.split()) != 5:
         raise ScheduleError(
             f"{cron!r} is not a valid cron expression: use five fields "
             "(minute hour day-of-month month day-of-week) or an alias such as @daily"
         )
+    if not croniter.is_valid(text):
+        raise ScheduleError(f"{cron!r} is not a valid cron expression: {_field_problem(text)}")
+    return text
+
+
+def _field_problem(text: str) -> str:
+    """Which field of a five-field expression croniter refuses, and why."""
+    parts = text.split()
+    for index, ((label, allowed), value) in enumerate(zip(FIELDS, parts, strict=True)):
+        alone = " ".join(value if i == index else "*" for i in range(5))
+        try:
+            croniter.expand(alone)
+        except CroniterError as exc:
+            if "out of range" in str(exc) or "out of bands" in str(exc):
+                return f"{label} {value!r} is out of range {allowed}"
+            return f"{label} {value!r} is not valid (allowed: {allowed}, with * , - /)"
+    return "its fields do not combine"
+
+
+def validate_cron(cron: str) -> str:
+    """The five-field form of a cron that can fire; :class:`ScheduleError` otherwise."""
+    text = normalise_cron(cron)
+    try:
+        croniter(text, REFERENCE).get_next(datetime)
+    except CroniterBadDateError:
+        raise ScheduleError(
+            f"{cron!r} never fires: no date matches its day-of-month, month and day-of-week "
+            "(day-of-month and day-of-week combine with OR when both are set)"
+        ) from None
     return text
 
 
@@ -70,10 +114,13 @@ def next_occurrence(cron: str, zone_name: str, after: datetime) -> datetime:
     wall = after.astimezone(zone).replace(tzinfo=None)
     # Start an hour of wall time back, so the repeated hour's first passage is not missed.
     iterator = croniter(normalise_cron(cron), wall - timedelta(hours=2))
-    for _ in range(100_000):
-        candidate = _place(iterator.get_next(datetime), zone)
-        if candidate > after:
-            return candidate
+    try:
+        for _ in range(100_000):
+            candidate = _place(iterator.get_next(datetime), zone)
+            if candidate > after:
+                return candidate
+    except CroniterBadDateError:
+        pass
     raise ScheduleError(f"{cron!r} has no occurrence after {after.isoformat()}")
 
 

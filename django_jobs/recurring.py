@@ -16,16 +16,17 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, router, transaction
+from django.db.models import Q
 from django.utils import timezone as dj_timezone
 
 from .claims import get_claimer
 from .conf import settings
-from .cron import get_zone, next_occurrence, normalise_cron
-from .exceptions import JobsError
+from .cron import get_zone, next_occurrence, validate_cron
+from .exceptions import JobsError, ScheduleError
 from .models import RecurringJob, ScheduleSource
 from .payloads import encode_payload
 from .registry import get_definition
-from .scheduling import JobSpec, build_job, find_live_job
+from .scheduling import JobSpec, build_job, check_job_options, find_live_job
 
 logger = logging.getLogger(__name__)
 
@@ -40,24 +41,55 @@ SCHEDULE_KEYS = {
     "max_attempts",
     "overlap",
 }
+SAVE_TRIES = 10
 
 
-def check_schedule_parts(cron: str, job: str | Callable[..., Any], payload: Any, zone: str) -> str:
-    """Raise a :class:`JobsError` for a bad cron, zone, payload or job; return the job name."""
-    normalise_cron(cron)
+def check_schedule_parts(
+    cron: str,
+    job: str | Callable[..., Any],
+    payload: Any,
+    zone: str,
+    *,
+    queue: str | None = None,
+    priority: int | None = None,
+    max_attempts: int | None = None,
+) -> str:
+    """Raise a :class:`JobsError` for anything that would keep a schedule from firing.
+
+    A cron that is not valid or never fires, an unknown zone, a payload that is
+    not JSON, a job that is not registered, or a queue, priority or
+    max_attempts no job can have. Returns the job name.
+    """
+    validate_cron(cron)
     get_zone(zone)
     encode_payload(payload)
+    check_schedule_options(queue=queue, priority=priority, max_attempts=max_attempts)
     return get_definition(job).name
 
 
+def check_schedule_options(
+    *, queue: str | None = None, priority: int | None = None, max_attempts: int | None = None
+) -> None:
+    """:class:`ScheduleError` for a queue, priority or max_attempts that no job can have."""
+    try:
+        check_job_options(queue=queue, priority=priority, max_attempts=max_attempts)
+    except ValueError as exc:
+        raise ScheduleError(str(exc)) from None
+
+
 def validate_schedule(
-    name: str, cron: str, job: str | Callable[..., Any], payload: Any, zone: str
+    name: str,
+    cron: str,
+    job: str | Callable[..., Any],
+    payload: Any,
+    zone: str,
+    **options: Any,
 ) -> str:
     """Check a schedule's parts; return its job name. Errors name the schedule."""
     if not isinstance(name, str) or not name.strip():
         raise ValueError("a recurring job needs a non-empty name")
     try:
-        return check_schedule_parts(cron, job, payload, zone)
+        return check_schedule_parts(cron, job, payload, zone, **options)
     except JobsError as exc:
         raise type(exc)(f"recurring job {name!r}: {exc}") from None
 
@@ -78,11 +110,22 @@ def add_recurring_job(
 ) -> RecurringJob:
     """Create or update the schedule ``name`` and return it.
 
-    Safe to call at every startup on every instance: with the same cron and
-    time zone, ``next_run_at`` is kept, so a restart never skips or repeats
-    an occurrence; a changed cron or zone (or re-enabling) starts from now.
+    Safe to call at every startup on every instance, while schedulers fire:
+    only the fields that differ are written, never ``next_run_at`` or
+    ``last_run_at`` as read, so a restart never skips or repeats an
+    occurrence. A changed cron or zone (or re-enabling) starts from now, by a
+    guarded update that a concurrent fire makes retry.
     """
-    job_name = validate_schedule(name, cron, job, payload, timezone)
+    job_name = validate_schedule(
+        name,
+        cron,
+        job,
+        payload,
+        timezone,
+        queue=queue,
+        priority=priority,
+        max_attempts=max_attempts,
+    )
     using = router.db_for_write(RecurringJob)
     values = {
         "job_name": job_name,
@@ -96,31 +139,80 @@ def add_recurring_job(
         "overlap": overlap,
         "source": source,
     }
-    now = dj_timezone.now()
-    for _ in range(3):
-        existing = RecurringJob.objects.using(using).filter(name=name).first()
-        if existing is None:
+    for _ in range(SAVE_TRIES):
+        pk = (
+            RecurringJob.objects.using(using).filter(name=name).values_list("pk", flat=True).first()
+        )
+        if pk is None:
             try:
                 with transaction.atomic(using=using):
-                    next_run_at = first_run_at(cron, timezone, now, enabled)
+                    next_run_at = first_run_at(cron, timezone, dj_timezone.now(), enabled)
                     return RecurringJob.objects.using(using).create(
                         name=name, next_run_at=next_run_at, **values
                     )
             except IntegrityError:
                 continue  # another instance created it meanwhile: update it instead
-        restart = (
-            existing.cron != cron
-            or existing.timezone != timezone
-            or (enabled and not existing.enabled)
-            or existing.next_run_at is None
-        )
-        for field, value in values.items():
-            setattr(existing, field, value)
-        if restart:
-            existing.next_run_at = first_run_at(cron, timezone, now, enabled)
-        existing.save(using=using)
-        return existing
+        schedule = change_schedule(pk, values, using=using)
+        if schedule is not None:
+            return schedule
     raise JobsError(f"recurring job {name!r} could not be saved")
+
+
+def change_schedule(
+    pk: int, values: Mapping[str, Any], *, using: str | None = None
+) -> RecurringJob | None:
+    """Write to schedule ``pk`` those of ``values`` that differ; return it (None if gone).
+
+    Never writes ``next_run_at`` or ``last_run_at`` as read: a schedule whose
+    cron or zone changes, that is enabled again, or that has no next run,
+    restarts from now by a compare-and-set on the row as read, retried if a
+    scheduler fired it meanwhile. The admin's form and actions use this too.
+    """
+    using = using or router.db_for_write(RecurringJob)
+    for _ in range(SAVE_TRIES):
+        current = RecurringJob.objects.using(using).filter(pk=pk).first()
+        if current is None:
+            return None
+        changes = {
+            field: value for field, value in values.items() if getattr(current, field) != value
+        }
+        if _restarts(current, changes):
+            # Strictly after the last fired occurrence too, whatever this host's clock says.
+            after = dj_timezone.now()
+            if current.last_run_at is not None and current.last_run_at > after:
+                after = current.last_run_at
+            changes["next_run_at"] = first_run_at(
+                changes.get("cron", current.cron),
+                changes.get("timezone", current.timezone),
+                after,
+                changes.get("enabled", current.enabled),
+            )
+        if not changes:
+            return current
+        if _compare_and_set(current, changes, using):
+            current.refresh_from_db(using=using)
+            return current
+    raise JobsError(f"recurring job #{pk} could not be saved: it kept changing")
+
+
+def _restarts(current: RecurringJob, changes: Mapping[str, Any]) -> bool:
+    enabled = changes.get("enabled", current.enabled)
+    return (
+        "cron" in changes
+        or "timezone" in changes
+        or (enabled and not current.enabled)
+        or (enabled and current.next_run_at is None)
+    )
+
+
+def _compare_and_set(current: RecurringJob, changes: Mapping[str, Any], using: str) -> bool:
+    """Apply ``changes`` if the fields that decide the next run still hold what was read."""
+    guard = RecurringJob.objects.using(using).filter(
+        pk=current.pk, cron=current.cron, timezone=current.timezone, enabled=current.enabled
+    )
+    if "next_run_at" in changes:
+        guard = guard.filter(next_run_at=current.next_run_at)  # None reads as IS NULL
+    return bool(guard.update(**changes))
 
 
 def remove_recurring_job(name: str) -> bool:
@@ -136,44 +228,74 @@ def first_run_at(cron: str, zone: str, now: datetime, enabled: bool = True) -> d
 
 
 def enqueue_due(now: datetime, *, using: str | None = None, batch: int = 100) -> int:
-    """Fire every enabled schedule due at ``now``; return how many jobs were enqueued."""
+    """Fire every enabled schedule due at ``now``; return how many jobs were enqueued.
+
+    Reads the due schedules a page of ``batch`` at a time, in ``(next_run_at,
+    id)`` order, and goes on past the last row read, so rows that fail stay
+    behind and never starve the ones after them.
+    """
     using = using or router.db_for_write(RecurringJob)
-    due = list(
-        RecurringJob.objects.using(using)
-        .filter(enabled=True, next_run_at__lte=now)
-        .order_by("next_run_at")[:batch]
-    )
     fired = 0
-    for schedule in due:
-        try:
-            fired += fire(schedule, now, using)
-        except Exception as exc:
-            logger.error(
-                "recurring job %r not fired: %s: %s",
-                schedule.name,
-                type(exc).__name__,
-                exc,
-                extra={"event": "recurring_error", "schedule": schedule.name},
-            )
-    return fired
+    after: tuple[datetime, int] | None = None
+    while True:
+        page = _due_page(now, using, batch, after)
+        for schedule in page:
+            fired += _fire_logged(schedule, now, using)
+        if len(page) < batch:
+            return fired
+        last = page[-1]
+        assert last.next_run_at is not None
+        after = (last.next_run_at, last.pk)
+
+
+def _due_page(
+    now: datetime, using: str, batch: int, after: tuple[datetime, int] | None
+) -> list[RecurringJob]:
+    due = RecurringJob.objects.using(using).filter(enabled=True, next_run_at__lte=now)
+    if after is not None:
+        due = due.filter(Q(next_run_at__gt=after[0]) | Q(next_run_at=after[0], pk__gt=after[1]))
+    return list(due.order_by("next_run_at", "pk")[:batch])
+
+
+def _fire_logged(schedule: RecurringJob, now: datetime, using: str) -> int:
+    try:
+        return fire(schedule, now, using)
+    except Exception as exc:
+        logger.error(
+            "recurring job %r not fired: %s: %s",
+            schedule.name,
+            type(exc).__name__,
+            exc,
+            extra={"event": "recurring_error", "schedule": schedule.name},
+        )
+        return 0
 
 
 def fire(schedule: RecurringJob, now: datetime, using: str) -> int:
-    """Fire one due occurrence of ``schedule``; 1 if this call enqueued its job."""
+    """Fire one due occurrence of ``schedule``; 1 if this call enqueued its job.
+
+    A row that cannot make a job (its job no longer registered, a stored
+    cron, payload or option that is not valid) is moved on rather than left
+    due: see :func:`_move_past`.
+    """
     occurrence = schedule.next_run_at
     assert occurrence is not None
-    following = next_occurrence(schedule.cron, schedule.timezone, max(now, occurrence))
-    job = build_job(
-        JobSpec(
-            schedule.job_name,
-            schedule.payload,
-            run_at=occurrence,
-            queue=schedule.queue,
-            priority=schedule.priority,
-            max_attempts=schedule.max_attempts,
-            unique_key=None if schedule.overlap else f"recurring:{schedule.name}",
+    try:
+        following = next_occurrence(schedule.cron, schedule.timezone, max(now, occurrence))
+        job = build_job(
+            JobSpec(
+                schedule.job_name,
+                schedule.payload,
+                run_at=occurrence,
+                queue=schedule.queue,
+                priority=schedule.priority,
+                max_attempts=schedule.max_attempts,
+                unique_key=None if schedule.overlap else f"recurring:{schedule.name}",
+            )
         )
-    )
+    except Exception as exc:  # the row's own content: no database call above
+        _move_past(schedule, occurrence, now, exc, using)
+        return 0
     with get_claimer(using).write_transaction():
         moved = (
             RecurringJob.objects.using(using)
@@ -199,6 +321,47 @@ def fire(schedule: RecurringJob, now: datetime, using: str) -> int:
         extra={"event": "recurring_fired", "schedule": schedule.name, "job_id": job.pk},
     )
     return 1
+
+
+def _move_past(
+    schedule: RecurringJob, occurrence: datetime, now: datetime, error: Exception, using: str
+) -> None:
+    """Log why ``occurrence`` cannot fire, and take the row out of the due set.
+
+    Like cron when a command fails: the occurrence is skipped and the schedule
+    tries again at its next one, so it resumes by itself once the job is
+    registered again or the row is fixed. A cron or zone that gives no next
+    occurrence leaves nothing to wait for: the schedule is disabled, to be
+    enabled again once fixed. Both writes are guarded by the occurrence read,
+    so they never undo a fire by another worker.
+    """
+    problem = f"{type(error).__name__}: {error}"
+    guard = RecurringJob.objects.using(using).filter(
+        pk=schedule.pk, enabled=True, next_run_at=occurrence
+    )
+    extra = {"event": "recurring_error", "schedule": schedule.name}
+    try:
+        following = next_occurrence(schedule.cron, schedule.timezone, max(now, occurrence))
+    except Exception:
+        if guard.update(enabled=False):
+            logger.error(
+                "recurring job %r not fired for %s: %s; schedule disabled: fix its cron or "
+                "time zone and enable it again",
+                schedule.name,
+                occurrence.isoformat(),
+                problem,
+                extra=extra,
+            )
+        return
+    if guard.update(next_run_at=following):
+        logger.error(
+            "recurring job %r not fired for %s: %s; occurrence skipped, next try at %s",
+            schedule.name,
+            occurrence.isoformat(),
+            problem,
+            following.isoformat(),
+            extra=extra,
+        )
 
 
 def run_now(schedule: RecurringJob) -> Any:

@@ -57,6 +57,27 @@ def _resolve_run_at(run_at: datetime | None, delay: timedelta | None) -> datetim
     return run_at
 
 
+def check_job_options(*, queue: str | None, priority: int | None, max_attempts: int | None) -> None:
+    """``ValueError`` for a queue, priority or max_attempts no job can have (None: the default).
+
+    Shared by :func:`build_job` and the recurring schedules, so a schedule is
+    refused when it is saved rather than on every tick.
+    """
+    if max_attempts is not None and (
+        not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1
+    ):
+        raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}")
+    if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
+        raise ValueError(f"priority must be an integer, got {priority!r}")
+    max_length = Job._meta.get_field("queue").max_length or 0
+    if queue is not None and (
+        not isinstance(queue, str) or not queue.strip() or len(queue) > max_length
+    ):
+        raise ValueError(
+            f"queue must be a non-empty string of at most {max_length} characters, got {queue!r}"
+        )
+
+
 def build_job(spec: JobSpec) -> Job:
     """Validate a spec and return an unsaved :class:`Job`."""
     definition = get_definition(spec.job)
@@ -66,12 +87,9 @@ def build_job(spec: JobSpec) -> Job:
         if spec.max_attempts is not None
         else definition.max_attempts or int(settings.MAX_ATTEMPTS)
     )
-    if not isinstance(max_attempts, int) or max_attempts < 1:
-        raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}")
     priority = spec.priority if spec.priority is not None else definition.priority
-    if not isinstance(priority, int):
-        raise ValueError(f"priority must be an integer, got {priority!r}")
     queue = spec.queue or definition.queue
+    check_job_options(queue=queue, priority=priority, max_attempts=max_attempts)
     if spec.unique_key is not None and not (isinstance(spec.unique_key, str) and spec.unique_key):
         raise ValueError("unique_key must be a non-empty string")
     return Job(

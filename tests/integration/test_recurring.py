@@ -1,8 +1,17 @@
 import logging
+import os
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+from django.db import connection
 from django.urls import reverse
 from freezegun import freeze_time
 
@@ -10,6 +19,7 @@ from django_jobs import ScheduleError, UnknownJob, add_recurring_job, remove_rec
 from django_jobs.checks import check_settings
 from django_jobs.models import Job, JobStatus, RecurringJob
 from django_jobs.recurring import enqueue_due, sync_from_settings
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.django_db
 
@@ -19,6 +29,27 @@ T0 = datetime(2026, 1, 5, 12, 0, 30, tzinfo=UTC)
 
 def at(minutes: float) -> datetime:
     return T0 + timedelta(minutes=minutes)
+
+
+@contextmanager
+def scheduler_fires_after_next_read(now: datetime) -> Iterator[None]:
+    """Run ``enqueue_due(now)`` right after the next read of a schedule's ``next_run_at``.
+
+    A scheduler firing between the read and the write of whatever runs inside,
+    placed deterministically with Django's own ``execute_wrapper`` hook.
+    """
+    fired: list[int] = []
+
+    def wrapper(execute: Callable[..., Any], sql: str, *args: Any) -> Any:
+        result = execute(sql, *args)
+        if not fired and sql.startswith("SELECT") and "next_run_at" in sql:
+            fired.append(0)
+            fired[0] = enqueue_due(now)
+        return result
+
+    with connection.execute_wrapper(wrapper):
+        yield
+    assert fired == [1], "the scheduler did not fire in between"
 
 
 @freeze_time(T0)
@@ -46,13 +77,30 @@ def test_add_recurring_job_computes_the_first_run_in_its_zone():
         ({"cron": "0 2 * *"}, ScheduleError, "'bad-one'.*not a valid cron"),
         ({"timezone": "Europe/Atlantis"}, ScheduleError, "'bad-one'.*unknown time zone"),
         ({"job": "no.such.job"}, UnknownJob, "'bad-one'.*no.such.job"),
+        ({"cron": "0 0 30 2 *"}, ScheduleError, r"'bad-one': '0 0 30 2 \*' never fires"),
+        ({"cron": "0 0 31 4,6 *"}, ScheduleError, r"'bad-one': '0 0 31 4,6 \*' never fires"),
+        ({"cron": "0 25 * * *"}, ScheduleError, "'bad-one'.*hour '25' is out of range 0-23"),
+        ({"max_attempts": 0}, ScheduleError, "'bad-one': max_attempts must be a positive"),
+        ({"max_attempts": "3"}, ScheduleError, "'bad-one': max_attempts must be a positive"),
+        ({"priority": "high"}, ScheduleError, "'bad-one': priority must be an integer"),
+        ({"priority": 1.5}, ScheduleError, "'bad-one': priority must be an integer"),
+        ({"queue": ""}, ScheduleError, "'bad-one': queue must be a non-empty string"),
+        ({"queue": 7}, ScheduleError, "'bad-one': queue must be a non-empty string"),
+        ({"queue": "q" * 101}, ScheduleError, "'bad-one': queue must be .* at most 100"),
     ],
 )
 def test_add_recurring_job_refuses_bad_schedules_naming_them(kwargs, error, message):
     arguments = {"cron": "@hourly", "job": "tests.ok", "timezone": "UTC", **kwargs}
+    options = {
+        key: arguments[key] for key in ("queue", "priority", "max_attempts") if key in kwargs
+    }
     with pytest.raises(error, match=message):
         add_recurring_job(
-            "bad-one", arguments["cron"], arguments["job"], timezone=arguments["timezone"]
+            "bad-one",
+            arguments["cron"],
+            arguments["job"],
+            timezone=arguments["timezone"],
+            **options,
         )
     assert issubclass(ScheduleError, ValueError)
     assert not RecurringJob.objects.exists()
@@ -131,15 +179,100 @@ def test_overlap_true_enqueues_while_the_previous_run_is_live():
     assert Job.objects.filter(status=JobStatus.PENDING).count() == 2
 
 
-def test_a_row_edited_to_a_bad_cron_is_logged_and_skipped(caplog):
+@pytest.mark.parametrize("cron", ["every tuesday", "0 0 30 2 *"])
+def test_a_row_edited_to_a_bad_cron_is_logged_disabled_and_skipped(caplog, cron):
     with freeze_time(T0):
         add_recurring_job("broken", "* * * * *", "tests.ok")
         add_recurring_job("fine", "* * * * *", "tests.ok", {"fine": True})
-    RecurringJob.objects.filter(name="broken").update(cron="every tuesday")
+    RecurringJob.objects.filter(name="broken").update(cron=cron)
     with caplog.at_level(logging.ERROR, logger="django_jobs"):
         assert enqueue_due(at(1)) == 1
     assert "'broken' not fired" in caplog.text
+    assert "ScheduleError" in caplog.text and "schedule disabled" in caplog.text
     assert Job.objects.get().payload == {"fine": True}
+    assert not RecurringJob.objects.get(name="broken").enabled  # nothing to wait for
+    caplog.clear()
+    with caplog.at_level(logging.ERROR, logger="django_jobs"):
+        assert enqueue_due(at(2)) == 1
+    assert caplog.text == ""  # logged once, not on every tick
+
+
+@pytest.mark.parametrize(
+    ("bad", "error"),
+    [({"job_name": "no.such.job"}, "UnknownJob"), ({"max_attempts": 0}, "ValueError")],
+)
+def test_a_schedule_that_cannot_make_a_job_skips_the_occurrence_and_tries_the_next(
+    caplog, bad, error
+):
+    with freeze_time(T0):
+        add_recurring_job("hand-edited", "*/5 * * * *", "tests.ok")  # next: 12:05
+    RecurringJob.objects.filter(name="hand-edited").update(**bad)
+    with caplog.at_level(logging.ERROR, logger="django_jobs"):
+        assert enqueue_due(at(4.5)) == 0
+        assert enqueue_due(at(5)) == 0  # moved on: not tried again on every tick
+    assert caplog.text.count("'hand-edited' not fired for 2026-01-05T12:05:00+00:00") == 1
+    assert f"{error}: " in caplog.text
+    assert "next try at 2026-01-05T12:10:00+00:00" in caplog.text
+    schedule = RecurringJob.objects.get()
+    assert (schedule.enabled, schedule.next_run_at, schedule.last_run_at) == (True, at(9.5), None)
+    RecurringJob.objects.update(job_name="tests.ok", max_attempts=None)  # fixed
+    assert enqueue_due(at(9.5)) == 1
+    assert Job.objects.get().run_at == at(9.5)
+
+
+def test_schedules_that_fail_do_not_starve_the_one_behind_them(caplog):
+    due = at(1) - timedelta(seconds=30)  # 12:01
+    RecurringJob.objects.bulk_create(
+        RecurringJob(
+            name=f"unregistered-{index:03}",
+            job_name="no.such.job",
+            cron="* * * * *",
+            next_run_at=due - timedelta(seconds=index + 1),
+        )
+        for index in range(150)
+    )
+    RecurringJob.objects.create(name="good", job_name="tests.ok", cron="* * * * *", next_run_at=due)
+    with caplog.at_level(logging.ERROR, logger="django_jobs"):
+        assert enqueue_due(at(1)) == 1  # one call reaches the good one behind 150 bad
+    assert Job.objects.get().name == "tests.ok"
+    errors = [record.getMessage() for record in caplog.records]
+    assert len(errors) == 150
+    assert all("not fired" in error and "no.such.job" in error for error in errors)
+    assert {record.schedule for record in caplog.records} == {  # type: ignore[attr-defined]
+        f"unregistered-{index:03}" for index in range(150)
+    }
+
+
+def test_enqueue_due_fires_every_due_schedule_in_one_call_page_by_page():
+    # Pages of two, read past the last row of each page: one call reaches all five.
+    with freeze_time(T0):
+        for index in range(5):
+            add_recurring_job(f"s{index}", "* * * * *", "tests.ok")
+    assert enqueue_due(at(1), batch=2) == 5
+    assert enqueue_due(at(1), batch=2) == 0
+
+
+def test_add_recurring_job_never_writes_back_a_next_run_at_a_scheduler_advanced():
+    with freeze_time(T0):
+        add_recurring_job("r", "* * * * *", "tests.ok", {"v": 1})  # next: 12:01
+        with scheduler_fires_after_next_read(at(1)):  # fires 12:01, moves to 12:02
+            schedule = add_recurring_job("r", "* * * * *", "tests.ok", {"v": 2})
+    assert (schedule.next_run_at, schedule.last_run_at) == (at(1.5), at(0.5))
+    assert schedule.payload == {"v": 2}
+    assert enqueue_due(at(1)) == 0  # 12:01 is not enqueued again
+    assert Job.objects.count() == 1
+
+
+def test_add_recurring_job_restart_does_not_undo_a_concurrent_fire():
+    # This host's clock (12:00:30) is behind the scheduler's (12:01:30), and the
+    # changed cron restarts the schedule from now while that scheduler fires 12:01.
+    with freeze_time(T0):
+        add_recurring_job("r", "* * * * *", "tests.ok")  # next: 12:01
+        with scheduler_fires_after_next_read(at(1)):
+            schedule = add_recurring_job("r", "0-59 * * * *", "tests.ok")
+    assert schedule.next_run_at == at(1.5)  # 12:02: strictly after the occurrence just fired
+    assert enqueue_due(at(1)) == 0
+    assert [job.run_at for job in Job.objects.all()] == [at(0.5)]
 
 
 def test_disabled_schedules_do_not_fire_and_remove_deletes():
@@ -186,6 +319,34 @@ def test_check_recurring_settings_name_the_schedule(settings):
     assert len(messages) == 5
     for name in ("bad-cron", "bad-zone", "bad-job", "bad-key", "no-cron"):
         assert any(f"[{name!r}]" in message for message in messages), name
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"cron": "0 0 30 2 *"}, "'0 0 30 2 *' never fires"),
+        ({"cron": "0 25 * * *"}, "hour '25' is out of range 0-23"),
+        ({"max_attempts": 0}, "max_attempts must be a positive integer, got 0"),
+        ({"priority": "high"}, "priority must be an integer, got 'high'"),
+        ({"queue": ""}, "queue must be a non-empty string"),
+    ],
+)
+def test_check_recurring_settings_refuse_what_could_never_fire(settings, options, message):
+    settings.DJANGO_JOBS = {
+        "RECURRING": {"broken": {"cron": "@daily", "job": "tests.ok", **options}}
+    }
+    errors = check_settings()
+    assert [error.id for error in errors] == ["django_jobs.E006"]
+    assert errors[0].msg.startswith("DJANGO_JOBS['RECURRING']['broken']: ")
+    assert message in errors[0].msg
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runjobs_refuses_to_start_with_a_cron_that_never_fires(settings):
+    settings.DJANGO_JOBS = {"RECURRING": {"leap": {"cron": "0 0 30 2 *", "job": "tests.ok"}}}
+    with pytest.raises(SystemCheckError, match=r"\['leap'\]: '0 0 30 2 \*' never fires"):
+        call_command("runjobs", "--burst", skip_checks=False)
+    assert not RecurringJob.objects.exists()
 
 
 def test_worker_tick_fires_due_schedules(worker, clock):
@@ -236,3 +397,43 @@ def test_admin_recurring_run_now_enable_disable_and_validation(admin_client):
     assert response.status_code == 200
     assert "not a valid cron expression" in response.content.decode()
     assert RecurringJob.objects.get().cron == "@daily"
+
+
+def test_docs_post_migrate_recipe_adds_schedules_on_a_fresh_database(tmp_path):
+    # The recipe from docs/recurring.md, as a project would paste it, migrated from scratch.
+    docs = (ROOT / "docs" / "recurring.md").read_text()
+    recipe = next(block for block in docs.split("```python\n") if "# reports/apps.py" in block)
+    app = tmp_path / "reports"
+    app.mkdir()
+    (app / "__init__.py").write_text("")
+    (app / "apps.py").write_text(recipe.split("```")[0])
+    (app / "jobs.py").write_text(
+        "from django_jobs import job\n\n\n@job('reports.nightly')\ndef nightly(ctx, payload):\n"
+        "    pass\n"
+    )
+    database = tmp_path / "fresh.sqlite3"
+    (tmp_path / "recipe_settings.py").write_text(
+        "SECRET_KEY = 'recipe'\nUSE_TZ = True\nDEFAULT_AUTO_FIELD = 'django.db.models.AutoField'\n"
+        "INSTALLED_APPS = ['django.contrib.contenttypes', 'django_jobs', 'reports']\n"
+        "DATABASES = {'default': {'ENGINE': 'django.db.backends.sqlite3', "
+        f"'NAME': {str(database)!r}, 'OPTIONS': {{'transaction_mode': 'IMMEDIATE'}}}}}}\n"
+    )
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}",
+        "DJANGO_SETTINGS_MODULE": "recipe_settings",
+    }
+    for _ in range(2):  # a fresh database, then again: the receiver is idempotent
+        done = subprocess.run(  # noqa: S603
+            [sys.executable, "-W", "error", "-m", "django", "migrate", "-v0"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == ""
+    with sqlite3.connect(database) as db:
+        rows = db.execute("SELECT name, cron, timezone FROM django_jobs_recurringjob").fetchall()
+    assert rows == [("nightly-report", "0 2 * * *", "Europe/Paris")]

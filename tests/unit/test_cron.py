@@ -1,10 +1,11 @@
+import re
 from datetime import datetime, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
 
 from django_jobs import ScheduleError
-from django_jobs.cron import next_occurrence, normalise_cron, occurrences
+from django_jobs.cron import next_occurrence, normalise_cron, occurrences, validate_cron
 
 UTC = timezone.utc
 PARIS = ZoneInfo("Europe/Paris")
@@ -31,6 +32,54 @@ def test_normalise_cron_five_fields_and_aliases(cron, expected):
 def test_normalise_cron_refuses_what_is_not_a_five_field_cron(cron):
     with pytest.raises(ScheduleError):
         normalise_cron(cron)
+
+
+@pytest.mark.parametrize(
+    ("cron", "message"),
+    [
+        ("0 25 * * *", "hour '25' is out of range 0-23"),
+        ("61 * * * *", "minute '61' is out of range 0-59"),
+        ("0 0 0 * *", "day-of-month '0' is out of range 1-31"),
+        ("0 0 * 13 *", "month '13' is out of range 1-12"),
+        ("0 0 * * 8", "day-of-week '8' is out of range 0-7"),
+        ("1-99 * * * *", "minute '1-99' is out of range 0-59"),
+        ("*/0 * * * *", "minute '*/0' is not valid"),
+        ("0 0 * jan-foo *", "month 'jan-foo' is not valid"),
+    ],
+)
+def test_normalise_cron_names_the_field_that_is_wrong(cron, message):
+    with pytest.raises(ScheduleError) as caught:
+        normalise_cron(cron)
+    assert str(caught.value).startswith(f"{cron!r} is not a valid cron expression: {message}")
+
+
+@pytest.mark.parametrize(
+    "cron", ["0 0 30 2 *", "0 0 31 4,6,9,11 *", "*/5 * 30,31 2 *", "0 0 31 2 *", "0 0 1 1 1#5"]
+)
+def test_validate_cron_refuses_a_cron_that_never_fires(cron):
+    with pytest.raises(ScheduleError, match=f"^{re.escape(repr(cron))} never fires"):
+        validate_cron(cron)
+
+
+@pytest.mark.parametrize(
+    ("cron", "first"),
+    [
+        # Day-of-month and day-of-week combine with OR: the 30th, or any Monday, of February.
+        ("0 0 30 2 1", datetime(2026, 2, 2, tzinfo=UTC)),
+        ("0 0 29 2 *", datetime(2028, 2, 29, tzinfo=UTC)),
+        ("0 0 29 2 1#5", datetime(2044, 2, 29, tzinfo=UTC)),  # a fifth Monday in February
+        ("@yearly", datetime(2027, 1, 1, tzinfo=UTC)),
+    ],
+)
+def test_validate_cron_accepts_rare_but_real_occurrences(cron, first):
+    assert validate_cron(cron) == normalise_cron(cron)
+    assert next_occurrence(cron, "UTC", datetime(2026, 1, 1, tzinfo=UTC)) == first
+
+
+def test_next_occurrence_of_a_cron_that_never_fires_is_a_schedule_error():
+    # A row edited by hand skips validation; the scheduler still gets a JobsError.
+    with pytest.raises(ScheduleError, match="'0 0 30 2 \\*' has no occurrence after"):
+        next_occurrence("0 0 30 2 *", "UTC", datetime(2026, 1, 1, tzinfo=UTC))
 
 
 def test_next_occurrence_unknown_time_zone():
