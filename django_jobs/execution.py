@@ -17,6 +17,7 @@ from .payloads import decode_payload
 from .redaction import redact
 from .registry import get_definition
 from .retries import RetryPolicy, next_run_at
+from .text import storable_text
 
 logger = logging.getLogger(__name__)
 
@@ -33,7 +34,7 @@ class HandlerResult:
     ) -> HandlerResult:
         trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         error = redact(error_text(exc, limit=None), payload)[:ERROR_LIMIT]
-        return cls(outcome, error, redact(trace, payload))
+        return cls(outcome, error, storable_text(redact(trace, payload)))
 
 
 def make_context(claimed: ClaimedJob) -> JobContext:

@@ -4,21 +4,18 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from typing import Any
 
 from .conf import settings
 from .exceptions import PayloadError
+from .text import UNSTORABLE
 
 # Deeper payloads are refused: Python's own JSON decoder gives up near 1,000 levels.
 MAX_DEPTH = 100
 
-# What neither database stores in a string: NUL (PostgreSQL), a lone surrogate (both).
-_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
-
 
 def _string_problem(text: str) -> str | None:
-    found = _UNSTORABLE.search(text)
+    found = UNSTORABLE.search(text)
     if found is None:
         return None
     if found.group() == "\x00":

@@ -1,4 +1,5 @@
 import dataclasses
+import time
 from datetime import timedelta
 
 import pytest
@@ -214,3 +215,47 @@ def test_stored_errors_and_logs_mask_payload_values(worker, make_job, caplog):
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert "card *** declined" in logged and "Traceback" in logged
     assert "4111111111111111" not in logged and "Ada Lovelace" not in logged
+
+
+def logged_text(caplog) -> str:
+    return "\n".join(record.getMessage() for record in caplog.records)
+
+
+UNSTORABLE = [
+    ("zero", "ValueError: bad \\x00 byte"),
+    ("half", "ValueError: lone \ufffd surrogate"),
+]
+
+
+@pytest.mark.parametrize(("text", "stored"), UNSTORABLE)
+def test_run_once_error_text_the_database_refuses_is_stored_readable(
+    worker, make_job, clock, caplog, text, stored
+):
+    job = make_job(name="tests.unstorable_error", payload={"text": text}, max_attempts=2)
+    w = worker()
+    assert w.run_once().retried == 1
+    job.refresh_from_db()
+    assert (job.status, job.lease_owner, job.last_error) == (JobStatus.PENDING, None, stored)
+    clock.advance(3600)
+    assert w.run_once().dead_lettered == 1
+    job.refresh_from_db()
+    assert job.last_error == stored
+    assert list(job.attempts.values_list("outcome", "error")) == [("failed", stored)] * 2
+    logged = logged_text(caplog)
+    assert stored in logged and "\x00" not in logged and "\udc80" not in logged
+
+
+@pytest.mark.parametrize(("text", "stored"), UNSTORABLE)
+def test_execute_held_error_text_the_database_refuses_lands_at_once(
+    worker, make_job, clock, settings, text, stored
+):
+    settings.DJANGO_JOBS = {"LEASE_SECONDS": 6}  # how long a failing outcome write is retried
+    job = make_job(name="tests.unstorable_error", payload={"text": text}, max_attempts=1)
+    w = worker()
+    [claimed] = w.claim("default", clock.now(), 1)
+    started = time.monotonic()
+    assert w.execute_held(claimed) == JobStatus.DEAD_LETTERED
+    assert time.monotonic() - started < 3
+    job.refresh_from_db()
+    assert (job.status, job.last_error) == (JobStatus.DEAD_LETTERED, stored)
+    assert job.attempts.get().error == stored
