@@ -48,7 +48,13 @@ def make_context(claimed: ClaimedJob) -> JobContext:
 
 
 def run_handler(claimed: ClaimedJob, ctx: JobContext) -> HandlerResult:
-    """Call the job's handler. An unknown name or undecodable payload is a failure."""
+    """Call the job's handler and return how its attempt ended.
+
+    Whatever the handler raises, ``SystemExit`` and ``KeyboardInterrupt``
+    included, is a failed attempt: the worker stops only by its own stop
+    event, never by a handler's exception. An unknown name or an undecodable
+    payload is a failure too.
+    """
     logger.debug(
         "job #%s started",
         claimed.id,
@@ -61,7 +67,7 @@ def run_handler(claimed: ClaimedJob, ctx: JobContext) -> HandlerResult:
     except JobCancelled as exc:
         outcome = AttemptOutcome.RELEASED if ctx.cancelled else AttemptOutcome.FAILED
         return HandlerResult.from_exception(outcome, exc, ctx.payload)
-    except Exception as exc:
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the handler's, not ours
         return HandlerResult.from_exception(AttemptOutcome.FAILED, exc, ctx.payload)
     return HandlerResult(AttemptOutcome.SUCCEEDED)
 

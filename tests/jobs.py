@@ -55,10 +55,10 @@ class HandlerAbort(BaseException):
 def raises_base(ctx: JobContext, payload: Any) -> None:
     """Raises what ``payload["raise"]`` names: none of them is an Exception."""
     raised: dict[str, BaseException] = {
-        "SystemExit": SystemExit(3),
-        "KeyboardInterrupt": KeyboardInterrupt(),
-        "GeneratorExit": GeneratorExit(),
-        "HandlerAbort": HandlerAbort("stop everything"),
+        "exit": SystemExit(3),
+        "interrupt": KeyboardInterrupt(),
+        "generator": GeneratorExit(),
+        "abort": HandlerAbort("stop everything"),
     }
     raise raised[payload["raise"]]
 

@@ -221,6 +221,48 @@ def logged_text(caplog) -> str:
     return "\n".join(record.getMessage() for record in caplog.records)
 
 
+RAISED = [
+    ("exit", "SystemExit: 3"),
+    ("interrupt", "KeyboardInterrupt"),
+    ("generator", "GeneratorExit"),
+    ("abort", "HandlerAbort: stop everything"),
+]
+
+
+@pytest.mark.parametrize(("kind", "error"), RAISED)
+def test_run_once_handler_raising_a_base_exception_fails_its_attempt(
+    worker, make_job, clock, kind, error
+):
+    job = make_job(name="tests.raises_base", payload={"raise": kind}, max_attempts=2)
+    w = worker()
+    assert w.run_once().retried == 1
+    job.refresh_from_db()
+    assert (job.status, job.lease_owner, job.last_error) == (JobStatus.PENDING, None, error)
+    clock.advance(3600)
+    assert w.run_once().dead_lettered == 1
+    job.refresh_from_db()
+    assert job.status == JobStatus.DEAD_LETTERED
+    attempts = list(job.attempts.values_list("number", "outcome", "error"))
+    assert attempts == [(1, "failed", error), (2, "failed", error)]
+    good = make_job()
+    assert w.run_once().succeeded == 1  # the worker goes on serving
+    assert Job.objects.get(pk=good.pk).status == JobStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize(("kind", "error"), RAISED)
+def test_execute_held_handler_raising_a_base_exception_fails_its_attempt(
+    worker, make_job, clock, kind, error
+):
+    job = make_job(name="tests.raises_base", payload={"raise": kind}, max_attempts=1)
+    w = worker()
+    [claimed] = w.claim("default", clock.now(), 1)
+    assert w.execute_held(claimed) == JobStatus.DEAD_LETTERED
+    assert w.inflight.snapshot() == []
+    job.refresh_from_db()
+    assert (job.status, job.last_error) == (JobStatus.DEAD_LETTERED, error)
+    assert job.attempts.get().outcome == AttemptOutcome.FAILED
+
+
 UNSTORABLE = [
     ("zero", "ValueError: bad \\x00 byte"),
     ("half", "ValueError: lone \ufffd surrogate"),
