@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django import forms
@@ -17,6 +18,7 @@ from .leases import retry_job
 from .models import Attempt, DeadLetter, Job, JobStatus, RecurringJob, Worker
 from .recurring import first_run_at
 from .recurring import run_now as enqueue_run_now
+from .redaction import mask_payload
 from .registry import get_definition
 
 RETRY_PERMISSION = "django_jobs.change_job"
@@ -37,6 +39,20 @@ class AttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
     fields = ("number", "owner", "started_at", "finished_at", "outcome", "error")
     readonly_fields = fields
     ordering = ("number",)
+
+
+# Every Job field, the payload shown with the values of its secret keys masked.
+JOB_FIELDS = tuple(
+    "masked_payload" if field.name == "payload" else field.name for field in Job._meta.fields
+)
+
+
+class MaskedPayloadMixin:
+    """The payload as stored errors show it: the values of secret keys masked."""
+
+    @admin.display(description="payload")
+    def masked_payload(self, obj: Job) -> str:
+        return json.dumps(mask_payload(obj.payload), ensure_ascii=False)
 
 
 class RetryActionMixin:
@@ -61,7 +77,7 @@ class RetryActionMixin:
 
 
 @admin.register(Job)
-class JobAdmin(RetryActionMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+class JobAdmin(MaskedPayloadMixin, RetryActionMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "id",
         "name",
@@ -76,7 +92,7 @@ class JobAdmin(RetryActionMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ("status", "queue", "name")
     search_fields = ("name", "unique_key", "=id")
     date_hierarchy = "created_at"
-    readonly_fields = [field.name for field in Job._meta.fields]
+    fields = readonly_fields = JOB_FIELDS
     inlines = [AttemptInline]
     actions = ["retry_selected"]
     list_select_related = False
@@ -87,11 +103,11 @@ class JobAdmin(RetryActionMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(RetryActionMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+class DeadLetterAdmin(MaskedPayloadMixin, RetryActionMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("id", "name", "queue", "finished_at", "attempts_used", "short_error")
     list_filter = ("queue", "name")
     search_fields = ("name", "last_error", "=id")
-    readonly_fields = [field.name for field in Job._meta.fields]
+    fields = readonly_fields = JOB_FIELDS
     inlines = [AttemptInline]
     actions = ["retry_selected"]
     ordering = ("-finished_at", "-id")
