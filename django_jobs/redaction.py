@@ -69,8 +69,7 @@ def secret_values(payload: Any, pattern: re.Pattern[str] | None = None) -> set[s
             found.update(_forms(value))
         elif secret and isinstance(value, (int, float)) and not isinstance(value, bool):
             found.add(str(value))
-    found.discard("")
-    return found
+    return {value for value in found if value.strip()}  # blanks hide nothing
 
 
 def _forms(value: str) -> tuple[str, ...]:
@@ -81,14 +80,23 @@ def _forms(value: str) -> tuple[str, ...]:
 def mask_payload(payload: Any, pattern: re.Pattern[str] | None = None) -> Any:
     """A copy of ``payload`` with the value under each secret key replaced by ``***``."""
     pattern = pattern or secret_pattern()
-    if isinstance(payload, dict):
-        return {
-            key: MASK if _is_secret(key, pattern) else mask_payload(item, pattern)
-            for key, item in payload.items()
-        }
-    if isinstance(payload, (list, tuple)):
-        return [mask_payload(item, pattern) for item in payload]
-    return payload
+    root = [payload]
+    stack: list[tuple[Any, Any]] = [(root, 0)]  # a copied container, and where in it to copy
+    while stack:
+        holder, place = stack.pop()
+        value = holder[place]
+        if isinstance(value, dict):
+            copy: Any = {
+                key: MASK if _is_secret(key, pattern) else item for key, item in value.items()
+            }
+            stack.extend((copy, key) for key, item in copy.items() if item is not MASK)
+        elif isinstance(value, (list, tuple)):
+            copy = list(value)
+            stack.extend((copy, index) for index in range(len(copy)))
+        else:
+            continue
+        holder[place] = copy
+    return root[0]
 
 
 def masker(payload: Any) -> Mask:

@@ -68,7 +68,7 @@ def test_redact_masks_overlapping_and_nested_secrets_as_one():
 
 
 def test_redact_keeps_keys_booleans_and_null():
-    payload = {"password": True, "token": None, "api": False}
+    payload = {"password": True, "token": None, "api": False, "key": ["", "  "]}
     assert secret_values(payload) == set()
     assert redact("KeyError: 'password' True None", payload) == "KeyError: 'password' True None"
     assert redact("boom", None) == "boom"
@@ -124,3 +124,46 @@ def test_redact_is_linear_when_secrets_almost_match_everywhere():
     masked = redact(message, payload)
     assert time.perf_counter() - started < 1.0
     assert masked == "a" * 98_000 + MASK
+
+
+def test_mask_payload_copes_with_any_depth():
+    payload: list = [{"token": "x"}]
+    for _ in range(5000):
+        payload = [payload]
+    masked = mask_payload(payload)
+    for _ in range(5000):
+        masked = masked[0]
+    assert masked == [{"token": MASK}]
+
+
+def naive_redact(text: str, secrets: set[str]) -> str:
+    """Mask each occurrence one by one: slow, obviously right."""
+    covered = [False] * len(text)
+    for secret in secrets:
+        for start in range(len(text) - len(secret) + 1):
+            end = start + len(secret)
+            if text[start:end] != secret:
+                continue
+            before = start > 0 and (text[start - 1].isalnum() or text[start - 1] == "_")
+            after = end < len(text) and (text[end].isalnum() or text[end] == "_")
+            if len(secret) >= 4 or not (before or after):
+                covered[start:end] = [True] * len(secret)
+    parts, index = [], 0
+    while index < len(text):
+        if covered[index]:
+            while index < len(text) and covered[index]:
+                index += 1
+            parts.append(MASK)
+        else:
+            parts.append(text[index])
+            index += 1
+    return "".join(parts)
+
+
+def test_redact_agrees_with_a_naive_masking_on_random_texts():
+    rng = random.Random(11)
+    for _ in range(300):
+        secrets = ["".join(rng.choice("ab c") for _ in range(rng.randint(1, 6))) for _ in range(4)]
+        text = "".join(rng.choice("ab c_") for _ in range(rng.randint(0, 40)))
+        payload = {"token": secrets}
+        assert redact(text, payload) == naive_redact(text, secret_values(payload)), (text, secrets)
