@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from django import forms
@@ -18,7 +17,7 @@ from .leases import retry_job
 from .models import Attempt, DeadLetter, Job, JobStatus, RecurringJob, Worker
 from .recurring import first_run_at
 from .recurring import run_now as enqueue_run_now
-from .redaction import mask_payload
+from .redaction import masked_json
 from .registry import get_definition
 
 RETRY_PERMISSION = "django_jobs.change_job"
@@ -52,7 +51,7 @@ class MaskedPayloadMixin:
 
     @admin.display(description="payload")
     def masked_payload(self, obj: Job) -> str:
-        return json.dumps(mask_payload(obj.payload), ensure_ascii=False)
+        return masked_json(obj.payload)
 
 
 class RetryActionMixin:

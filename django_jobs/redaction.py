@@ -99,6 +99,11 @@ def mask_payload(payload: Any, pattern: re.Pattern[str] | None = None) -> Any:
     return root[0]
 
 
+def masked_json(payload: Any) -> str:
+    """``payload`` as JSON text, the values under secret keys replaced by ``"***"``."""
+    return json.dumps(mask_payload(payload), ensure_ascii=False)
+
+
 def masker(payload: Any) -> Mask:
     """A function that masks ``payload``'s secrets in a text."""
     secrets = secret_values(payload)
