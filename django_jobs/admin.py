@@ -19,6 +19,7 @@ from .models import Attempt, DeadLetter, Job, JobStatus, RecurringJob, Worker
 from .payloads import encode_payload
 from .recurring import change_schedule, check_schedule_options, first_run_at
 from .recurring import run_now as enqueue_run_now
+from .redaction import masked_json
 from .registry import get_definition
 
 RETRY_PERMISSION = "django_jobs.change_job"
@@ -39,6 +40,20 @@ class AttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
     fields = ("number", "owner", "started_at", "finished_at", "outcome", "error")
     readonly_fields = fields
     ordering = ("number",)
+
+
+# Every Job field, the payload shown with the values of its secret keys masked.
+JOB_FIELDS = tuple(
+    "masked_payload" if field.name == "payload" else field.name for field in Job._meta.fields
+)
+
+
+class MaskedPayloadMixin:
+    """The payload as stored errors show it: the values of secret keys masked."""
+
+    @admin.display(description="payload")
+    def masked_payload(self, obj: Job) -> str:
+        return masked_json(obj.payload)
 
 
 class RetryActionMixin:
@@ -63,7 +78,7 @@ class RetryActionMixin:
 
 
 @admin.register(Job)
-class JobAdmin(RetryActionMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+class JobAdmin(MaskedPayloadMixin, RetryActionMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "id",
         "name",
@@ -78,7 +93,7 @@ class JobAdmin(RetryActionMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_filter = ("status", "queue", "name")
     search_fields = ("name", "unique_key", "=id")
     date_hierarchy = "created_at"
-    readonly_fields = [field.name for field in Job._meta.fields]
+    fields = readonly_fields = JOB_FIELDS
     inlines = [AttemptInline]
     actions = ["retry_selected"]
     list_select_related = False
@@ -89,11 +104,11 @@ class JobAdmin(RetryActionMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(RetryActionMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+class DeadLetterAdmin(MaskedPayloadMixin, RetryActionMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("id", "name", "queue", "finished_at", "attempts_used", "short_error")
     list_filter = ("queue", "name")
     search_fields = ("name", "last_error", "=id")
-    readonly_fields = [field.name for field in Job._meta.fields]
+    fields = readonly_fields = JOB_FIELDS
     inlines = [AttemptInline]
     actions = ["retry_selected"]
     ordering = ("-finished_at", "-id")

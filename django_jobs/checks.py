@@ -103,7 +103,23 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
         errors += _queue_errors(user["QUEUES"])
     if "RECURRING" in user:
         errors += _recurring_errors(user["RECURRING"])
+    if "HIDDEN_PAYLOAD_KEYS" in user:
+        errors += _hidden_keys_errors(user["HIDDEN_PAYLOAD_KEYS"])
     return errors
+
+
+def _hidden_keys_errors(patterns: Any) -> list[CheckMessage]:
+    from .redaction import validate_patterns
+
+    return [
+        Error(
+            f"DJANGO_JOBS['HIDDEN_PAYLOAD_KEYS'] {problem}.",
+            hint="Give a list of regular expressions, matched case-insensitively against "
+            "payload key names, e.g. ['^card$', 'iban'].",
+            id="django_jobs.E020",
+        )
+        for problem in validate_patterns(patterns)
+    ]
 
 
 def _recurring_errors(recurring: Any) -> list[CheckMessage]:

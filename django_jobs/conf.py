@@ -29,6 +29,8 @@ DEFAULTS: dict[str, Any] = {
     "RETRY_MAX_SECONDS": 3600,
     "RETRY_JITTER": 0.2,
     "MAX_PAYLOAD_BYTES": 1024 * 1024,
+    # Regexes of payload key names whose values are masked, besides Django's (API, KEY, ...).
+    "HIDDEN_PAYLOAD_KEYS": (),
     # name -> {"cron", "job", "payload", "timezone", "queue", ...}; synced by runjobs.
     "RECURRING": {},
 }

@@ -14,9 +14,10 @@ from .exceptions import JobCancelled
 from .leases import ERROR_LIMIT, error_text, settle
 from .models import AttemptOutcome, JobStatus
 from .payloads import decode_payload
-from .redaction import redact
+from .redaction import masker
 from .registry import get_definition
 from .retries import RetryPolicy, next_run_at
+from .text import storable_text
 
 logger = logging.getLogger(__name__)
 
@@ -29,11 +30,24 @@ class HandlerResult:
 
     @classmethod
     def from_exception(
-        cls, outcome: AttemptOutcome, exc: BaseException, payload: object
+        cls, outcome: AttemptOutcome, exc: BaseException, raw_payload: object
     ) -> HandlerResult:
+        """The attempt's end, with the secrets of the payload as stored masked.
+
+        ``raw_payload`` is the column's value as claimed, not the handler's
+        copy: a secret the handler popped or changed is still masked.
+        """
+        mask = masker(_stored_payload(raw_payload))
         trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        error = redact(error_text(exc, limit=None), payload)[:ERROR_LIMIT]
-        return cls(outcome, error, redact(trace, payload))
+        error = mask(error_text(exc, limit=None))[:ERROR_LIMIT]
+        return cls(outcome, error, storable_text(mask(trace)))
+
+
+def _stored_payload(raw_payload: object) -> object:
+    try:
+        return decode_payload(raw_payload)
+    except Exception:
+        return None  # not decodable: nothing of it is in the error either
 
 
 def make_context(claimed: ClaimedJob) -> JobContext:
@@ -47,7 +61,13 @@ def make_context(claimed: ClaimedJob) -> JobContext:
 
 
 def run_handler(claimed: ClaimedJob, ctx: JobContext) -> HandlerResult:
-    """Call the job's handler. An unknown name or undecodable payload is a failure."""
+    """Call the job's handler and return how its attempt ended; never raises.
+
+    Whatever the handler raises, ``SystemExit`` and ``KeyboardInterrupt``
+    included, is a failed attempt: the worker stops only by its own stop
+    event, never by a handler's exception. An unknown name or an undecodable
+    payload is a failure too.
+    """
     logger.debug(
         "job #%s started",
         claimed.id,
@@ -59,10 +79,23 @@ def run_handler(claimed: ClaimedJob, ctx: JobContext) -> HandlerResult:
         definition.func(ctx, ctx.payload)
     except JobCancelled as exc:
         outcome = AttemptOutcome.RELEASED if ctx.cancelled else AttemptOutcome.FAILED
-        return HandlerResult.from_exception(outcome, exc, ctx.payload)
-    except Exception as exc:
-        return HandlerResult.from_exception(AttemptOutcome.FAILED, exc, ctx.payload)
+        return _ended(claimed, outcome, exc)
+    except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the handler's, not ours
+        return _ended(claimed, AttemptOutcome.FAILED, exc)
     return HandlerResult(AttemptOutcome.SUCCEEDED)
+
+
+def _ended(claimed: ClaimedJob, outcome: AttemptOutcome, exc: BaseException) -> HandlerResult:
+    try:
+        return HandlerResult.from_exception(outcome, exc, claimed.raw_payload)
+    except Exception as failure:  # no traceback logged: it would show the unmasked error
+        logger.error(
+            "job #%s: its error could not be masked (%s); only its type is recorded",
+            claimed.id,
+            type(failure).__name__,
+            extra={"event": "worker_error", "job_id": claimed.id},
+        )
+        return HandlerResult(outcome, type(exc).__name__)
 
 
 def record_result(

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from .claims import Claimer, get_claimer
 from .models import Attempt, AttemptOutcome, Job, JobStatus
+from .text import storable_text
 
 logger = logging.getLogger(__name__)
 
@@ -25,10 +26,13 @@ RECLAIM_BATCH = 100
 
 
 def error_text(exc: BaseException, limit: int | None = ERROR_LIMIT) -> str:
-    """Exception type and message, no stack trace, capped at 2,000 characters."""
-    message = str(exc)
+    """Exception type and message, no stack trace, storable, capped at 2,000 characters."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<the exception's message could not be read>"
     text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
-    return text[:limit]
+    return storable_text(text)[:limit]
 
 
 def _fenced(claimer: Claimer, job_id: int, owner: str, attempt: int) -> Any:

@@ -6,6 +6,7 @@ imports a path stored in the database.
 
 from __future__ import annotations
 
+import difflib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -110,7 +111,15 @@ def get_definition(job: str | Callable[..., Any]) -> JobDefinition:
     try:
         return _registry[job]
     except KeyError:
-        raise UnknownJob(f"no job is registered under the name {job!r}") from None
+        raise UnknownJob(f"no job is registered under the name {job!r}{_suggest(job)}") from None
+
+
+def _suggest(name: str) -> str:
+    """``; did you mean ...?`` naming the closest registered names, or nothing."""
+    close = difflib.get_close_matches(name, registered_names(), n=3)
+    if not close:
+        return ""
+    return f"; did you mean {' or '.join(repr(match) for match in close)}?"
 
 
 def registered_names() -> list[str]:

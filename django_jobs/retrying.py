@@ -7,11 +7,16 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from django.db import DatabaseError, connections
+from django.db import InterfaceError, OperationalError, connections
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# Errors that a reconnect or a moment's wait can clear. Any other database
+# error (DataError, IntegrityError, ProgrammingError ...) fails the same way
+# on every try, so it is raised at once.
+PASSING = (OperationalError, InterfaceError)
 
 
 def with_backoff(
@@ -27,15 +32,16 @@ def with_backoff(
     """Call ``write`` until it succeeds or ``give_up_after`` seconds have passed.
 
     Waits 1 s, 2 s, 4 s ... up to 30 s between tries, closing the broken
-    connection each time so that the next try reconnects. The last error is
-    raised when time is up.
+    connection each time so that the next try reconnects. Only errors that
+    can pass (:data:`PASSING`) are retried; the last one is raised when time
+    is up.
     """
     deadline = monotonic() + give_up_after
     wait = first_wait
     while True:
         try:
             return write()
-        except DatabaseError as exc:
+        except PASSING as exc:
             connections[using].close_if_unusable_or_obsolete()
             left = deadline - monotonic()
             if left <= 0:

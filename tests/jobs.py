@@ -42,3 +42,42 @@ def stubborn(ctx: JobContext, payload: Any) -> None:
     import time
 
     time.sleep(1.0)
+
+
+# -- What handlers raise, what is stored, and secrets -------------------------
+
+
+class HandlerAbort(BaseException):
+    """A handler's own BaseException subclass, not an Exception."""
+
+
+@job("tests.raises_base", max_attempts=2)
+def raises_base(ctx: JobContext, payload: Any) -> None:
+    """Raises what ``payload["raise"]`` names: none of them is an Exception."""
+    raised: dict[str, BaseException] = {
+        "exit": SystemExit(3),
+        "interrupt": KeyboardInterrupt(),
+        "generator": GeneratorExit(),
+        "abort": HandlerAbort("stop everything"),
+    }
+    raise raised[payload["raise"]]
+
+
+@job("tests.unstorable_error", max_attempts=2)
+def unstorable_error(ctx: JobContext, payload: Any) -> None:
+    """An error message that no database stores as is (payloads cannot hold these)."""
+    text = {"zero": "bad \x00 byte", "half": "lone \udc80 surrogate"}[payload["text"]]
+    raise ValueError(text)
+
+
+@job("tests.pops_secret", max_attempts=1)
+def pops_secret(ctx: JobContext, payload: Any) -> None:
+    """Takes its secrets out of the payload before it fails."""
+    card = payload.pop("card_token")
+    key = payload["auth"].pop("api_key")
+    raise ValueError(f"card {card} declined for {payload['name']} with key {key!r}")
+
+
+@job("tests.csv_error", max_attempts=1)
+def csv_error(ctx: JobContext, payload: Any) -> None:
+    raise ValueError("row 2: expected 3 columns, got 2")

@@ -74,3 +74,11 @@ def sleep(ctx: JobContext, payload: dict[str, Any] | None) -> None:
     import time
 
     time.sleep(float((payload or {}).get("seconds", 1)))
+
+
+@job("example.exit", max_attempts=2)
+def exit_(ctx: JobContext, payload: Any) -> None:
+    """Calls ``sys.exit()``, as a script turned into a handler might."""
+    import sys
+
+    sys.exit(f"giving up on attempt {ctx.attempt}")

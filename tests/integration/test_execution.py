@@ -1,4 +1,5 @@
 import dataclasses
+import time
 from datetime import timedelta
 
 import pytest
@@ -204,13 +205,131 @@ def test_retry_job_refused_while_a_live_job_has_its_unique_key(make_job):
     assert Job.objects.get(pk=dead.pk).status == JobStatus.DEAD_LETTERED
 
 
-def test_stored_errors_and_logs_mask_payload_values(worker, make_job, caplog):
+def logged_text(caplog) -> str:
+    return "\n".join(record.getMessage() for record in caplog.records)
+
+
+def test_stored_errors_and_logs_mask_secrets_the_handler_popped(worker, make_job, caplog):
+    payload = {
+        "card_token": "4111111111111111",
+        "name": "Ada Lovelace",
+        "auth": {"api_key": "sk_live_abc123"},
+    }
+    job = make_job(name="tests.pops_secret", payload=payload)
+    worker().run_once()
+    job.refresh_from_db()
+    assert job.last_error == "ValueError: card *** declined for Ada Lovelace with key '***'"
+    assert job.attempts.get().error == job.last_error
+    logged = logged_text(caplog)
+    assert "card *** declined for Ada Lovelace" in logged and "Traceback" in logged
+    assert "4111111111111111" not in logged and "sk_live_abc123" not in logged
+    assert job.payload == payload  # the row keeps what the handler popped
+
+
+def test_stored_errors_keep_values_of_ordinary_keys_readable(worker, make_job):
+    job = make_job(name="tests.csv_error", payload={"file": "orders.csv", "batch": 2, "retries": 3})
+    worker().run_once()
+    job.refresh_from_db()
+    assert job.last_error == "ValueError: row 2: expected 3 columns, got 2"
+
+
+def test_stored_errors_mask_keys_named_by_hidden_payload_keys(worker, make_job, settings):
+    settings.DJANGO_JOBS = {"HIDDEN_PAYLOAD_KEYS": ["^card$", "^pin$"]}
     payload = {"card": "4111111111111111", "name": "Ada Lovelace", "pin": 42}
     job = make_job(name="tests.leaky", payload=payload, max_attempts=1)
     worker().run_once()
     job.refresh_from_db()
-    assert job.last_error == "ValueError: card *** declined for *** (pin ***)"
-    assert job.attempts.get().error == job.last_error
-    logged = "\n".join(record.getMessage() for record in caplog.records)
-    assert "card *** declined" in logged and "Traceback" in logged
-    assert "4111111111111111" not in logged and "Ada Lovelace" not in logged
+    assert job.last_error == "ValueError: card *** declined for Ada Lovelace (pin ***)"
+
+
+def test_stored_errors_keep_only_the_type_when_masking_fails(worker, make_job, settings, caplog):
+    settings.DJANGO_JOBS = {"HIDDEN_PAYLOAD_KEYS": ["(unclosed"]}  # the system check says so
+    payload = {"card_token": "4111111111111111", "name": "Ada", "auth": {"api_key": "sk_1"}}
+    job = make_job(name="tests.pops_secret", payload=payload, max_attempts=1)
+    assert worker().run_once().dead_lettered == 1
+    job.refresh_from_db()
+    assert job.last_error == "ValueError"
+    assert "4111111111111111" not in logged_text(caplog)
+    assert "could not be masked (error)" in logged_text(caplog)
+
+
+RAISED = [
+    ("exit", "SystemExit: 3"),
+    ("interrupt", "KeyboardInterrupt"),
+    ("generator", "GeneratorExit"),
+    ("abort", "HandlerAbort: stop everything"),
+]
+
+
+@pytest.mark.parametrize(("kind", "error"), RAISED)
+def test_run_once_handler_raising_a_base_exception_fails_its_attempt(
+    worker, make_job, clock, kind, error
+):
+    job = make_job(name="tests.raises_base", payload={"raise": kind}, max_attempts=2)
+    w = worker()
+    assert w.run_once().retried == 1
+    job.refresh_from_db()
+    assert (job.status, job.lease_owner, job.last_error) == (JobStatus.PENDING, None, error)
+    clock.advance(3600)
+    assert w.run_once().dead_lettered == 1
+    job.refresh_from_db()
+    assert job.status == JobStatus.DEAD_LETTERED
+    attempts = list(job.attempts.values_list("number", "outcome", "error"))
+    assert attempts == [(1, "failed", error), (2, "failed", error)]
+    good = make_job()
+    assert w.run_once().succeeded == 1  # the worker goes on serving
+    assert Job.objects.get(pk=good.pk).status == JobStatus.SUCCEEDED
+
+
+@pytest.mark.parametrize(("kind", "error"), RAISED)
+def test_execute_held_handler_raising_a_base_exception_fails_its_attempt(
+    worker, make_job, clock, kind, error
+):
+    job = make_job(name="tests.raises_base", payload={"raise": kind}, max_attempts=1)
+    w = worker()
+    [claimed] = w.claim("default", clock.now(), 1)
+    assert w.execute_held(claimed) == JobStatus.DEAD_LETTERED
+    assert w.inflight.snapshot() == []
+    job.refresh_from_db()
+    assert (job.status, job.last_error) == (JobStatus.DEAD_LETTERED, error)
+    assert job.attempts.get().outcome == AttemptOutcome.FAILED
+
+
+UNSTORABLE = [
+    ("zero", "ValueError: bad \\x00 byte"),
+    ("half", "ValueError: lone \ufffd surrogate"),
+]
+
+
+@pytest.mark.parametrize(("text", "stored"), UNSTORABLE)
+def test_run_once_error_text_the_database_refuses_is_stored_readable(
+    worker, make_job, clock, caplog, text, stored
+):
+    job = make_job(name="tests.unstorable_error", payload={"text": text}, max_attempts=2)
+    w = worker()
+    assert w.run_once().retried == 1
+    job.refresh_from_db()
+    assert (job.status, job.lease_owner, job.last_error) == (JobStatus.PENDING, None, stored)
+    clock.advance(3600)
+    assert w.run_once().dead_lettered == 1
+    job.refresh_from_db()
+    assert job.last_error == stored
+    assert list(job.attempts.values_list("outcome", "error")) == [("failed", stored)] * 2
+    logged = logged_text(caplog)
+    assert stored in logged and "\x00" not in logged and "\udc80" not in logged
+
+
+@pytest.mark.parametrize(("text", "stored"), UNSTORABLE)
+def test_execute_held_error_text_the_database_refuses_lands_at_once(
+    worker, make_job, clock, settings, text, stored
+):
+    settings.DJANGO_JOBS = {"LEASE_SECONDS": 6}  # how long a failing outcome write is retried
+    job = make_job(name="tests.unstorable_error", payload={"text": text}, max_attempts=1)
+    w = worker()
+    [claimed] = w.claim("default", clock.now(), 1)
+    started = time.monotonic()
+    assert w.execute_held(claimed) == JobStatus.DEAD_LETTERED
+    assert time.monotonic() - started < 3
+    job.refresh_from_db()
+    assert (job.status, job.last_error) == (JobStatus.DEAD_LETTERED, stored)
+    assert job.attempts.get().error == stored

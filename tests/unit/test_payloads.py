@@ -1,10 +1,11 @@
 import math
+from datetime import datetime, timezone
 
 import pytest
 from django.test import override_settings
 
 from django_jobs import PayloadError
-from django_jobs.payloads import decode_payload, encode_payload
+from django_jobs.payloads import MAX_DEPTH, decode_payload, encode_payload
 
 
 @pytest.mark.parametrize(
@@ -18,15 +19,15 @@ def test_encode_payload_accepts_any_json_value(payload):
 @pytest.mark.parametrize(
     ("payload", "message"),
     [
-        (float("nan"), "not strict JSON"),
-        ({"x": math.inf}, "not strict JSON"),
-        ({"x": -math.inf}, "not strict JSON"),
-        ({"when": object()}, "not JSON serializable"),
-        ({1: "int key"}, "not a string"),
-        ({"s": "nul\x00byte"}, "NUL"),
-        ({"nul\x00key": 1}, "NUL"),
-        (["deep", {"list": ["\x00"]}], "NUL"),
-        ({1, 2}, "not JSON serializable"),
+        (float("nan"), "payload is nan, not strict JSON"),
+        ({"x": math.inf}, r"payload\['x'\] is inf, not strict JSON"),
+        ({"x": -math.inf}, r"payload\['x'\] is -inf, not strict JSON"),
+        ({"when": object()}, r"payload\['when'\] is an object, not JSON"),
+        ({1: "int key"}, "payload has a key that is not a string: 1"),
+        ({"s": "nul\x00byte"}, r"payload\['s'\] contains a NUL character"),
+        ({"nul\x00key": 1}, r"payload has a key 'nul\\x00key' that contains a NUL character"),
+        (["deep", {"list": ["\x00"]}], r"payload\[1\]\['list'\]\[0\] contains a NUL"),
+        ({1, 2}, "payload is a set, not JSON"),
     ],
 )
 def test_encode_payload_refuses_what_is_not_strict_json(payload, message):
@@ -50,3 +51,64 @@ def test_encode_payload_refuses_oversized_payloads():
 def test_decode_payload_refuses_text_that_is_not_json():
     with pytest.raises(PayloadError, match="not valid JSON"):
         decode_payload("{not json")
+
+
+def test_encode_payload_names_the_path_of_a_value_that_is_not_json():
+    payload = {"order": {"id": 7, "items": [1, 2, datetime(2026, 1, 5, tzinfo=timezone.utc)]}}
+    with pytest.raises(PayloadError) as excinfo:
+        encode_payload(payload)
+    assert str(excinfo.value) == "payload['order']['items'][2] is a datetime, not JSON"
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [
+        ({"name": "lone \udc80 surrogate"}, "payload['name'] contains a lone surrogate"),
+        ({"a": [{"b": "\ud800"}]}, "payload['a'][0]['b'] contains a lone surrogate"),
+        (
+            {"a": {"key \udfff": 1}},
+            "payload['a'] has a key 'key \\udfff' that contains a lone surrogate",
+        ),
+    ],
+)
+def test_encode_payload_refuses_lone_surrogates_naming_where(payload, message):
+    with pytest.raises(PayloadError) as excinfo:
+        encode_payload(payload)
+    assert str(excinfo.value).startswith(message)
+
+
+def test_encode_payload_accepts_characters_outside_the_basic_plane():
+    assert decode_payload(encode_payload({"emoji": "\U0001f600"})) == {"emoji": "\U0001f600"}
+
+
+def nested(depth: int) -> list:
+    payload: list = []
+    for _ in range(depth - 1):
+        payload = [payload]
+    return payload
+
+
+def test_encode_payload_refuses_deep_nesting_without_recursion():
+    with pytest.raises(PayloadError, match=f"nested more than {MAX_DEPTH} levels deep"):
+        encode_payload(nested(10_000))
+    with pytest.raises(PayloadError, match="nested more than"):
+        encode_payload({"a": nested(MAX_DEPTH)})
+    assert decode_payload(encode_payload(nested(MAX_DEPTH))) == nested(MAX_DEPTH)
+
+
+def test_encode_payload_refuses_a_circular_reference_naming_where():
+    loop: dict = {"items": []}
+    loop["items"].append(loop)
+    with pytest.raises(PayloadError, match=r"payload\['items'\]\[0\] is a circular reference"):
+        encode_payload(loop)
+    shared = [1, 2]
+    assert decode_payload(encode_payload({"a": shared, "b": shared})) == {"a": [1, 2], "b": [1, 2]}
+
+
+def test_decode_payload_returns_a_new_value_each_time():
+    stored = {"card_token": "tok_1", "items": [1]}
+    decoded = decode_payload(stored)  # as a driver that decodes JSON returns it
+    decoded.pop("card_token")
+    decoded["items"].append(2)
+    assert stored == {"card_token": "tok_1", "items": [1]}
+    assert decode_payload(stored) == stored

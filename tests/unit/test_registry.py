@@ -72,3 +72,28 @@ def test_get_definition_unknown_name_and_undecorated_function():
 def test_job_bad_options_are_value_errors(kwargs):
     with pytest.raises(ValueError):
         job("unit.bad", **kwargs)
+
+
+def test_get_definition_unknown_name_suggests_the_closest_registered_names(cleanup):
+    cleanup.extend(["unit.zebra.stripes", "unit.zebra.striped"])
+
+    @job("unit.zebra.stripes")
+    def welcome(ctx, payload):
+        return None
+
+    @job("unit.zebra.striped")
+    def welcomed(ctx, payload):
+        return None
+
+    with pytest.raises(UnknownJob) as excinfo:
+        get_definition("unit.zebra.stripe")
+    assert str(excinfo.value) == (
+        "no job is registered under the name 'unit.zebra.stripe'; "
+        "did you mean 'unit.zebra.stripes' or 'unit.zebra.striped'?"
+    )
+
+
+def test_get_definition_unknown_name_with_nothing_close_suggests_nothing():
+    with pytest.raises(UnknownJob) as excinfo:
+        get_definition("zzzzzzzz")
+    assert str(excinfo.value) == "no job is registered under the name 'zzzzzzzz'"

@@ -1,5 +1,5 @@
 import pytest
-from django.db import OperationalError
+from django.db import DataError, IntegrityError, InterfaceError, OperationalError, ProgrammingError
 
 from django_jobs.retrying import with_backoff
 
@@ -60,3 +60,34 @@ def db_free_connection(monkeypatch):
     from django.db import connections
 
     monkeypatch.setattr(connections["default"], "close_if_unusable_or_obsolete", lambda: None)
+
+
+@pytest.mark.parametrize("error", [DataError, IntegrityError, ProgrammingError])
+def test_with_backoff_raises_errors_a_retry_cannot_fix_at_once(db_free_connection, error):
+    time = FakeTime()
+    calls = []
+
+    def write():
+        calls.append(1)
+        raise error("the same on every try")
+
+    with pytest.raises(error):
+        with_backoff(write, give_up_after=300, sleep=time.sleep, monotonic=time.monotonic)
+    assert (len(calls), time.sleeps) == (1, [])
+
+
+@pytest.mark.parametrize("error", [OperationalError, InterfaceError])
+def test_with_backoff_retries_errors_that_can_pass(db_free_connection, error):
+    time = FakeTime()
+    calls = []
+
+    def write():
+        calls.append(1)
+        if len(calls) < 3:
+            raise error("connection lost")
+        return "written"
+
+    assert with_backoff(write, give_up_after=300, sleep=time.sleep, monotonic=time.monotonic) == (
+        "written"
+    )
+    assert time.sleeps == [1, 2]

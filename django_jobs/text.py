@@ -1,0 +1,18 @@
+"""Text that every database can store.
+
+PostgreSQL refuses a NUL character in text and in JSON; neither database
+takes a lone surrogate (half of a UTF-16 pair, which is not Unicode).
+"""
+
+from __future__ import annotations
+
+import re
+
+UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable_text(text: str) -> str:
+    """``text`` with NUL written ``\\x00`` and each lone surrogate replaced by U+FFFD."""
+    if UNSTORABLE.search(text) is None:
+        return text
+    return UNSTORABLE.sub(lambda found: "\\x00" if found.group() == "\x00" else "\ufffd", text)
