@@ -1,0 +1,123 @@
+"""System checks and the settings reader: every bad value is refused, naming its key."""
+
+import math
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.test import override_settings
+
+from django_jobs.checks import check_settings
+from django_jobs.conf import settings
+
+NUMBER_KEYS = [
+    "LEASE_SECONDS",
+    "POLL_SECONDS",
+    "MAINTENANCE_SECONDS",
+    "RETRY_MAX_SECONDS",
+    "MAX_PAYLOAD_BYTES",
+    "RETRY_BASE_SECONDS",
+    "RETRY_JITTER",
+    "SHUTDOWN_GRACE_SECONDS",
+    "HEARTBEAT_SECONDS",
+    "MAX_ATTEMPTS",
+]
+NOT_NUMBERS = [math.nan, math.inf, -math.inf, True, "1", [1]]
+
+
+# -- number settings -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", NUMBER_KEYS)
+@pytest.mark.parametrize("value", NOT_NUMBERS, ids=repr)
+def test_check_number_setting_refuses_nan_infinity_bool_and_text(key, value):
+    with override_settings(DJANGO_JOBS={key: value}):
+        errors = check_settings()
+        assert [e.id for e in errors] == ["django_jobs.E003"]
+        assert f"DJANGO_JOBS[{key!r}]" in errors[0].msg
+        assert repr(value) in errors[0].msg
+        with pytest.raises(ImproperlyConfigured) as raised:
+            getattr(settings, key)
+        assert str(raised.value) == errors[0].msg
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("LEASE_SECONDS", 0),
+        ("LEASE_SECONDS", -5),
+        ("RETRY_JITTER", -0.1),
+        ("HEARTBEAT_SECONDS", 0),
+        ("MAX_ATTEMPTS", 0),
+        ("MAX_ATTEMPTS", 2.0),
+        ("MAX_ATTEMPTS", 2**31),
+    ],
+)
+def test_check_number_setting_refuses_values_out_of_range(key, value):
+    with override_settings(DJANGO_JOBS={key: value}):
+        [error] = check_settings()
+        assert error.id == "django_jobs.E003" and f"DJANGO_JOBS[{key!r}]" in error.msg
+
+
+@override_settings(
+    DJANGO_JOBS={
+        "LEASE_SECONDS": 2.5,
+        "RETRY_BASE_SECONDS": 0,
+        "HEARTBEAT_SECONDS": None,
+        "MAX_ATTEMPTS": 2**31 - 1,
+    }
+)
+def test_check_number_settings_in_range_pass():
+    assert check_settings() == []
+    assert settings.LEASE_SECONDS == 2.5
+    assert settings.heartbeat_seconds() == pytest.approx(2.5 / 3)
+
+
+# -- QUEUES --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("queues", "named", "hint"),
+    [
+        ({"q": {"timeout": "30s"}}, "['q']['timeout']", "Give seconds as a number: 30, not '30s'."),
+        ({"q": {"timeout": 0}}, "['q']['timeout']", None),
+        ({"q": {"timeout": -1}}, "['q']['timeout']", None),
+        ({"q": {"timeout": math.nan}}, "['q']['timeout']", None),
+        ({"q": {"timeout": math.inf}}, "['q']['timeout']", None),
+        ({"q": {"timeout": True}}, "['q']['timeout']", None),
+        ({"q": {"workers": 0}}, "['q']['workers']", None),
+        ({"q": {"workers": True}}, "['q']['workers']", None),
+        ({"q": {"workers": "2"}}, "['q']['workers']", None),
+        ({"q": {"workers": 1.5}}, "['q']['workers']", None),
+        ({"q": {"worker": 2}}, "unknown option 'worker'", "Did you mean 'workers'?"),
+        ({"q": {"timeuot": 2}}, "unknown option 'timeuot'", "Did you mean 'timeout'?"),
+        ({"q": {"retries": 2}}, "unknown option 'retries'", "Known: workers, timeout."),
+        ({"q": None}, "['q'] must be a dict of options", None),
+        ({"": {}}, "must be a non-empty string: ''", None),
+        ({"  ": {}}, "must be a non-empty string", None),
+        ({"x" * 101: {}}, "must be at most 100 characters, got 101", None),
+        ({5: {}}, "must be a non-empty string: 5", None),
+        ({}, "must be a non-empty dict", None),
+        (["default"], "must be a non-empty dict", None),
+    ],
+)
+def test_check_queues_refuses_bad_names_and_options(queues, named, hint):
+    with override_settings(DJANGO_JOBS={"QUEUES": queues}):
+        [error] = check_settings()
+        assert error.id == "django_jobs.E004"
+        assert "DJANGO_JOBS['QUEUES']" in error.msg and named in error.msg
+        assert error.hint == hint
+        with pytest.raises(ImproperlyConfigured) as raised:
+            _ = settings.QUEUES
+        assert str(raised.value) == error.msg
+
+
+@override_settings(
+    DJANGO_JOBS={"QUEUES": {"q": {"workers": 3, "timeout": 30}, "r": {"timeout": 2.5}, "s": {}}}
+)
+def test_check_queues_good_options_pass_and_the_worker_reads_them_the_same():
+    assert check_settings() == []
+    assert (settings.queue_workers("q"), settings.queue_workers("s")) == (3, 1)
+    assert settings.queue_timeout("q") == 30.0
+    assert settings.queue_timeout("r") == 2.5
+    assert settings.queue_timeout("s") is None
+    assert settings.queue_timeout("not-listed") is None
