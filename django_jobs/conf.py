@@ -82,6 +82,29 @@ def queue_name_problem(name: Any) -> str | None:
     return None
 
 
+def priority_problem(priority: Any) -> str | None:
+    """Why ``priority`` cannot be a job's priority, or None."""
+    if not is_int(priority):
+        return f"must be an integer from {INT_MIN} to {INT_MAX}"
+    return None
+
+
+def require_queue_name(queue: Any, argument: str = "queue") -> str:
+    """``queue`` if it can be a queue's name; else :class:`ValueError` naming ``argument``."""
+    problem = queue_name_problem(queue)
+    if problem:
+        raise ValueError(f"{argument} {problem}, got {queue!r}")
+    return str(queue)
+
+
+def require_priority(priority: Any, argument: str = "priority") -> int:
+    """``priority`` if it can be a job's priority; else :class:`ValueError` naming ``argument``."""
+    problem = priority_problem(priority)
+    if problem:
+        raise ValueError(f"{argument} {problem}, got {priority!r}")
+    return int(priority)
+
+
 def setting_problem(key: str, value: Any) -> Problem | None:
     """What is wrong with ``DJANGO_JOBS[key] = value`` (the keys with rules here), or None."""
     where = f"DJANGO_JOBS[{key!r}]"

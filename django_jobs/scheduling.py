@@ -17,7 +17,7 @@ from django.conf import settings as django_settings
 from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
-from .conf import settings
+from .conf import require_priority, require_queue_name, settings
 from .models import Job
 from .payloads import encode_payload
 from .registry import get_definition
@@ -68,10 +68,8 @@ def build_job(spec: JobSpec) -> Job:
     )
     if not isinstance(max_attempts, int) or max_attempts < 1:
         raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}")
-    priority = spec.priority if spec.priority is not None else definition.priority
-    if not isinstance(priority, int):
-        raise ValueError(f"priority must be an integer, got {priority!r}")
-    queue = spec.queue or definition.queue
+    priority = require_priority(spec.priority if spec.priority is not None else definition.priority)
+    queue = require_queue_name(spec.queue if spec.queue is not None else definition.queue)
     if spec.unique_key is not None and not (isinstance(spec.unique_key, str) and spec.unique_key):
         raise ValueError("unique_key must be a non-empty string")
     return Job(

@@ -6,8 +6,10 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.test import override_settings
 
+from django_jobs import job, schedule_job, schedule_jobs
 from django_jobs.checks import check_settings
 from django_jobs.conf import settings
+from django_jobs.scheduling import JobSpec, build_job
 
 NUMBER_KEYS = [
     "LEASE_SECONDS",
@@ -121,3 +123,46 @@ def test_check_queues_good_options_pass_and_the_worker_reads_them_the_same():
     assert settings.queue_timeout("r") == 2.5
     assert settings.queue_timeout("s") is None
     assert settings.queue_timeout("not-listed") is None
+
+
+# -- priority and queue arguments -----------------------------------------------------
+
+
+BAD_PRIORITIES = [True, 2**31, -(2**31) - 1, "1", 1.0, math.nan]
+BAD_QUEUES = ["", "   ", "x" * 101, 5]
+
+
+@pytest.mark.parametrize("priority", BAD_PRIORITIES, ids=repr)
+def test_scheduling_refuses_a_bad_priority_naming_it(priority):
+    # No database access is allowed here: nothing is written.
+    with pytest.raises(ValueError, match="^priority must be an integer from"):
+        schedule_job("tests.ok", priority=priority)
+    with pytest.raises(ValueError, match="^priority must be an integer from"):
+        schedule_jobs([{"job": "tests.ok"}, {"job": "tests.ok", "priority": priority}])
+
+
+@pytest.mark.parametrize("queue", BAD_QUEUES, ids=repr)
+def test_scheduling_refuses_a_bad_queue_naming_it(queue):
+    with pytest.raises(ValueError, match="^queue must be"):
+        schedule_job("tests.ok", queue=queue)
+    with pytest.raises(ValueError, match="^queue must be"):
+        schedule_jobs([JobSpec("tests.ok"), JobSpec("tests.ok", queue=queue)])
+
+
+def test_scheduling_accepts_the_edges_of_priority_and_queue():
+    assert build_job(JobSpec("tests.ok", priority=2**31 - 1)).priority == 2**31 - 1
+    assert build_job(JobSpec("tests.ok", priority=-(2**31))).priority == -(2**31)
+    assert build_job(JobSpec("tests.ok", queue="x" * 100)).queue == "x" * 100
+    assert build_job(JobSpec("tests.emails")).queue == "emails"
+
+
+@pytest.mark.parametrize("priority", BAD_PRIORITIES, ids=repr)
+def test_job_decorator_refuses_a_bad_priority(priority):
+    with pytest.raises(ValueError, match="^priority must be an integer from"):
+        job("tests.bad-priority", priority=priority)
+
+
+@pytest.mark.parametrize("queue", BAD_QUEUES, ids=repr)
+def test_job_decorator_refuses_a_bad_queue(queue):
+    with pytest.raises(ValueError, match="^queue must be"):
+        job("tests.bad-queue", queue=queue)
