@@ -191,6 +191,11 @@ class JobsSettings:
             raise ImproperlyConfigured(problem.message)
         return value
 
+    def validate(self) -> None:
+        """Read every setting: :class:`ImproperlyConfigured` for the first bad value."""
+        for key in DEFAULTS:
+            getattr(self, key)
+
     def heartbeat_seconds(self) -> float:
         """The beat: ``HEARTBEAT_SECONDS``, else a third of ``LEASE_SECONDS``."""
         lease = float(self.LEASE_SECONDS)

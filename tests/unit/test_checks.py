@@ -4,6 +4,8 @@ import math
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.core.management.base import CommandError
 from django.test import override_settings
 
 from django_jobs import job, schedule_job, schedule_jobs
@@ -166,3 +168,11 @@ def test_job_decorator_refuses_a_bad_priority(priority):
 def test_job_decorator_refuses_a_bad_queue(queue):
     with pytest.raises(ValueError, match="^queue must be"):
         job("tests.bad-queue", queue=queue)
+
+
+@override_settings(DJANGO_JOBS={"LEASE_SECONDS": math.inf})
+def test_runjobs_without_system_checks_refuses_a_bad_setting_in_the_checks_words():
+    [error] = check_settings()
+    with pytest.raises(CommandError) as raised:
+        call_command("runjobs", "--burst")
+    assert str(raised.value) == error.msg
