@@ -10,7 +10,7 @@ from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Tags, register
 from django.db import router
 
-from .conf import DEFAULTS, NON_NEGATIVE, POSITIVE, queues_problems, setting_problem
+from .conf import DEFAULTS, NON_NEGATIVE, POSITIVE, USE_TZ_REASON, queues_problems, setting_problem
 
 NUMBER_KEYS = (*POSITIVE, *NON_NEGATIVE, "HEARTBEAT_SECONDS", "MAX_ATTEMPTS")
 
@@ -103,3 +103,17 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     from .models import Job
 
     return get_claimer(router.db_for_write(Job)).check_configuration()
+
+
+@register(Tags.compatibility)
+def check_use_tz(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    if django_settings.USE_TZ:
+        return []
+    return [
+        Error(
+            USE_TZ_REASON,
+            hint="Set USE_TZ = True in your settings (Django's default); datetimes are then "
+            "stored in UTC and shown in TIME_ZONE.",
+            id="django_jobs.E010",
+        )
+    ]

@@ -54,6 +54,11 @@ INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 # Job.queue's max_length.
 QUEUE_NAME_MAX_LENGTH = 100
 
+USE_TZ_REASON = (
+    "django-jobs needs USE_TZ = True: lease expiry and schedule times are compared "
+    "across hosts and with the database's clock, in UTC."
+)
+
 
 class Problem(NamedTuple):
     """What is wrong with a setting: a message naming the key, and a hint or None."""
@@ -166,6 +171,12 @@ def queue_options_problems(where: str, options: Mapping[Any, Any]) -> list[Probl
             )
         )
     return problems
+
+
+def require_use_tz() -> None:
+    """Raise :class:`ImproperlyConfigured` unless ``USE_TZ`` is True."""
+    if not django_settings.USE_TZ:
+        raise ImproperlyConfigured(f"{USE_TZ_REASON} Set USE_TZ = True in your settings.")
 
 
 class JobsSettings:

@@ -19,7 +19,7 @@ from django.db import IntegrityError, router, transaction
 from django.utils import timezone as dj_timezone
 
 from .claims import get_claimer
-from .conf import settings
+from .conf import require_use_tz, settings
 from .cron import get_zone, next_occurrence, normalise_cron
 from .exceptions import JobsError
 from .models import RecurringJob, ScheduleSource
@@ -82,6 +82,7 @@ def add_recurring_job(
     time zone, ``next_run_at`` is kept, so a restart never skips or repeats
     an occurrence; a changed cron or zone (or re-enabling) starts from now.
     """
+    require_use_tz()
     job_name = validate_schedule(name, cron, job, payload, timezone)
     using = router.db_for_write(RecurringJob)
     values = {

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings as django_settings
 from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
-from .conf import require_priority, require_queue_name, settings
+from .conf import require_priority, require_queue_name, require_use_tz, settings
 from .models import Job
 from .payloads import encode_payload
 from .registry import get_definition
@@ -42,6 +41,7 @@ class JobSpec:
 
 
 def _resolve_run_at(run_at: datetime | None, delay: timedelta | None) -> datetime:
+    require_use_tz()
     if run_at is not None and delay is not None:
         raise ValueError("give run_at or delay, not both")
     if delay is not None:
@@ -52,8 +52,8 @@ def _resolve_run_at(run_at: datetime | None, delay: timedelta | None) -> datetim
         return timezone.now()
     if not isinstance(run_at, datetime):
         raise ValueError(f"run_at must be a datetime, got {run_at!r}")
-    if django_settings.USE_TZ and timezone.is_naive(run_at):
-        raise ValueError("run_at must be timezone-aware when USE_TZ is True")
+    if timezone.is_naive(run_at):
+        raise ValueError("run_at must be timezone-aware")
     return run_at
 
 

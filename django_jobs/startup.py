@@ -7,7 +7,7 @@ from collections.abc import Iterable
 from django.db import connections
 from django.db.migrations.executor import MigrationExecutor
 
-from .conf import require_queue_name, settings
+from .conf import require_queue_name, require_use_tz, settings
 from .exceptions import JobsError
 from .models import Job
 
@@ -44,8 +44,9 @@ def require_migrated(using: str) -> None:
 
 
 def check_ready(using: str) -> None:
-    """What a worker needs before it can serve: good settings and migrated tables."""
+    """What a worker needs before it can serve: good settings, ``USE_TZ``, migrated tables."""
     settings.validate()
+    require_use_tz()
     require_migrated(using)
 
 

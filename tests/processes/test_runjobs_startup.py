@@ -86,8 +86,9 @@ def test_runjobs_after_a_partial_migrate_names_the_missing_migrations(fresh_data
             "(django_jobs.E004) DJANGO_JOBS['QUEUES']['default']['timeout'] must be a positive "
             "finite number of seconds or None, got '30s'.",
         ),
+        ("USE_TZ = False", "(django_jobs.E010) django-jobs needs USE_TZ = True"),
     ],
-    ids=["lease-inf", "lease-nan", "timeout-text"],
+    ids=["lease-inf", "lease-nan", "timeout-text", "use-tz-false"],
 )
 def test_runjobs_refuses_settings_that_would_break_the_worker(
     runjobs_process, tmp_path, override, message

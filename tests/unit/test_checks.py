@@ -5,11 +5,11 @@ import math
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, SystemCheckError
 from django.test import override_settings
 
-from django_jobs import job, schedule_job, schedule_jobs
-from django_jobs.checks import check_settings
+from django_jobs import add_recurring_job, job, schedule_job, schedule_jobs
+from django_jobs.checks import check_settings, check_use_tz
 from django_jobs.conf import settings
 from django_jobs.scheduling import JobSpec, build_job
 
@@ -26,6 +26,44 @@ NUMBER_KEYS = [
     "MAX_ATTEMPTS",
 ]
 NOT_NUMBERS = [math.nan, math.inf, -math.inf, True, "1", [1]]
+
+
+# -- USE_TZ ------------------------------------------------------------------
+
+
+@override_settings(USE_TZ=False)
+def test_check_use_tz_false_is_an_error_that_says_why():
+    [error] = check_use_tz()
+    assert error.id == "django_jobs.E010"
+    assert "needs USE_TZ = True" in error.msg and "UTC" in error.msg
+    assert "USE_TZ = True" in error.hint
+
+
+def test_check_use_tz_true_passes():
+    assert check_use_tz() == []
+
+
+@override_settings(USE_TZ=False)
+def test_runjobs_refuses_use_tz_false_in_its_system_checks():
+    with pytest.raises(SystemCheckError, match=r"django_jobs\.E010"):
+        call_command("runjobs", "--burst", skip_checks=False)
+
+
+@override_settings(USE_TZ=False)
+def test_runjobs_refuses_use_tz_false_without_system_checks():
+    with pytest.raises(CommandError, match="needs USE_TZ = True"):
+        call_command("runjobs", "--burst")
+
+
+@override_settings(USE_TZ=False)
+def test_scheduling_refuses_use_tz_false_before_writing():
+    # No database access is allowed here: the refusal comes before any query.
+    with pytest.raises(ImproperlyConfigured, match="needs USE_TZ = True"):
+        schedule_job("tests.ok")
+    with pytest.raises(ImproperlyConfigured, match="needs USE_TZ = True"):
+        schedule_jobs([{"job": "tests.ok"}])
+    with pytest.raises(ImproperlyConfigured, match="needs USE_TZ = True"):
+        add_recurring_job("nightly", "0 2 * * *", "tests.ok")
 
 
 # -- number settings -----------------------------------------------------------
