@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import router
 
 from .conf import DEFAULTS, NON_NEGATIVE, POSITIVE, USE_TZ_REASON, queues_problems, setting_problem
@@ -117,3 +117,31 @@ def check_use_tz(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
             id="django_jobs.E010",
         )
     ]
+
+
+@register(Tags.compatibility)
+def check_queues_served(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Warn of registered jobs on a queue that ``DJANGO_JOBS['QUEUES']`` does not list."""
+    from .registry import get_definition, registered_names
+
+    user = getattr(django_settings, "DJANGO_JOBS", {})
+    queues = user.get("QUEUES", DEFAULTS["QUEUES"]) if isinstance(user, Mapping) else None
+    if not isinstance(queues, Mapping):
+        return []  # E001 or E004 says what is wrong
+    unserved: dict[str, list[str]] = {}
+    for name in registered_names():
+        queue = get_definition(name).queue
+        if queue not in queues:
+            unserved.setdefault(queue, []).append(name)
+    return [_unserved_warning(queue, names) for queue, names in sorted(unserved.items())]
+
+
+def _unserved_warning(queue: str, names: list[str]) -> CheckMessage:
+    jobs, verb, them = ("Jobs", "are", "them") if len(names) > 1 else ("Job", "is", "it")
+    return Warning(
+        f"{jobs} {', '.join(map(repr, names))} {verb} on queue {queue!r}, which "
+        f"DJANGO_JOBS['QUEUES'] does not list: `runjobs` without --queue never runs {them}.",
+        hint=f"Add {queue!r} to DJANGO_JOBS['QUEUES'], or run a worker with "
+        f"`manage.py runjobs --queue {queue}` and silence django_jobs.W010.",
+        id="django_jobs.W010",
+    )

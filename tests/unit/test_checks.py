@@ -9,8 +9,9 @@ from django.core.management.base import CommandError, SystemCheckError
 from django.test import override_settings
 
 from django_jobs import add_recurring_job, job, schedule_job, schedule_jobs
-from django_jobs.checks import check_settings, check_use_tz
+from django_jobs.checks import check_queues_served, check_settings, check_use_tz
 from django_jobs.conf import settings
+from django_jobs.registry import unregister
 from django_jobs.scheduling import JobSpec, build_job
 
 NUMBER_KEYS = [
@@ -206,6 +207,56 @@ def test_job_decorator_refuses_a_bad_priority(priority):
 def test_job_decorator_refuses_a_bad_queue(queue):
     with pytest.raises(ValueError, match="^queue must be"):
         job("tests.bad-queue", queue=queue)
+
+
+# -- queues no worker serves ---------------------------------------------------------
+
+
+@pytest.fixture
+def job_on_unlisted_queue():
+    @job("tests.unlisted-a", queue="unlisted")
+    def first(ctx, payload):
+        return None
+
+    @job("tests.unlisted-b", queue="unlisted")
+    def second(ctx, payload):
+        return None
+
+    yield
+    unregister("tests.unlisted-a")
+    unregister("tests.unlisted-b")
+
+
+def test_check_queues_served_warns_of_jobs_on_a_queue_not_in_queues(job_on_unlisted_queue):
+    warnings = {w.msg: w for w in check_queues_served()}
+    [warning] = [w for msg, w in warnings.items() if "'unlisted'" in msg]
+    assert warning.id == "django_jobs.W010"
+    assert "'tests.unlisted-a', 'tests.unlisted-b'" in warning.msg
+    assert "DJANGO_JOBS['QUEUES'] does not list" in warning.msg
+    assert "runjobs --queue unlisted" in warning.hint
+
+
+def test_check_queues_served_is_quiet_for_listed_queues(job_on_unlisted_queue):
+    with override_settings(
+        DJANGO_JOBS={"QUEUES": {"default": {}, "emails": {}, "unlisted": {"workers": 1}}}
+    ):
+        assert [
+            w for w in check_queues_served() if "tests." in w.msg and "'unlisted'" in w.msg
+        ] == []
+    # The test project lists "emails", so its job there draws no warning.
+    assert not any("'emails'" in w.msg for w in check_queues_served())
+
+
+@override_settings(DJANGO_JOBS={})
+def test_check_queues_served_warns_of_emails_under_the_default_queues():
+    # The README's tour: @job(queue="emails") with the default QUEUES ({"default": ...}).
+    [warning] = [w for w in check_queues_served() if "'emails'" in w.msg]
+    assert "'tests.emails'" in warning.msg
+
+
+@override_settings(DJANGO_JOBS={"QUEUES": ["default"]})
+def test_check_queues_served_leaves_a_malformed_queues_to_its_error():
+    assert check_queues_served() == []
 
 
 @override_settings(DJANGO_JOBS={"LEASE_SECONDS": math.inf})

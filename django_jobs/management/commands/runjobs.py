@@ -14,7 +14,7 @@ from django.db import router
 from django_jobs.exceptions import JobsError
 from django_jobs.models import Job
 from django_jobs.recurring import sync_from_settings
-from django_jobs.startup import check_ready, served_queues
+from django_jobs.startup import check_ready, log_unserved_due, served_queues
 from django_jobs.worker import Worker
 
 logger = logging.getLogger("django_jobs.runjobs")
@@ -51,6 +51,7 @@ class Command(BaseCommand):
             check_ready(using)
         except (ValueError, JobsError, ImproperlyConfigured) as exc:
             raise CommandError(str(exc)) from None
+        log_unserved_due(queues, using)
         sync_from_settings()
         worker = Worker(queues, using=using, burst=options["burst"])
         stop_event = threading.Event()

@@ -1,0 +1,61 @@
+"""What ``runjobs`` says at start-up about jobs it will not run."""
+
+import logging
+
+import pytest
+from django.core.management import call_command
+
+from django_jobs import schedule_job, schedule_jobs
+from django_jobs.models import Job, JobStatus
+from django_jobs.startup import log_unserved_due, unserved_due_counts
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def unserved_records(caplog):
+    return [r for r in caplog.records if getattr(r, "event", None) == "unserved_jobs"]
+
+
+def test_runjobs_logs_due_jobs_on_queues_it_does_not_serve(caplog):
+    schedule_jobs([{"job": "tests.emails"}] * 3)
+    schedule_job("tests.ok", queue="nowhere")
+    schedule_job("tests.ok")  # served: run and not counted
+    with caplog.at_level(logging.INFO, logger="django_jobs"):
+        call_command("runjobs", "--burst", "--queue", "default", verbosity=1)
+    [record] = unserved_records(caplog)
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        "4 due job(s) on queues this worker does not serve: 'emails' (3), 'nowhere' (1); "
+        "'nowhere' not in DJANGO_JOBS['QUEUES'], so only a worker started with --queue runs them"
+    )
+    assert record.queues == {"emails": 3, "nowhere": 1}
+    assert Job.objects.filter(status=JobStatus.PENDING).count() == 4
+
+
+def test_runjobs_logs_listed_but_unserved_queues_at_info(caplog):
+    schedule_job("tests.emails")
+    with caplog.at_level(logging.INFO, logger="django_jobs"):
+        call_command("runjobs", "--burst", "--queue", "default", verbosity=1)
+    [record] = unserved_records(caplog)
+    assert record.levelno == logging.INFO
+    assert record.getMessage() == "1 due job(s) on queues this worker does not serve: 'emails' (1)"
+
+
+def test_runjobs_says_nothing_when_it_serves_every_queue_with_due_jobs(caplog):
+    schedule_job("tests.emails")
+    with caplog.at_level(logging.INFO, logger="django_jobs"):
+        call_command("runjobs", "--burst", verbosity=1)
+    assert unserved_records(caplog) == []
+    assert Job.objects.get().status == JobStatus.SUCCEEDED
+
+
+def test_unserved_due_counts_skip_jobs_not_yet_due_and_take_one_query(
+    clock, django_assert_num_queries
+):
+    schedule_job("tests.emails", run_at=clock.now())
+    schedule_job("tests.emails", run_at=clock.now().replace(year=2030))
+    schedule_job("tests.ok", queue="other", run_at=clock.now())
+    with django_assert_num_queries(1):
+        counts = unserved_due_counts(["default"], clock.now(), "default")
+    assert counts == {"emails": 1, "other": 1}
+    assert log_unserved_due(["default", "emails", "other"], "default", clock.now()) == 0
