@@ -1,13 +1,17 @@
 """What ``runjobs`` says at start-up about jobs it will not run."""
 
 import logging
+import sys
+from pathlib import Path
 
 import pytest
+from django.conf import settings as django_settings
 from django.core.management import call_command
 
 from django_jobs import schedule_job, schedule_jobs
 from django_jobs.models import Job, JobStatus
 from django_jobs.startup import log_unserved_due, unserved_due_counts
+from testproject.example.management.commands.demo import python_command
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -59,3 +63,12 @@ def test_unserved_due_counts_skip_jobs_not_yet_due_and_take_one_query(
         counts = unserved_due_counts(["default"], clock.now(), "default")
     assert counts == {"emails": 1, "other": 1}
     assert log_unserved_due(["default", "emails", "other"], "default", clock.now()) == 0
+
+
+def test_demo_hints_use_the_python_it_runs_under(settings, capsys):
+    settings.DJANGO_JOBS = {**settings.DJANGO_JOBS, "RETRY_BASE_SECONDS": 0, "POLL_SECONDS": 0.02}
+    call_command("demo")
+    out = capsys.readouterr().out
+    python = python_command(sys.executable, Path(django_settings.BASE_DIR))
+    assert f"See them in the admin: {python} manage.py createsuperuser, " in out
+    assert f"{python} manage.py runserver" in out
