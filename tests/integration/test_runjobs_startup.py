@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 from django.core.management import call_command
+from django.core.management.base import SystemCheckError
 
 from django_jobs import schedule_job, schedule_jobs
 from django_jobs.models import Job, JobStatus
@@ -63,6 +64,13 @@ def test_unserved_due_counts_skip_jobs_not_yet_due_and_take_one_query(
         counts = unserved_due_counts(["default"], clock.now(), "default")
     assert counts == {"emails": 1, "other": 1}
     assert log_unserved_due(["default", "emails", "other"], "default", clock.now()) == 0
+
+
+def test_runjobs_refuses_use_tz_false_in_its_system_checks(settings):
+    # Some of Django's own checks ask the database about its features: hence not a unit test.
+    settings.USE_TZ = False
+    with pytest.raises(SystemCheckError, match=r"django_jobs\.E010"):
+        call_command("runjobs", "--burst", skip_checks=False)
 
 
 def test_demo_hints_use_the_python_it_runs_under(settings, capsys):

@@ -5,7 +5,7 @@ import math
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
-from django.core.management.base import CommandError, SystemCheckError
+from django.core.management.base import CommandError
 from django.test import override_settings
 
 from django_jobs import add_recurring_job, job, schedule_job, schedule_jobs
@@ -42,12 +42,6 @@ def test_check_use_tz_false_is_an_error_that_says_why():
 
 def test_check_use_tz_true_passes():
     assert check_use_tz() == []
-
-
-@override_settings(USE_TZ=False)
-def test_runjobs_refuses_use_tz_false_in_its_system_checks():
-    with pytest.raises(SystemCheckError, match=r"django_jobs\.E010"):
-        call_command("runjobs", "--burst", skip_checks=False)
 
 
 @override_settings(USE_TZ=False)
