@@ -80,17 +80,17 @@ def is_int(value: Any, low: int = INT_MIN, high: int = INT_MAX) -> bool:
 
 def queue_name_problem(name: Any) -> str | None:
     """Why ``name`` cannot be a queue's name, or None."""
-    if not isinstance(name, str) or not name.strip():
-        return "must be a non-empty string"
-    if len(name) > QUEUE_NAME_MAX_LENGTH:
-        return f"must be at most {QUEUE_NAME_MAX_LENGTH} characters, got {len(name)}"
+    if not isinstance(name, str) or not name.strip() or len(name) > QUEUE_NAME_MAX_LENGTH:
+        return f"must be a non-empty string of at most {QUEUE_NAME_MAX_LENGTH} characters"
     return None
 
 
 def priority_problem(priority: Any) -> str | None:
     """Why ``priority`` cannot be a job's priority, or None."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        return "must be an integer"
     if not is_int(priority):
-        return f"must be an integer from {INT_MIN} to {INT_MAX}"
+        return f"must be from {INT_MIN} to {INT_MAX}"
     return None
 
 
