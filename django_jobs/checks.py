@@ -7,80 +7,28 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings as django_settings
-from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import router
 
-from .conf import DEFAULTS
+from .conf import DEFAULTS, NON_NEGATIVE, POSITIVE, USE_TZ_REASON, queues_problems, setting_problem
 
-NON_NEGATIVE = ("RETRY_BASE_SECONDS", "RETRY_JITTER", "SHUTDOWN_GRACE_SECONDS")
-POSITIVE = (
-    "LEASE_SECONDS",
-    "POLL_SECONDS",
-    "MAINTENANCE_SECONDS",
-    "RETRY_MAX_SECONDS",
-    "MAX_PAYLOAD_BYTES",
-)
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
+NUMBER_KEYS = (*POSITIVE, *NON_NEGATIVE, "HEARTBEAT_SECONDS", "MAX_ATTEMPTS")
 
 
 def _number_errors(user: Mapping[str, Any]) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
-    for key in POSITIVE + NON_NEGATIVE:
-        if key not in user:
-            continue
-        value = user[key]
-        if not _is_number(value) or value < 0 or (key in POSITIVE and value == 0):
-            kind = "a positive" if key in POSITIVE else "a non-negative"
-            errors.append(
-                Error(
-                    f"DJANGO_JOBS[{key!r}] must be {kind} number, got {value!r}.",
-                    id="django_jobs.E003",
-                )
-            )
-    beat = user.get("HEARTBEAT_SECONDS")
-    if beat is not None and (not _is_number(beat) or beat <= 0):
-        errors.append(
-            Error(
-                f"DJANGO_JOBS['HEARTBEAT_SECONDS'] must be a positive number or "
-                f"None, got {beat!r}.",
-                id="django_jobs.E003",
-            )
-        )
-    attempts = user.get("MAX_ATTEMPTS", 1)
-    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
-        errors.append(
-            Error(
-                f"DJANGO_JOBS['MAX_ATTEMPTS'] must be a positive integer, got {attempts!r}.",
-                id="django_jobs.E003",
-            )
-        )
+    for key in NUMBER_KEYS:
+        problem = setting_problem(key, user[key]) if key in user else None
+        if problem is not None:
+            errors.append(Error(problem.message, hint=problem.hint, id="django_jobs.E003"))
     return errors
 
 
 def _queue_errors(queues: Any) -> list[CheckMessage]:
-    if not isinstance(queues, Mapping) or not queues:
-        return [
-            Error(
-                "DJANGO_JOBS['QUEUES'] must be a non-empty dict of queue name -> options, "
-                f"got {queues!r}.",
-                id="django_jobs.E004",
-            )
-        ]
-    errors: list[CheckMessage] = []
-    for name, options in queues.items():
-        workers = (options or {}).get("workers", 1) if isinstance(options, Mapping) else None
-        if not isinstance(workers, int) or isinstance(workers, bool) or workers < 1:
-            errors.append(
-                Error(
-                    f"DJANGO_JOBS['QUEUES'][{name!r}] must be a dict whose 'workers' is a positive "
-                    f"integer, got {options!r}.",
-                    id="django_jobs.E004",
-                )
-            )
-    return errors
+    return [
+        Error(problem.message, hint=problem.hint, id="django_jobs.E004")
+        for problem in queues_problems(queues)
+    ]
 
 
 @register(Tags.compatibility)
@@ -174,3 +122,45 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     from .models import Job
 
     return get_claimer(router.db_for_write(Job)).check_configuration()
+
+
+@register(Tags.compatibility)
+def check_use_tz(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    if django_settings.USE_TZ:
+        return []
+    return [
+        Error(
+            USE_TZ_REASON,
+            hint="Set USE_TZ = True in your settings (Django's default); datetimes are then "
+            "stored in UTC and shown in TIME_ZONE.",
+            id="django_jobs.E010",
+        )
+    ]
+
+
+@register(Tags.compatibility)
+def check_queues_served(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """Warn of registered jobs on a queue that ``DJANGO_JOBS['QUEUES']`` does not list."""
+    from .registry import get_definition, registered_names
+
+    user = getattr(django_settings, "DJANGO_JOBS", {})
+    queues = user.get("QUEUES", DEFAULTS["QUEUES"]) if isinstance(user, Mapping) else None
+    if not isinstance(queues, Mapping):
+        return []  # E001 or E004 says what is wrong
+    unserved: dict[str, list[str]] = {}
+    for name in registered_names():
+        queue = get_definition(name).queue
+        if queue not in queues:
+            unserved.setdefault(queue, []).append(name)
+    return [_unserved_warning(queue, names) for queue, names in sorted(unserved.items())]
+
+
+def _unserved_warning(queue: str, names: list[str]) -> CheckMessage:
+    jobs, verb, them = ("Jobs", "are", "them") if len(names) > 1 else ("Job", "is", "it")
+    return Warning(
+        f"{jobs} {', '.join(map(repr, names))} {verb} on queue {queue!r}, which "
+        f"DJANGO_JOBS['QUEUES'] does not list: `runjobs` without --queue never runs {them}.",
+        hint=f"Add {queue!r} to DJANGO_JOBS['QUEUES'], or run a worker with "
+        f"`manage.py runjobs --queue {queue}` and silence django_jobs.W010.",
+        id="django_jobs.W010",
+    )

@@ -1,15 +1,21 @@
 """The ``DJANGO_JOBS`` settings dict, with a default for every key.
 
 Values are read from ``django.conf.settings`` on each access, so tests that
-use ``override_settings`` see their values at once.
+use ``override_settings`` see their values at once. Each value is checked by
+the same rules as the system check (:mod:`django_jobs.checks`), so a worker
+started without the checks refuses a bad value with the check's words
+instead of failing later in a way that hides it.
 """
 
 from __future__ import annotations
 
+import difflib
+import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.conf import settings as django_settings
+from django.core.exceptions import ImproperlyConfigured
 
 DEFAULTS: dict[str, Any] = {
     # queue name -> options; "workers" is the number of handler threads.
@@ -35,9 +41,152 @@ DEFAULTS: dict[str, Any] = {
     "RECURRING": {},
 }
 
+POSITIVE = (
+    "LEASE_SECONDS",
+    "POLL_SECONDS",
+    "MAINTENANCE_SECONDS",
+    "RETRY_MAX_SECONDS",
+    "MAX_PAYLOAD_BYTES",
+)
+NON_NEGATIVE = ("RETRY_BASE_SECONDS", "RETRY_JITTER", "SHUTDOWN_GRACE_SECONDS")
+QUEUE_OPTIONS = ("workers", "timeout")
+
+# The range of the database's integer columns (priority, max_attempts).
+INT_MIN, INT_MAX = -(2**31), 2**31 - 1
+# Job.queue's max_length.
+QUEUE_NAME_MAX_LENGTH = 100
+
+USE_TZ_REASON = (
+    "django-jobs needs USE_TZ = True: lease expiry and schedule times are compared "
+    "across hosts and with the database's clock, in UTC."
+)
+
+
+class Problem(NamedTuple):
+    """What is wrong with a setting: a message naming the key, and a hint or None."""
+
+    message: str
+    hint: str | None = None
+
+
+def is_number(value: Any) -> bool:
+    """An int or a finite float; not a bool, not NaN, not infinity."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value)
+
+
+def is_int(value: Any, low: int = INT_MIN, high: int = INT_MAX) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+
+def queue_name_problem(name: Any) -> str | None:
+    """Why ``name`` cannot be a queue's name, or None."""
+    if not isinstance(name, str) or not name.strip() or len(name) > QUEUE_NAME_MAX_LENGTH:
+        return f"must be a non-empty string of at most {QUEUE_NAME_MAX_LENGTH} characters"
+    return None
+
+
+def priority_problem(priority: Any) -> str | None:
+    """Why ``priority`` cannot be a job's priority, or None."""
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        return "must be an integer"
+    if not is_int(priority):
+        return f"must be from {INT_MIN} to {INT_MAX}"
+    return None
+
+
+def require_queue_name(queue: Any, argument: str = "queue") -> str:
+    """``queue`` if it can be a queue's name; else :class:`ValueError` naming ``argument``."""
+    problem = queue_name_problem(queue)
+    if problem:
+        raise ValueError(f"{argument} {problem}, got {queue!r}")
+    return str(queue)
+
+
+def require_priority(priority: Any, argument: str = "priority") -> int:
+    """``priority`` if it can be a job's priority; else :class:`ValueError` naming ``argument``."""
+    problem = priority_problem(priority)
+    if problem:
+        raise ValueError(f"{argument} {problem}, got {priority!r}")
+    return int(priority)
+
+
+def setting_problem(key: str, value: Any) -> Problem | None:
+    """What is wrong with ``DJANGO_JOBS[key] = value`` (the keys with rules here), or None."""
+    where = f"DJANGO_JOBS[{key!r}]"
+    if key in POSITIVE and not (is_number(value) and value > 0):
+        return Problem(f"{where} must be a positive finite number, got {value!r}.")
+    if key in NON_NEGATIVE and not (is_number(value) and value >= 0):
+        return Problem(f"{where} must be a non-negative finite number, got {value!r}.")
+    if key == "HEARTBEAT_SECONDS" and value is not None and not (is_number(value) and value > 0):
+        return Problem(f"{where} must be a positive finite number or None, got {value!r}.")
+    if key == "MAX_ATTEMPTS" and not is_int(value, 1):
+        return Problem(f"{where} must be an integer from 1 to {INT_MAX}, got {value!r}.")
+    if key == "QUEUES":
+        problems = queues_problems(value)
+        return problems[0] if problems else None
+    return None
+
+
+def queues_problems(queues: Any) -> list[Problem]:
+    """Everything wrong with a ``QUEUES`` value: its names and each queue's options."""
+    if not isinstance(queues, Mapping) or not queues:
+        return [
+            Problem(
+                "DJANGO_JOBS['QUEUES'] must be a non-empty dict of queue name -> options, "
+                f"got {queues!r}."
+            )
+        ]
+    problems: list[Problem] = []
+    for name, options in queues.items():
+        where = f"DJANGO_JOBS['QUEUES'][{name!r}]"
+        wrong_name = queue_name_problem(name)
+        if wrong_name:
+            problems.append(
+                Problem(f"A queue name in DJANGO_JOBS['QUEUES'] {wrong_name}: {name!r}.")
+            )
+        if not isinstance(options, Mapping):
+            problems.append(Problem(f"{where} must be a dict of options, got {options!r}."))
+            continue
+        problems += queue_options_problems(where, options)
+    return problems
+
+
+def queue_options_problems(where: str, options: Mapping[Any, Any]) -> list[Problem]:
+    problems: list[Problem] = []
+    for option in options:
+        if option not in QUEUE_OPTIONS:
+            close = difflib.get_close_matches(str(option), QUEUE_OPTIONS, n=1)
+            hint = f"Did you mean {close[0]!r}?" if close else f"Known: {', '.join(QUEUE_OPTIONS)}."
+            problems.append(Problem(f"{where} has an unknown option {option!r}.", hint))
+    workers = options.get("workers", 1)
+    if not is_int(workers, 1):
+        problems.append(Problem(f"{where}['workers'] must be a positive integer, got {workers!r}."))
+    timeout = options.get("timeout")
+    if timeout is not None and not (is_number(timeout) and timeout > 0):
+        problems.append(
+            Problem(
+                f"{where}['timeout'] must be a positive finite number of seconds or None, "
+                f"got {timeout!r}.",
+                "Give seconds as a number: 30, not '30s'." if isinstance(timeout, str) else None,
+            )
+        )
+    return problems
+
+
+def require_use_tz() -> None:
+    """Raise :class:`ImproperlyConfigured` unless ``USE_TZ`` is True."""
+    if not django_settings.USE_TZ:
+        raise ImproperlyConfigured(f"{USE_TZ_REASON} Set USE_TZ = True in your settings.")
+
 
 class JobsSettings:
-    """Attribute access to ``settings.DJANGO_JOBS`` merged over :data:`DEFAULTS`."""
+    """Attribute access to ``settings.DJANGO_JOBS`` merged over :data:`DEFAULTS`.
+
+    A value the system check would refuse raises :class:`ImproperlyConfigured`
+    with the check's message.
+    """
 
     def user_settings(self) -> Mapping[str, Any]:
         value = getattr(django_settings, "DJANGO_JOBS", None)
@@ -46,7 +195,19 @@ class JobsSettings:
     def __getattr__(self, key: str) -> Any:
         if key not in DEFAULTS:
             raise AttributeError(f"unknown django-jobs setting {key!r}")
-        return self.user_settings().get(key, DEFAULTS[key])
+        user = self.user_settings()
+        if key not in user:
+            return DEFAULTS[key]
+        value = user[key]
+        problem = setting_problem(key, value)
+        if problem is not None:
+            raise ImproperlyConfigured(problem.message)
+        return value
+
+    def validate(self) -> None:
+        """Read every setting: :class:`ImproperlyConfigured` for the first bad value."""
+        for key in DEFAULTS:
+            getattr(self, key)
 
     def heartbeat_seconds(self) -> float:
         """The beat: ``HEARTBEAT_SECONDS``, else a third of ``LEASE_SECONDS``."""
@@ -62,6 +223,11 @@ class JobsSettings:
         """Handler threads for ``queue``: its ``workers`` option, else 1."""
         options = self.QUEUES.get(queue) or {}
         return int(options.get("workers", 1))
+
+    def queue_timeout(self, queue: str) -> float | None:
+        """The ``timeout`` option of ``queue``, in seconds; None if it has none."""
+        timeout = (self.QUEUES.get(queue) or {}).get("timeout")
+        return float(timeout) if timeout is not None else None
 
 
 settings = JobsSettings()

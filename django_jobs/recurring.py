@@ -20,7 +20,7 @@ from django.db.models import Q
 from django.utils import timezone as dj_timezone
 
 from .claims import get_claimer
-from .conf import settings
+from .conf import require_use_tz, settings
 from .cron import get_zone, next_occurrence, validate_cron
 from .exceptions import JobsError, ScheduleError
 from .models import RecurringJob, ScheduleSource
@@ -116,6 +116,7 @@ def add_recurring_job(
     occurrence. A changed cron or zone (or re-enabling) starts from now, by a
     guarded update that a concurrent fire makes retry.
     """
+    require_use_tz()
     job_name = validate_schedule(
         name,
         cron,

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .conf import require_priority, require_queue_name
 from .exceptions import DuplicateJobName, UnknownJob
 
 if TYPE_CHECKING:
@@ -66,12 +67,10 @@ def job(
     """
     if not isinstance(name, str) or not name.strip():
         raise ValueError("a job name must be a non-empty string")
-    if not isinstance(queue, str) or not queue:
-        raise ValueError("queue must be a non-empty string")
+    require_queue_name(queue)
     if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
         raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}")
-    if not isinstance(priority, int):
-        raise ValueError(f"priority must be an integer, got {priority!r}")
+    require_priority(priority)
     seconds = _seconds(timeout)
 
     def decorator(func: H) -> H:

@@ -13,11 +13,10 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.conf import settings as django_settings
 from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
-from .conf import settings
+from .conf import require_priority, require_queue_name, require_use_tz, settings
 from .models import Job
 from .payloads import encode_payload
 from .registry import get_definition
@@ -42,6 +41,7 @@ class JobSpec:
 
 
 def _resolve_run_at(run_at: datetime | None, delay: timedelta | None) -> datetime:
+    require_use_tz()
     if run_at is not None and delay is not None:
         raise ValueError("give run_at or delay, not both")
     if delay is not None:
@@ -52,8 +52,8 @@ def _resolve_run_at(run_at: datetime | None, delay: timedelta | None) -> datetim
         return timezone.now()
     if not isinstance(run_at, datetime):
         raise ValueError(f"run_at must be a datetime, got {run_at!r}")
-    if django_settings.USE_TZ and timezone.is_naive(run_at):
-        raise ValueError("run_at must be timezone-aware when USE_TZ is True")
+    if timezone.is_naive(run_at):
+        raise ValueError("run_at must be timezone-aware")
     return run_at
 
 
@@ -67,15 +67,10 @@ def check_job_options(*, queue: str | None, priority: int | None, max_attempts: 
         not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1
     ):
         raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}")
-    if priority is not None and (not isinstance(priority, int) or isinstance(priority, bool)):
-        raise ValueError(f"priority must be an integer, got {priority!r}")
-    max_length = Job._meta.get_field("queue").max_length or 0
-    if queue is not None and (
-        not isinstance(queue, str) or not queue.strip() or len(queue) > max_length
-    ):
-        raise ValueError(
-            f"queue must be a non-empty string of at most {max_length} characters, got {queue!r}"
-        )
+    if priority is not None:
+        require_priority(priority)
+    if queue is not None:
+        require_queue_name(queue)
 
 
 def build_job(spec: JobSpec) -> Job:
@@ -88,7 +83,7 @@ def build_job(spec: JobSpec) -> Job:
         else definition.max_attempts or int(settings.MAX_ATTEMPTS)
     )
     priority = spec.priority if spec.priority is not None else definition.priority
-    queue = spec.queue or definition.queue
+    queue = spec.queue if spec.queue is not None else definition.queue
     check_job_options(queue=queue, priority=priority, max_attempts=max_attempts)
     if spec.unique_key is not None and not (isinstance(spec.unique_key, str) and spec.unique_key):
         raise ValueError("unique_key must be a non-empty string")

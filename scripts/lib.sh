@@ -21,6 +21,19 @@ find_python() {
     return 1
 }
 
+# require_python MIN_MINOR WHAT [HINT...]: find_python, or say on stderr that WHAT needs that
+# Python and none was found (then HINT), and fail. Call it as
+# `python=$(require_python 11 "Django 5.2") || exit 2`: a failure inside $(...) stops nothing.
+require_python() {
+    local min=$1 what=$2 hint="${*:3}"
+    if find_python "$min"; then
+        return 0
+    fi
+    echo "scripts/${0##*/}: $what needs Python 3.$min or newer, and none was found (tried python3," \
+        "python3.13, python3.12, python3.11 on PATH and pyenv's versions).${hint:+ $hint}" >&2
+    return 1
+}
+
 # ensure_venv DIR PYTHON DJANGO_SPEC: a venv with the project, its test extras and that Django.
 ensure_venv() {
     local dir=$1 python=$2 django=$3 stamp

@@ -7,10 +7,14 @@ import signal
 import threading
 from typing import Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import router
 
-from django_jobs.conf import settings
+from django_jobs.exceptions import JobsError
+from django_jobs.models import Job
 from django_jobs.recurring import sync_from_settings
+from django_jobs.startup import check_ready, log_unserved_due, served_queues
 from django_jobs.worker import Worker
 
 logger = logging.getLogger("django_jobs.runjobs")
@@ -41,12 +45,15 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(options["verbosity"])
-        names = options["queues"] or list(settings.QUEUES)
-        if options["workers"] is not None and options["workers"] < 1:
-            raise CommandError("--workers must be at least 1")
-        queues = {name: options["workers"] or settings.queue_workers(name) for name in names}
+        try:
+            queues = served_queues(options["queues"], options["workers"])
+            using = router.db_for_write(Job)
+            check_ready(using)
+        except (ValueError, JobsError, ImproperlyConfigured) as exc:
+            raise CommandError(str(exc)) from None
+        log_unserved_due(queues, using)
         sync_from_settings()
-        worker = Worker(queues, burst=options["burst"])
+        worker = Worker(queues, using=using, burst=options["burst"])
         stop_event = threading.Event()
         self._install_signal_handlers(stop_event, worker.force_event)
         worker.run(stop_event)

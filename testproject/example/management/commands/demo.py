@@ -3,16 +3,32 @@
 from __future__ import annotations
 
 import logging
+import shlex
+import sys
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
 from django_jobs import schedule_job, schedule_jobs
 from django_jobs.models import Job, JobStatus
 from django_jobs.worker import Worker
+
+
+def python_command(executable: str, project_dir: Path) -> str:
+    """How to run this Python from the project directory: relative when it lives inside it.
+
+    The demo runs under the project's virtualenv, so a bare ``python`` in the
+    hints it prints would miss Django outside that virtualenv.
+    """
+    path = Path(executable)
+    if path.is_absolute() and path.is_relative_to(project_dir):
+        path = path.relative_to(project_dir)
+    return shlex.quote(str(path))
 
 
 class Command(BaseCommand):
@@ -41,10 +57,11 @@ class Command(BaseCommand):
                 f"{job.attempts_used}/{job.max_attempts:<7} {job.last_error[:50]}"
             )
         dead = Job.objects.filter(status=JobStatus.DEAD_LETTERED).count()
+        python = python_command(sys.executable, Path(settings.BASE_DIR))
         self.stdout.write(
             f"\n{Job.objects.filter(status=JobStatus.SUCCEEDED).count()} succeeded, "
-            f"{dead} dead-lettered. See them in the admin: python manage.py createsuperuser, "
-            "python manage.py runserver, then /admin/django_jobs/deadletter/"
+            f"{dead} dead-lettered. See them in the admin: {python} manage.py createsuperuser, "
+            f"{python} manage.py runserver, then /admin/django_jobs/deadletter/"
         )
 
     def _log_to_stdout(self) -> None:

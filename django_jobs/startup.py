@@ -1,0 +1,103 @@
+"""What ``runjobs`` makes sure of before it serves, and what it tells the operator."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import datetime
+
+from django.db import connections
+from django.db.migrations.executor import MigrationExecutor
+from django.db.models import Count
+from django.utils import timezone
+
+from .conf import require_queue_name, require_use_tz, settings
+from .exceptions import JobsError
+from .models import Job, JobStatus
+
+logger = logging.getLogger(__name__)
+
+APP_LABEL = "django_jobs"
+
+
+class NotMigrated(JobsError):
+    """The database lacks some of django-jobs' migrations."""
+
+
+def unapplied_migrations(using: str) -> list[str]:
+    """Names of django-jobs' migrations not yet applied to database ``using``."""
+    executor = MigrationExecutor(connections[using])
+    targets = [key for key in executor.loader.graph.leaf_nodes() if key[0] == APP_LABEL]
+    return [
+        migration.name
+        for migration, _ in executor.migration_plan(targets)
+        if migration.app_label == APP_LABEL
+    ]
+
+
+def require_migrated(using: str) -> None:
+    """Raise :class:`NotMigrated`, saying what to run, if the jobs tables are not up to date."""
+    missing = unapplied_migrations(using)
+    if not missing:
+        return
+    command = "python manage.py migrate" + ("" if using == "default" else f" --database {using}")
+    if Job._meta.db_table not in connections[using].introspection.table_names():
+        raise NotMigrated(f"Database {using!r} has no django_jobs tables: run `{command}` first.")
+    raise NotMigrated(
+        f"Database {using!r} lacks django_jobs migration(s) {', '.join(missing)}: "
+        f"run `{command}` first."
+    )
+
+
+def check_ready(using: str) -> None:
+    """What a worker needs before it can serve: good settings, ``USE_TZ``, migrated tables."""
+    settings.validate()
+    require_use_tz()
+    require_migrated(using)
+
+
+def served_queues(names: Iterable[str] | None, workers: int | None) -> dict[str, int]:
+    """Queue name -> handler threads, from ``--queue`` and ``--workers`` (else ``QUEUES``)."""
+    if workers is not None and workers < 1:
+        raise ValueError("--workers must be at least 1")
+    chosen = [require_queue_name(name, "--queue") for name in names or []]
+    return {name: workers or settings.queue_workers(name) for name in chosen or settings.QUEUES}
+
+
+def unserved_due_counts(served: Iterable[str], now: datetime, using: str) -> dict[str, int]:
+    """Due pending jobs per queue outside ``served``, in one query."""
+    rows = (
+        Job.objects.using(using)
+        .filter(status=JobStatus.PENDING, run_at__lte=now)
+        .exclude(queue__in=list(served))
+        .values("queue")
+        .annotate(count=Count("id"))
+        .order_by("queue")
+    )
+    return {row["queue"]: row["count"] for row in rows}
+
+
+def log_unserved_due(served: Iterable[str], using: str, now: datetime | None = None) -> int:
+    """Log how many due jobs sit on queues this worker does not serve; return that number.
+
+    A warning when one of those queues is not in ``DJANGO_JOBS['QUEUES']``
+    (no worker started without ``--queue`` runs it), else an info line.
+    """
+    counts = unserved_due_counts(served, now or timezone.now(), using)
+    total = sum(counts.values())
+    if not total:
+        return 0
+    undeclared = sorted(set(counts) - set(settings.QUEUES))
+    listed = ", ".join(f"{queue!r} ({count})" for queue, count in counts.items())
+    message = f"{total} due job(s) on queues this worker does not serve: {listed}"
+    if undeclared:
+        message += (
+            f"; {', '.join(map(repr, undeclared))} not in DJANGO_JOBS['QUEUES'], "
+            "so only a worker started with --queue runs them"
+        )
+    logger.log(
+        logging.WARNING if undeclared else logging.INFO,
+        message,
+        extra={"event": "unserved_jobs", "queues": counts},
+    )
+    return total

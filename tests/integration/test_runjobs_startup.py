@@ -1,0 +1,82 @@
+"""What ``runjobs`` says at start-up about jobs it will not run."""
+
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings as django_settings
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from django_jobs import schedule_job, schedule_jobs
+from django_jobs.models import Job, JobStatus
+from django_jobs.startup import log_unserved_due, unserved_due_counts
+from testproject.example.management.commands.demo import python_command
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def unserved_records(caplog):
+    return [r for r in caplog.records if getattr(r, "event", None) == "unserved_jobs"]
+
+
+def test_runjobs_logs_due_jobs_on_queues_it_does_not_serve(caplog):
+    schedule_jobs([{"job": "tests.emails"}] * 3)
+    schedule_job("tests.ok", queue="nowhere")
+    schedule_job("tests.ok")  # served: run and not counted
+    with caplog.at_level(logging.INFO, logger="django_jobs"):
+        call_command("runjobs", "--burst", "--queue", "default", verbosity=1)
+    [record] = unserved_records(caplog)
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        "4 due job(s) on queues this worker does not serve: 'emails' (3), 'nowhere' (1); "
+        "'nowhere' not in DJANGO_JOBS['QUEUES'], so only a worker started with --queue runs them"
+    )
+    assert record.queues == {"emails": 3, "nowhere": 1}
+    assert Job.objects.filter(status=JobStatus.PENDING).count() == 4
+
+
+def test_runjobs_logs_listed_but_unserved_queues_at_info(caplog):
+    schedule_job("tests.emails")
+    with caplog.at_level(logging.INFO, logger="django_jobs"):
+        call_command("runjobs", "--burst", "--queue", "default", verbosity=1)
+    [record] = unserved_records(caplog)
+    assert record.levelno == logging.INFO
+    assert record.getMessage() == "1 due job(s) on queues this worker does not serve: 'emails' (1)"
+
+
+def test_runjobs_says_nothing_when_it_serves_every_queue_with_due_jobs(caplog):
+    schedule_job("tests.emails")
+    with caplog.at_level(logging.INFO, logger="django_jobs"):
+        call_command("runjobs", "--burst", verbosity=1)
+    assert unserved_records(caplog) == []
+    assert Job.objects.get().status == JobStatus.SUCCEEDED
+
+
+def test_unserved_due_counts_skip_jobs_not_yet_due_and_take_one_query(
+    clock, django_assert_num_queries
+):
+    schedule_job("tests.emails", run_at=clock.now())
+    schedule_job("tests.emails", run_at=clock.now().replace(year=2030))
+    schedule_job("tests.ok", queue="other", run_at=clock.now())
+    with django_assert_num_queries(1):
+        counts = unserved_due_counts(["default"], clock.now(), "default")
+    assert counts == {"emails": 1, "other": 1}
+    assert log_unserved_due(["default", "emails", "other"], "default", clock.now()) == 0
+
+
+def test_runjobs_refuses_use_tz_false_in_its_system_checks(settings):
+    # Some of Django's own checks ask the database about its features: hence not a unit test.
+    settings.USE_TZ = False
+    with pytest.raises(SystemCheckError, match=r"django_jobs\.E010"):
+        call_command("runjobs", "--burst", skip_checks=False)
+
+
+def test_demo_hints_use_the_python_it_runs_under(settings, capsys):
+    settings.DJANGO_JOBS = {**settings.DJANGO_JOBS, "RETRY_BASE_SECONDS": 0, "POLL_SECONDS": 0.02}
+    call_command("demo")
+    out = capsys.readouterr().out
+    python = python_command(sys.executable, Path(django_settings.BASE_DIR))
+    assert f"See them in the admin: {python} manage.py createsuperuser, " in out
+    assert f"{python} manage.py runserver" in out

@@ -1,0 +1,102 @@
+"""``runjobs`` on a database that ``migrate`` has not set up: one line, no traceback."""
+
+import os
+import secrets
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from tests.conftest import ROOT, database_url
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def fresh_database_url(tmp_path: Path) -> Iterator[str]:
+    """A DATABASE_URL of an empty database on the server the tests use."""
+    if connection.vendor == "sqlite":
+        yield f"sqlite:///{tmp_path / 'fresh.sqlite3'}"
+        return
+    name = f"jobs_fresh_{secrets.token_hex(4)}"
+    qn = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE {qn(name)}")
+    try:
+        yield database_url().rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE {qn(name)}")
+
+
+def manage(*args: str, url: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": url, "JOBS_POLL_SECONDS": "0.05"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def test_runjobs_before_migrate_says_to_migrate_in_one_line(fresh_database_url):
+    result = manage("runjobs", "--burst", url=fresh_database_url)
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "CommandError: Database 'default' has no django_jobs tables: "
+        "run `python manage.py migrate` first."
+    ]
+
+
+def test_runjobs_after_a_partial_migrate_names_the_missing_migrations(fresh_database_url):
+    migrate = manage("migrate", "django_jobs", "0002", "-v", "0", url=fresh_database_url)
+    assert migrate.returncode == 0, migrate.stderr
+    result = manage("runjobs", "--burst", url=fresh_database_url)
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "CommandError: Database 'default' lacks django_jobs migration(s) "
+        "0003_add_recurringjob_source: run `python manage.py migrate` first."
+    ]
+    assert "Traceback" not in result.stdout + result.stderr
+    migrate = manage("migrate", "-v", "0", url=fresh_database_url)
+    assert migrate.returncode == 0, migrate.stderr
+    assert manage("runjobs", "--burst", "-v", "0", url=fresh_database_url).returncode == 0
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        (
+            'DJANGO_JOBS = {**DJANGO_JOBS, "LEASE_SECONDS": float("inf")}',
+            "(django_jobs.E003) DJANGO_JOBS['LEASE_SECONDS'] must be a positive finite number, "
+            "got inf.",
+        ),
+        (
+            'DJANGO_JOBS = {**DJANGO_JOBS, "LEASE_SECONDS": float("nan")}',
+            "(django_jobs.E003) DJANGO_JOBS['LEASE_SECONDS'] must be a positive finite number, "
+            "got nan.",
+        ),
+        (
+            'DJANGO_JOBS = {**DJANGO_JOBS, "QUEUES": {"default": {"timeout": "30s"}}}',
+            "(django_jobs.E004) DJANGO_JOBS['QUEUES']['default']['timeout'] must be a positive "
+            "finite number of seconds or None, got '30s'.",
+        ),
+        ("USE_TZ = False", "(django_jobs.E010) django-jobs needs USE_TZ = True"),
+    ],
+    ids=["lease-inf", "lease-nan", "timeout-text", "use-tz-false"],
+)
+def test_runjobs_refuses_settings_that_would_break_the_worker(
+    runjobs_process, tmp_path, override, message
+):
+    (tmp_path / "bad_settings.py").write_text(f"from testproject.settings import *\n{override}\n")
+    env = {"DJANGO_SETTINGS_MODULE": "bad_settings", "PYTHONPATH": str(tmp_path)}
+    process = runjobs_process.start("--burst", env=env)
+    assert process.wait(60) == 1
+    log = runjobs_process.log(process)
+    assert message in log
+    assert "Traceback" not in log

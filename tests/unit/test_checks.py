@@ -1,0 +1,263 @@
+"""System checks and the settings reader: every bad value is refused, naming its key."""
+
+import math
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.test import override_settings
+
+from django_jobs import add_recurring_job, job, schedule_job, schedule_jobs
+from django_jobs.checks import check_queues_served, check_settings, check_use_tz
+from django_jobs.conf import settings
+from django_jobs.registry import unregister
+from django_jobs.scheduling import JobSpec, build_job
+
+NUMBER_KEYS = [
+    "LEASE_SECONDS",
+    "POLL_SECONDS",
+    "MAINTENANCE_SECONDS",
+    "RETRY_MAX_SECONDS",
+    "MAX_PAYLOAD_BYTES",
+    "RETRY_BASE_SECONDS",
+    "RETRY_JITTER",
+    "SHUTDOWN_GRACE_SECONDS",
+    "HEARTBEAT_SECONDS",
+    "MAX_ATTEMPTS",
+]
+NOT_NUMBERS = [math.nan, math.inf, -math.inf, True, "1", [1]]
+
+
+# -- USE_TZ ------------------------------------------------------------------
+
+
+@override_settings(USE_TZ=False)
+def test_check_use_tz_false_is_an_error_that_says_why():
+    [error] = check_use_tz()
+    assert error.id == "django_jobs.E010"
+    assert "needs USE_TZ = True" in error.msg and "UTC" in error.msg
+    assert "USE_TZ = True" in error.hint
+
+
+def test_check_use_tz_true_passes():
+    assert check_use_tz() == []
+
+
+@override_settings(USE_TZ=False)
+def test_runjobs_refuses_use_tz_false_without_system_checks():
+    with pytest.raises(CommandError, match="needs USE_TZ = True"):
+        call_command("runjobs", "--burst")
+
+
+@override_settings(USE_TZ=False)
+def test_scheduling_refuses_use_tz_false_before_writing():
+    # No database access is allowed here: the refusal comes before any query.
+    with pytest.raises(ImproperlyConfigured, match="needs USE_TZ = True"):
+        schedule_job("tests.ok")
+    with pytest.raises(ImproperlyConfigured, match="needs USE_TZ = True"):
+        schedule_jobs([{"job": "tests.ok"}])
+    with pytest.raises(ImproperlyConfigured, match="needs USE_TZ = True"):
+        add_recurring_job("nightly", "0 2 * * *", "tests.ok")
+
+
+# -- number settings -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", NUMBER_KEYS)
+@pytest.mark.parametrize("value", NOT_NUMBERS, ids=repr)
+def test_check_number_setting_refuses_nan_infinity_bool_and_text(key, value):
+    with override_settings(DJANGO_JOBS={key: value}):
+        errors = check_settings()
+        assert [e.id for e in errors] == ["django_jobs.E003"]
+        assert f"DJANGO_JOBS[{key!r}]" in errors[0].msg
+        assert repr(value) in errors[0].msg
+        with pytest.raises(ImproperlyConfigured) as raised:
+            getattr(settings, key)
+        assert str(raised.value) == errors[0].msg
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("LEASE_SECONDS", 0),
+        ("LEASE_SECONDS", -5),
+        ("RETRY_JITTER", -0.1),
+        ("HEARTBEAT_SECONDS", 0),
+        ("MAX_ATTEMPTS", 0),
+        ("MAX_ATTEMPTS", 2.0),
+        ("MAX_ATTEMPTS", 2**31),
+    ],
+)
+def test_check_number_setting_refuses_values_out_of_range(key, value):
+    with override_settings(DJANGO_JOBS={key: value}):
+        [error] = check_settings()
+        assert error.id == "django_jobs.E003" and f"DJANGO_JOBS[{key!r}]" in error.msg
+
+
+@override_settings(
+    DJANGO_JOBS={
+        "LEASE_SECONDS": 2.5,
+        "RETRY_BASE_SECONDS": 0,
+        "HEARTBEAT_SECONDS": None,
+        "MAX_ATTEMPTS": 2**31 - 1,
+    }
+)
+def test_check_number_settings_in_range_pass():
+    assert check_settings() == []
+    assert settings.LEASE_SECONDS == 2.5
+    assert settings.heartbeat_seconds() == pytest.approx(2.5 / 3)
+
+
+# -- QUEUES --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("queues", "named", "hint"),
+    [
+        ({"q": {"timeout": "30s"}}, "['q']['timeout']", "Give seconds as a number: 30, not '30s'."),
+        ({"q": {"timeout": 0}}, "['q']['timeout']", None),
+        ({"q": {"timeout": -1}}, "['q']['timeout']", None),
+        ({"q": {"timeout": math.nan}}, "['q']['timeout']", None),
+        ({"q": {"timeout": math.inf}}, "['q']['timeout']", None),
+        ({"q": {"timeout": True}}, "['q']['timeout']", None),
+        ({"q": {"workers": 0}}, "['q']['workers']", None),
+        ({"q": {"workers": True}}, "['q']['workers']", None),
+        ({"q": {"workers": "2"}}, "['q']['workers']", None),
+        ({"q": {"workers": 1.5}}, "['q']['workers']", None),
+        ({"q": {"worker": 2}}, "unknown option 'worker'", "Did you mean 'workers'?"),
+        ({"q": {"timeuot": 2}}, "unknown option 'timeuot'", "Did you mean 'timeout'?"),
+        ({"q": {"retries": 2}}, "unknown option 'retries'", "Known: workers, timeout."),
+        ({"q": None}, "['q'] must be a dict of options", None),
+        ({"": {}}, "must be a non-empty string of at most 100 characters: ''", None),
+        ({"  ": {}}, "must be a non-empty string of at most 100 characters: '  '", None),
+        ({"x" * 101: {}}, "must be a non-empty string of at most 100 characters: 'xxx", None),
+        ({5: {}}, "must be a non-empty string of at most 100 characters: 5", None),
+        ({}, "must be a non-empty dict", None),
+        (["default"], "must be a non-empty dict", None),
+    ],
+)
+def test_check_queues_refuses_bad_names_and_options(queues, named, hint):
+    with override_settings(DJANGO_JOBS={"QUEUES": queues}):
+        [error] = check_settings()
+        assert error.id == "django_jobs.E004"
+        assert "DJANGO_JOBS['QUEUES']" in error.msg and named in error.msg
+        assert error.hint == hint
+        with pytest.raises(ImproperlyConfigured) as raised:
+            _ = settings.QUEUES
+        assert str(raised.value) == error.msg
+
+
+@override_settings(
+    DJANGO_JOBS={"QUEUES": {"q": {"workers": 3, "timeout": 30}, "r": {"timeout": 2.5}, "s": {}}}
+)
+def test_check_queues_good_options_pass_and_the_worker_reads_them_the_same():
+    assert check_settings() == []
+    assert (settings.queue_workers("q"), settings.queue_workers("s")) == (3, 1)
+    assert settings.queue_timeout("q") == 30.0
+    assert settings.queue_timeout("r") == 2.5
+    assert settings.queue_timeout("s") is None
+    assert settings.queue_timeout("not-listed") is None
+
+
+# -- priority and queue arguments -----------------------------------------------------
+
+
+BAD_PRIORITIES = [True, 2**31, -(2**31) - 1, "1", 1.0, math.nan]
+BAD_QUEUES = ["", "   ", "x" * 101, 5]
+PRIORITY_ERROR = r"^priority must be (an integer|from -2147483648 to 2147483647), got "
+QUEUE_ERROR = r"^queue must be a non-empty string of at most 100 characters, got "
+
+
+@pytest.mark.parametrize("priority", BAD_PRIORITIES, ids=repr)
+def test_scheduling_refuses_a_bad_priority_naming_it(priority):
+    # No database access is allowed here: nothing is written.
+    with pytest.raises(ValueError, match=PRIORITY_ERROR):
+        schedule_job("tests.ok", priority=priority)
+    with pytest.raises(ValueError, match=PRIORITY_ERROR):
+        schedule_jobs([{"job": "tests.ok"}, {"job": "tests.ok", "priority": priority}])
+
+
+@pytest.mark.parametrize("queue", BAD_QUEUES, ids=repr)
+def test_scheduling_refuses_a_bad_queue_naming_it(queue):
+    with pytest.raises(ValueError, match=QUEUE_ERROR):
+        schedule_job("tests.ok", queue=queue)
+    with pytest.raises(ValueError, match=QUEUE_ERROR):
+        schedule_jobs([JobSpec("tests.ok"), JobSpec("tests.ok", queue=queue)])
+
+
+def test_scheduling_accepts_the_edges_of_priority_and_queue():
+    assert build_job(JobSpec("tests.ok", priority=2**31 - 1)).priority == 2**31 - 1
+    assert build_job(JobSpec("tests.ok", priority=-(2**31))).priority == -(2**31)
+    assert build_job(JobSpec("tests.ok", queue="x" * 100)).queue == "x" * 100
+    assert build_job(JobSpec("tests.emails")).queue == "emails"
+
+
+@pytest.mark.parametrize("priority", BAD_PRIORITIES, ids=repr)
+def test_job_decorator_refuses_a_bad_priority(priority):
+    with pytest.raises(ValueError, match=PRIORITY_ERROR):
+        job("tests.bad-priority", priority=priority)
+
+
+@pytest.mark.parametrize("queue", BAD_QUEUES, ids=repr)
+def test_job_decorator_refuses_a_bad_queue(queue):
+    with pytest.raises(ValueError, match=QUEUE_ERROR):
+        job("tests.bad-queue", queue=queue)
+
+
+# -- queues no worker serves ---------------------------------------------------------
+
+
+@pytest.fixture
+def job_on_unlisted_queue():
+    @job("tests.unlisted-a", queue="unlisted")
+    def first(ctx, payload):
+        return None
+
+    @job("tests.unlisted-b", queue="unlisted")
+    def second(ctx, payload):
+        return None
+
+    yield
+    unregister("tests.unlisted-a")
+    unregister("tests.unlisted-b")
+
+
+def test_check_queues_served_warns_of_jobs_on_a_queue_not_in_queues(job_on_unlisted_queue):
+    warnings = {w.msg: w for w in check_queues_served()}
+    [warning] = [w for msg, w in warnings.items() if "'unlisted'" in msg]
+    assert warning.id == "django_jobs.W010"
+    assert "'tests.unlisted-a', 'tests.unlisted-b'" in warning.msg
+    assert "DJANGO_JOBS['QUEUES'] does not list" in warning.msg
+    assert "runjobs --queue unlisted" in warning.hint
+
+
+def test_check_queues_served_is_quiet_for_listed_queues(job_on_unlisted_queue):
+    with override_settings(
+        DJANGO_JOBS={"QUEUES": {"default": {}, "emails": {}, "unlisted": {"workers": 1}}}
+    ):
+        assert [
+            w for w in check_queues_served() if "tests." in w.msg and "'unlisted'" in w.msg
+        ] == []
+    # The test project lists "emails", so its job there draws no warning.
+    assert not any("'emails'" in w.msg for w in check_queues_served())
+
+
+@override_settings(DJANGO_JOBS={})
+def test_check_queues_served_warns_of_emails_under_the_default_queues():
+    # The README's tour: @job(queue="emails") with the default QUEUES ({"default": ...}).
+    [warning] = [w for w in check_queues_served() if "'emails'" in w.msg]
+    assert "'tests.emails'" in warning.msg
+
+
+@override_settings(DJANGO_JOBS={"QUEUES": ["default"]})
+def test_check_queues_served_leaves_a_malformed_queues_to_its_error():
+    assert check_queues_served() == []
+
+
+@override_settings(DJANGO_JOBS={"LEASE_SECONDS": math.inf})
+def test_runjobs_without_system_checks_refuses_a_bad_setting_in_the_checks_words():
+    [error] = check_settings()
+    with pytest.raises(CommandError) as raised:
+        call_command("runjobs", "--burst")
+    assert str(raised.value) == error.msg
