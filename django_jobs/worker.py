@@ -218,10 +218,7 @@ class Worker:
             timeout = get_definition(claimed.name).timeout
         except UnknownJob:
             timeout = None  # the attempt fails when the handler is looked up
-        if timeout is None:
-            option = (settings.QUEUES.get(claimed.queue) or {}).get("timeout")
-            timeout = float(option) if option else None
-        return timeout
+        return timeout if timeout is not None else settings.queue_timeout(claimed.queue)
 
     # -- serving, with threads -------------------------------------------
 
