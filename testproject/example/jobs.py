@@ -119,3 +119,9 @@ def watchful(ctx: JobContext, payload: dict[str, Any]) -> None:
             note_event(payload["log"], "cancelled", ctx)
             ctx.raise_if_cancelled()
     note_event(payload["log"], "finished", ctx)
+
+
+@job("example.watchful_timed", timeout=1.5)
+def watchful_timed(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """``example.watchful`` with a 1.5-second timeout."""
+    watchful(ctx, payload)
