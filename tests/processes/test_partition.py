@@ -31,9 +31,10 @@ from tests.netfault import FaultProxy, Mode, fault_proxy
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.skip_locked]
 
-LEASE_SECONDS = 3.0
-RUNS_FOR = 3 * LEASE_SECONDS  # the cut-off worker's handler, unless cancelled
-SHORT_LEASES = {"JOBS_LEASE_SECONDS": str(LEASE_SECONDS), "JOBS_MAINTENANCE_SECONDS": "0.5"}
+
+def leases(seconds: float = 3.0, **more: str) -> dict[str, str]:
+    """Settings for a worker with short leases (a beat is a third of a lease)."""
+    return {"JOBS_LEASE_SECONDS": str(seconds), "JOBS_MAINTENANCE_SECONDS": "0.5", **more}
 
 
 @pytest.fixture
@@ -49,6 +50,34 @@ def through(proxy: FaultProxy) -> str:
     auth, _, _ = url.netloc.rpartition("@")
     netloc = f"{auth}@127.0.0.1:{proxy.port}" if auth else f"127.0.0.1:{proxy.port}"
     return url._replace(netloc=netloc).geturl()
+
+
+def start_cut_off(
+    runjobs: RunjobsProcesses, proxy: FaultProxy, workers: int, env: dict[str, str]
+) -> subprocess.Popen[bytes]:
+    """Start worker A, which reaches the database through the proxy."""
+    return runjobs.start(
+        "--queue", "default", "--workers", str(workers), env={**env, "DATABASE_URL": through(proxy)}
+    )
+
+
+def cut(proxy: FaultProxy, fault: str) -> float:
+    """Cut worker A off: ``blackhole``, ``reset`` or ``reset-then-blackhole``; return when.
+
+    The last one is a server that went away: open connections are reset, and
+    reconnecting hangs (nothing answers).
+    """
+    for mode in fault.split("-then-"):
+        proxy.set_mode(cast(Mode, mode))
+    return time.time()
+
+
+def lease_lapses_at(job: Job) -> float:
+    """When the lease A holds on ``job`` lapses (wall time), read once A is cut off."""
+    time.sleep(0.3)  # a renewal that was on its way when the link went down lands first
+    expires_at = Job.objects.get(pk=job.pk).lease_expires_at
+    assert expires_at is not None
+    return expires_at.timestamp()
 
 
 @dataclass
@@ -89,29 +118,30 @@ def assert_no_overlap(runs: dict[int, Run]) -> None:
         )
 
 
-def timeline(first: Run, second: Run, faulted_at: float) -> str:
+def assert_cancelled_in_time(
+    log: Path, job: Job, faulted_at: float, lapses_at: float, beat: float, runs_for: float
+) -> None:
+    """A's run saw ctx.cancelled before its lease lapsed and before B's run began.
+
+    The rule: a worker that cannot renew a lease gives it up (cancelling the
+    handler) one beat before it lapses; half a beat is the margin allowed.
+    """
+    # If A's handler did not stop in time, wait (bounded) to see when it ended.
+    wait_until(lambda: read_runs(log, job.pk)[1].ended_at is not None, timeout=runs_for + 5)
+    runs = read_runs(log, job.pk)
+    first, second = runs[1], runs[2]
+
     def since(moment: float | None) -> str:
         return "never" if moment is None else f"fault+{moment - faulted_at:.1f}s"
 
-    return (
-        f"job #{first.job_id}: A (pid {first.pid}) {first.ended_by or 'ran on'} at "
-        f"{since(first.ended_at)}; B (pid {second.pid}) started attempt {second.attempt} at "
-        f"{since(second.started_at)}"
+    told = (
+        f"job #{job.pk}: A (pid {first.pid}) {first.ended_by} at {since(first.ended_at)}; "
+        f"its lease lapsed at {since(lapses_at)}; B (pid {second.pid}) started attempt "
+        f"{second.attempt} at {since(second.started_at)}"
     )
-
-
-def assert_cancelled_before_the_next_attempt(
-    log: Path, job: Job, cut_off: int, rescuer: int, faulted_at: float
-) -> None:
-    """A's run saw ctx.cancelled before B's run began, and no two runs overlapped."""
-    # If A's handler did not stop in time, wait (bounded) to see when it ended.
-    wait_until(lambda: read_runs(log, job.pk)[1].ended_at is not None, timeout=RUNS_FOR + 5)
-    runs = read_runs(log, job.pk)
-    first, second = runs[1], runs[2]
-    told = timeline(first, second, faulted_at)
-    assert (first.pid, second.pid) == (cut_off, rescuer), told
     assert first.ended_by == "cancelled", f"A never saw ctx.cancelled: {told}"
     assert first.ended_at is not None and first.ended_at < second.started_at, told
+    assert first.ended_at <= lapses_at - beat / 2, f"A gave the lease up too late: {told}"
     assert_no_overlap(runs)
 
 
@@ -120,34 +150,24 @@ def stop(runjobs: RunjobsProcesses, process: subprocess.Popen[bytes], timeout: f
     assert process.wait(timeout) == 0, runjobs.log(process)
 
 
-def cut(proxy: FaultProxy, fault: str) -> None:
-    """Cut the proxied worker off: ``blackhole``, ``reset``, or ``reset-then-blackhole``.
-
-    The last one is a server that went away: open connections are reset, and
-    reconnecting hangs (nothing answers).
-    """
-    for mode in fault.split("-then-"):
-        proxy.set_mode(cast(Mode, mode))
-
-
 @pytest.mark.parametrize("fault", ["blackhole", "reset", "reset-then-blackhole"])
 def test_partition_cut_off_worker_cancels_its_handler_before_another_takes_the_job(
     runjobs_process: RunjobsProcesses, proxy: FaultProxy, tmp_path: Path, fault: str
 ) -> None:
+    lease, runs_for = 3.0, 9.0
     log = tmp_path / "events.jsonl"
-    payload = {"seconds": RUNS_FOR, "then_seconds": 0.5, "log": str(log)}
+    payload = {"seconds": runs_for, "then_seconds": 0.5, "log": str(log)}
     job = schedule_job("example.watchful", payload, max_attempts=3)
-    cut_off = runjobs_process.start(
-        "--queue", "default", "--workers", "1", env={**SHORT_LEASES, "DATABASE_URL": through(proxy)}
-    )
+    cut_off = start_cut_off(runjobs_process, proxy, 1, leases(lease))
     wait_until(lambda: 1 in read_runs(log, job.pk), timeout=30)
     assert Attempt.objects.get(job=job).owner.split(":")[1] == str(cut_off.pid)
 
-    cut(proxy, fault)
-    faulted_at = time.time()
-    rescuer = runjobs_process.start("--queue", "default", env=SHORT_LEASES)
+    faulted_at = cut(proxy, fault)
+    lapses_at = lease_lapses_at(job)
+    rescuer = runjobs_process.start("--queue", "default", env=leases(lease))
     wait_until(lambda: Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED, timeout=30)
-    assert_cancelled_before_the_next_attempt(log, job, cut_off.pid, rescuer.pid, faulted_at)
+    assert [run.pid for run in read_runs(log, job.pk).values()] == [cut_off.pid, rescuer.pid]
+    assert_cancelled_in_time(log, job, faulted_at, lapses_at, lease / 3, runs_for)
     assert list(job.attempts.order_by("number").values_list("number", "outcome")) == [
         (1, "lease_expired"),
         (2, "succeeded"),
@@ -169,69 +189,57 @@ def test_partition_cut_off_worker_cancels_its_handler_before_another_takes_the_j
 def test_partition_timed_out_job_does_not_hold_up_the_other_leases(
     runjobs_process: RunjobsProcesses, proxy: FaultProxy, tmp_path: Path
 ) -> None:
-    """A handler times out while the worker is cut off: its outcome cannot be written.
+    """A handler times out while its worker is cut off: its outcome cannot be written.
 
     Waiting for that write must not keep the worker from giving up the lease
-    of the job it still runs.
+    of the job it still runs. The timeout (1.5 s) comes before the first
+    beat (2 s), so the outcome write is the first call to hang.
     """
+    lease, runs_for = 6.0, 10.0
     log = tmp_path / "events.jsonl"
-    payload = {"seconds": RUNS_FOR, "then_seconds": 0.5, "log": str(log)}
+    payload = {"seconds": runs_for, "then_seconds": 0.5, "log": str(log)}
     long_job = schedule_job("example.watchful", payload, max_attempts=3)
-    timed = schedule_job("example.watchful_timed", payload, max_attempts=3)  # times out at 1.5 s
-    cut_off = runjobs_process.start(
-        "--queue", "default", "--workers", "2", env={**SHORT_LEASES, "DATABASE_URL": through(proxy)}
-    )
+    timed = schedule_job("example.watchful_timed", payload, max_attempts=3)
+    cut_off = start_cut_off(runjobs_process, proxy, 2, leases(lease))
     wait_until(lambda: all(read_runs(log, job.pk) for job in (long_job, timed)), timeout=30)
 
-    proxy.set_mode("blackhole")
-    faulted_at = time.time()
-    rescuer = runjobs_process.start("--queue", "default", env=SHORT_LEASES)
+    faulted_at = cut(proxy, "blackhole")
+    lapses_at = lease_lapses_at(long_job)
+    rescuer = runjobs_process.start("--queue", "default", env=leases(lease))
+    both = [long_job.pk, timed.pk]
     wait_until(
-        lambda: (
-            Job.objects.filter(status=JobStatus.SUCCEEDED, pk__in=[long_job.pk, timed.pk]).count()
-            == 2
-        ),
+        lambda: Job.objects.filter(pk__in=both, status=JobStatus.SUCCEEDED).count() == 2,
         timeout=30,
     )
-    assert_cancelled_before_the_next_attempt(log, long_job, cut_off.pid, rescuer.pid, faulted_at)
-    assert_no_overlap(read_runs(log, timed.pk))
+    assert_cancelled_in_time(log, long_job, faulted_at, lapses_at, lease / 3, runs_for)
     assert read_runs(log, timed.pk)[1].ended_by == "cancelled"  # by its timeout
+    assert_no_overlap(read_runs(log, timed.pk))
 
     proxy.set_mode("forward")
     stop(runjobs_process, rescuer)
     stop(runjobs_process, cut_off)
 
 
-STOPS_WITHIN = LEASE_SECONDS + 2 + 5  # a lease, the grace period, and some slack
-
-
-def test_partition_cut_off_worker_stops_on_sigterm(
+def test_partition_cut_off_worker_stops_on_sigterm_within_a_bounded_time(
     runjobs_process: RunjobsProcesses, proxy: FaultProxy, tmp_path: Path
 ) -> None:
-    """A worker told to stop while cut off exits within a bounded time.
+    """A worker told to stop while cut off exits 0 within a lease, the grace period and slack.
 
     It cannot hand its job back; the job's lease runs out as after a crash.
     """
+    lease, grace = 3.0, 2.0
+    stops_within = lease + grace + 5
     log = tmp_path / "events.jsonl"
-    job = schedule_job("example.watchful", {"seconds": RUNS_FOR, "log": str(log)})
-    cut_off = runjobs_process.start(
-        "--queue",
-        "default",
-        "--workers",
-        "1",
-        env={
-            **SHORT_LEASES,
-            "JOBS_SHUTDOWN_GRACE_SECONDS": "2",
-            "DATABASE_URL": through(proxy),
-        },
-    )
+    job = schedule_job("example.watchful", {"seconds": 30, "log": str(log)})
+    env = leases(lease, JOBS_SHUTDOWN_GRACE_SECONDS=str(grace))
+    cut_off = start_cut_off(runjobs_process, proxy, 1, env)
     wait_until(lambda: read_runs(log, job.pk), timeout=30)
-    proxy.set_mode("blackhole")
+    cut(proxy, "blackhole")
     time.sleep(0.5)  # its threads are now inside calls that get no answer
     os.kill(cut_off.pid, signal.SIGTERM)
     try:
-        cut_off.wait(STOPS_WITHIN)
+        cut_off.wait(stops_within)
     except subprocess.TimeoutExpired:
-        pytest.fail(f"the worker did not stop within {STOPS_WITHIN}s of SIGTERM while cut off")
+        pytest.fail(f"the worker did not stop within {stops_within}s of SIGTERM while cut off")
     assert cut_off.returncode == 0, runjobs_process.log(cut_off)
     assert read_runs(log, job.pk)[1].ended_by == "cancelled"
