@@ -111,7 +111,7 @@ def test_proxy_reset_resets_open_and_new_connections(proxy: FaultProxy) -> None:
         proxy.set_mode("reset")
         with pytest.raises(ConnectionResetError):
             client.recv(16)
-    with connect(proxy) as late, pytest.raises(ConnectionResetError):
+    with pytest.raises(ConnectionResetError), connect(proxy) as late:  # reset at once
         late.sendall(b"two")
         late.recv(16)
     assert proxy.open_connections == 0
