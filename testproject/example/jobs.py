@@ -82,3 +82,54 @@ def exit_(ctx: JobContext, payload: Any) -> None:
     import sys
 
     sys.exit(f"giving up on attempt {ctx.attempt}")
+
+
+# -- network faults: a handler that reports what it saw to a file -----------
+
+
+def note_event(path: str, event: str, ctx: JobContext) -> None:
+    """Append one JSON line (event, attempt, pid, wall time) to ``path``, in one write."""
+    import json
+    import os
+    import time
+
+    line = json.dumps(
+        {
+            "event": event,
+            "job_id": ctx.job_id,
+            "attempt": ctx.attempt,
+            "pid": os.getpid(),
+            "at": time.time(),
+        }
+    )
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, (line + "\n").encode())
+    finally:
+        os.close(fd)
+
+
+@job("example.watchful")
+def watchful(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """Works ``seconds`` (``then_seconds`` on later attempts) watching ``ctx.cancelled``.
+
+    It touches no database, so that it works on while its worker is cut off
+    from it: it records when it started and when it stopped, cancelled or
+    finished, in the file at ``payload["log"]``.
+    """
+    import time
+
+    seconds = float(payload["seconds"] if ctx.attempt == 1 else payload.get("then_seconds", 1))
+    note_event(payload["log"], "started", ctx)
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if ctx.wait(0.05) or ctx.cancelled:
+            note_event(payload["log"], "cancelled", ctx)
+            ctx.raise_if_cancelled()
+    note_event(payload["log"], "finished", ctx)
+
+
+@job("example.watchful_timed", timeout=1.5)
+def watchful_timed(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """``example.watchful`` with a 1.5-second timeout."""
+    watchful(ctx, payload)

@@ -1,0 +1,100 @@
+"""How many PostgreSQL connections one busy ``runjobs`` process holds.
+
+The deploying guide sizes ``max_connections`` from this count. The process
+tags its connections with an ``application_name``; the test samples
+``pg_stat_activity`` while every handler thread is busy.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+import uuid
+from dataclasses import dataclass, field
+
+import pytest
+from django.db import connection
+
+from django_jobs import schedule_jobs
+from django_jobs.models import Job, JobStatus
+from tests.conftest import RunjobsProcesses, database_url
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.skip_locked]
+
+QUEUES = ("default", "emails")
+THREADS_PER_QUEUE = 3
+
+
+def connections_at_most(handler_threads: int, queues: int) -> int:
+    """The most connections one process may hold: the deploying guide's formula.
+
+    One per handler thread and per queue's dispatcher, plus the main thread
+    (maintenance, schedules), the heartbeat (registration) and the lease
+    renewal it runs on a thread of its own.
+    """
+    return handler_threads + queues + 3
+
+
+@dataclass
+class Sample:
+    """What ``pg_stat_activity`` showed of one process over a run."""
+
+    most: int = 0
+    backends: set[int] = field(default_factory=set)
+    statements: dict[int, str] = field(default_factory=dict)
+
+    def take(self, application_name: str) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid, query FROM pg_stat_activity WHERE application_name = %s",
+                [application_name],
+            )
+            rows = cursor.fetchall()
+        self.most = max(self.most, len(rows))
+        for pid, query in rows:
+            self.backends.add(pid)
+            self.statements[pid] = query[:80]
+
+
+def test_connections_of_a_busy_runjobs_process_stay_within_the_documented_count(
+    runjobs_process: RunjobsProcesses,
+) -> None:
+    application_name = f"django-jobs-count-{uuid.uuid4().hex[:8]}"
+    # A short job, then a long one, on every handler thread: a thread opens its
+    # connection when it writes its first outcome and keeps it for the next job.
+    jobs = schedule_jobs(
+        [
+            {"job": "example.sleep", "payload": {"seconds": seconds}, "queue": queue}
+            for seconds in (0.2, 3.5)
+            for queue in QUEUES
+            for _ in range(THREADS_PER_QUEUE)
+        ]
+    )
+    worker = runjobs_process.start(
+        *[arg for queue in QUEUES for arg in ("--queue", queue)],
+        "--workers",
+        str(THREADS_PER_QUEUE),
+        env={
+            "DATABASE_URL": f"{database_url()}?application_name={application_name}",
+            "JOBS_LEASE_SECONDS": "3",  # renewals every second while the handlers sleep
+        },
+    )
+    sample = Sample()
+    deadline = time.monotonic() + 60
+    ids = [job.pk for job in jobs]
+    while Job.objects.filter(pk__in=ids, status=JobStatus.SUCCEEDED).count() < len(ids):
+        assert time.monotonic() < deadline, runjobs_process.log(worker)
+        sample.take(application_name)
+        time.sleep(0.002)
+    sample.take(application_name)
+    os.kill(worker.pid, signal.SIGTERM)
+    assert worker.wait(20) == 0, runjobs_process.log(worker)
+
+    handler_threads = THREADS_PER_QUEUE * len(QUEUES)
+    limit = connections_at_most(handler_threads, len(QUEUES))
+    seen = "; ".join(f"{pid}: {query}" for pid, query in sorted(sample.statements.items()))
+    assert sample.most <= limit, (
+        f"{sample.most} connections at once for {handler_threads} handler threads on "
+        f"{len(QUEUES)} queues (limit {limit}); {len(sample.backends)} opened: {seen}"
+    )
