@@ -168,3 +168,21 @@ def test_inflight_after_the_handler_returned_a_failing_renewal_does_not_matter()
     clock.advance(5)
     inflight.beat(clock.now())
     assert renewals.calls == 0 and not ctx.cancelled
+
+
+def test_inflight_leases_due_within_half_a_beat_share_one_renewal():
+    renewals = Renewals()
+    inflight = InFlight("me", LEASE, 0.3, lambda c, r: None, renew=renewals)
+    for job_id, claimed_at in ((1, 0.0), (2, 0.1), (3, 0.2)):
+        start = START + timedelta(seconds=claimed_at)
+        job = ClaimedJob(
+            job_id, "tests.ok", "default", "{}", 1, 1, 3, "me", start + timedelta(seconds=LEASE)
+        )
+        inflight.add(job, JobContext(job_id, "tests.ok", "default", 1, {}), start, timeout=None)
+    clock = FakeClock(START)
+    for _ in range(24):
+        clock.advance(0.05)
+        inflight.beat(clock.now())
+    # 0.3: jobs 1 and 2 (due 0.4); 0.5: all three; then one renewal a beat (0.8, 1.1).
+    # One renewal per lease and beat would have made 10.
+    assert renewals.calls == 4
