@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
-from django.db import IntegrityError, router
+from django.db import DataError, IntegrityError, router
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -120,46 +120,117 @@ def renew_leases(
         return set(rows.filter(lease_expires_at=expires).values_list("id", flat=True)), expires
 
 
-def reclaim_expired_leases(claimer: Claimer, now: datetime, batch: int = RECLAIM_BATCH) -> int:
-    """Take back running jobs whose lease expired before ``now``.
+def _without_live_lease(claimer: Claimer, now: datetime) -> Any:
+    """Running rows that no lease holds: expired, without an expiry, or without an owner.
 
-    Each one's open attempt is closed as ``lease_expired``; the job is due
-    again at once, or dead-lettered when it has no attempt left.
+    Nobody can renew a lease without an owner, and one without an expiry
+    never ends: both are as good as lapsed.
     """
-    expired = list(
-        Job.objects.using(claimer.using)
-        .filter(status=JobStatus.RUNNING, lease_expires_at__lt=now)
-        .order_by("lease_expires_at")
-        .values_list("id", "lease_owner", "attempt", "attempts_used", "max_attempts")[:batch]
+    no_live_lease = (
+        Q(lease_expires_at__lt=now)
+        | Q(lease_expires_at__isnull=True)
+        | Q(lease_owner__isnull=True)
+        | Q(lease_owner="")
     )
-    reclaimed = 0
-    for job_id, owner, attempt, attempts_used, max_attempts in expired:
-        exhausted = attempts_used >= max_attempts
-        error = f"LeaseExpired: worker {owner} lost its lease on attempt {attempt}"
-        values: dict[str, Any] = (
-            {"status": JobStatus.DEAD_LETTERED, "finished_at": now, "last_error": error}
-            if exhausted
-            else {"status": JobStatus.PENDING, "run_at": now, "last_error": error}
-        )
+    return Job.objects.using(claimer.using).filter(no_live_lease, status=JobStatus.RUNNING)
+
+
+class Unleased(NamedTuple):
+    """A running row without a live lease, as the maintenance pass read it."""
+
+    id: int
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    attempt: int
+    attempts_used: int
+    max_attempts: int
+
+
+def unleased_rows(claimer: Claimer, now: datetime, *, after: int, batch: int) -> list[Unleased]:
+    """Up to ``batch`` running rows without a live lease whose id is above ``after``, by id."""
+    rows = (
+        _without_live_lease(claimer, now)
+        .filter(id__gt=after)
+        .order_by("id")
+        .values_list(*Unleased._fields)[:batch]
+    )
+    return [Unleased(*row) for row in rows]
+
+
+def _lease_lost_error(row: Unleased) -> str:
+    if not row.lease_owner:
+        return f"LeaseExpired: running with no lease owner on attempt {row.attempt}"
+    held = f"worker {row.lease_owner}"
+    if row.lease_expires_at is None:
+        return f"LeaseExpired: {held} held attempt {row.attempt} with no lease expiry"
+    return f"LeaseExpired: {held} lost its lease on attempt {row.attempt}"
+
+
+def reclaim_row(claimer: Claimer, row: Unleased, now: datetime) -> bool:
+    """Take back one row read by :func:`unleased_rows`, fenced by the state it was read in.
+
+    The update matches only while the row is still running with the same
+    owner (or none) and attempt, and still without a live lease at ``now``.
+    Its open attempt, if it has one, is closed as ``lease_expired``.
+    """
+    exhausted = row.attempts_used >= row.max_attempts
+    error = _lease_lost_error(row)
+    values: dict[str, Any] = (
+        {"status": JobStatus.DEAD_LETTERED, "finished_at": now, "last_error": error}
+        if exhausted
+        else {"status": JobStatus.PENDING, "run_at": now, "last_error": error}
+    )
+    owned = (
+        Q(lease_owner__isnull=True) if row.lease_owner is None else Q(lease_owner=row.lease_owner)
+    )
+    try:
         with claimer.write_transaction():
             changed = (
-                _fenced(claimer, job_id, owner or "", attempt)
-                .filter(lease_expires_at__lt=now)
+                _without_live_lease(claimer, now)
+                .filter(owned, id=row.id, attempt=row.attempt)
                 .update(**values, lease_owner=None, lease_expires_at=None)
             )
             if changed:
-                _close_attempt(claimer, job_id, attempt, AttemptOutcome.LEASE_EXPIRED, now, error)
-        if changed:
-            reclaimed += 1
-            logger.warning(
-                "job #%s: lease of %s expired on attempt %s; %s",
-                job_id,
-                owner,
-                attempt,
-                "dead-lettered" if exhausted else "due again",
-                extra={"event": "job_lease_expired", "job_id": job_id, "attempt": attempt},
-            )
-    return reclaimed
+                _close_attempt(
+                    claimer, row.id, row.attempt, AttemptOutcome.LEASE_EXPIRED, now, error
+                )
+    except (IntegrityError, DataError) as exc:
+        logger.warning(
+            "job #%s: lease could not be taken back, skipped: %s: %s",
+            row.id,
+            type(exc).__name__,
+            exc,
+            extra={"event": "job_reclaim_failed", "job_id": row.id},
+        )
+        return False
+    if changed:
+        logger.warning(
+            "job #%s: %s; %s",
+            row.id,
+            error,
+            "dead-lettered" if exhausted else "due again",
+            extra={"event": "job_lease_expired", "job_id": row.id, "attempt": row.attempt},
+        )
+    return bool(changed)
+
+
+def reclaim_expired_leases(claimer: Claimer, now: datetime, batch: int = RECLAIM_BATCH) -> int:
+    """Take back every running job without a live lease at ``now``.
+
+    That is a lease that expired, or a running row with no expiry or no
+    owner (written by hand, say). Each one's open attempt is closed as
+    ``lease_expired``; the job is due again at once, or dead-lettered when it
+    has no attempt left. The rows are read in batches by id, so a row that
+    cannot be taken back is logged and passed, never read again in this pass.
+    """
+    reclaimed = 0
+    after = 0
+    while True:
+        rows = unleased_rows(claimer, now, after=after, batch=batch)
+        reclaimed += sum(reclaim_row(claimer, row, now) for row in rows)
+        if len(rows) < batch:
+            return reclaimed
+        after = rows[-1].id
 
 
 def dead_letter_exhausted(claimer: Claimer, now: datetime) -> int:
@@ -172,6 +243,8 @@ def dead_letter_exhausted(claimer: Claimer, now: datetime) -> int:
                 status=JobStatus.DEAD_LETTERED,
                 finished_at=now,
                 last_error="NoAttemptsLeft: pending with no attempt left",
+                lease_owner=None,
+                lease_expires_at=None,
             )
         )
 
