@@ -45,7 +45,7 @@ def test_runjobs_burst_reclaims_and_runs_rows_without_a_live_lease(runjobs_proce
     ]
     Attempt.objects.create(job=no_expiry[0], number=1, owner="gone-worker", started_at=long_ago)
     process = runjobs_process.start("--burst", "--queue", "default")
-    assert process.wait(60) == 0, runjobs_process.log(process)
+    assert process.wait(30) == 0, runjobs_process.log(process)
     everyone = [crashed, *ownerless, *no_expiry]
     assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == len(everyone)
     runs = Counter(Execution.objects.values_list("job_id", flat=True))
