@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import Any
 
-from django.db import DataError, IntegrityError, router
+from django.db import IntegrityError, router
 from django.db.models import F, Q
 from django.utils import timezone
 
-from .claims import Claimer, get_claimer
+from .claims import ROW_ERRORS, Claimer, get_claimer
 from .models import Attempt, AttemptOutcome, Job, JobStatus
 
 logger = logging.getLogger(__name__)
@@ -120,6 +120,25 @@ def renew_leases(
         return set(rows.filter(lease_expires_at=expires).values_list("id", flat=True)), expires
 
 
+def reclaim_expired_leases(claimer: Claimer, now: datetime, batch: int = RECLAIM_BATCH) -> int:
+    """Take back every running job without a live lease at ``now``.
+
+    That is a lease that expired, or a running row with no expiry or no
+    owner (written by hand, say). Each one's open attempt is closed as
+    ``lease_expired``; the job is due again at once, or dead-lettered when it
+    has no attempt left. The rows are read in batches by id, so a row that
+    cannot be taken back is logged and passed, never read again in this pass.
+    """
+    reclaimed = 0
+    after = 0
+    while True:
+        rows = unleased_rows(claimer, now, after=after, batch=batch)
+        reclaimed += sum(reclaim_row(claimer, row, now) for row in rows)
+        if len(rows) < batch:
+            return reclaimed
+        after = rows[-1].id
+
+
 def _without_live_lease(claimer: Claimer, now: datetime) -> Any:
     """Running rows that no lease holds: expired, without an expiry, or without an owner.
 
@@ -135,29 +154,31 @@ def _without_live_lease(claimer: Claimer, now: datetime) -> Any:
     return Job.objects.using(claimer.using).filter(no_live_lease, status=JobStatus.RUNNING)
 
 
-class Unleased(NamedTuple):
-    """A running row without a live lease, as the maintenance pass read it."""
+UNLEASED_FIELDS = (
+    "id",
+    "lease_owner",
+    "lease_expires_at",
+    "attempt",
+    "attempts_used",
+    "max_attempts",
+)
 
-    id: int
-    lease_owner: str | None
-    lease_expires_at: datetime | None
-    attempt: int
-    attempts_used: int
-    max_attempts: int
 
+def unleased_rows(claimer: Claimer, now: datetime, *, after: int, batch: int) -> list[Any]:
+    """Up to ``batch`` running rows without a live lease whose id is above ``after``, by id.
 
-def unleased_rows(claimer: Claimer, now: datetime, *, after: int, batch: int) -> list[Unleased]:
-    """Up to ``batch`` running rows without a live lease whose id is above ``after``, by id."""
+    Each row has the fields of ``UNLEASED_FIELDS``, by name.
+    """
     rows = (
         _without_live_lease(claimer, now)
         .filter(id__gt=after)
         .order_by("id")
-        .values_list(*Unleased._fields)[:batch]
+        .values_list(*UNLEASED_FIELDS, named=True)[:batch]
     )
-    return [Unleased(*row) for row in rows]
+    return list(rows)
 
 
-def _lease_lost_error(row: Unleased) -> str:
+def _lease_lost_error(row: Any) -> str:
     if not row.lease_owner:
         return f"LeaseExpired: running with no lease owner on attempt {row.attempt}"
     held = f"worker {row.lease_owner}"
@@ -166,7 +187,7 @@ def _lease_lost_error(row: Unleased) -> str:
     return f"LeaseExpired: {held} lost its lease on attempt {row.attempt}"
 
 
-def reclaim_row(claimer: Claimer, row: Unleased, now: datetime) -> bool:
+def reclaim_row(claimer: Claimer, row: Any, now: datetime) -> bool:
     """Take back one row read by :func:`unleased_rows`, fenced by the state it was read in.
 
     The update matches only while the row is still running with the same
@@ -194,7 +215,7 @@ def reclaim_row(claimer: Claimer, row: Unleased, now: datetime) -> bool:
                 _close_attempt(
                     claimer, row.id, row.attempt, AttemptOutcome.LEASE_EXPIRED, now, error
                 )
-    except (IntegrityError, DataError) as exc:
+    except ROW_ERRORS as exc:
         logger.warning(
             "job #%s: lease could not be taken back, skipped: %s: %s",
             row.id,
@@ -212,25 +233,6 @@ def reclaim_row(claimer: Claimer, row: Unleased, now: datetime) -> bool:
             extra={"event": "job_lease_expired", "job_id": row.id, "attempt": row.attempt},
         )
     return bool(changed)
-
-
-def reclaim_expired_leases(claimer: Claimer, now: datetime, batch: int = RECLAIM_BATCH) -> int:
-    """Take back every running job without a live lease at ``now``.
-
-    That is a lease that expired, or a running row with no expiry or no
-    owner (written by hand, say). Each one's open attempt is closed as
-    ``lease_expired``; the job is due again at once, or dead-lettered when it
-    has no attempt left. The rows are read in batches by id, so a row that
-    cannot be taken back is logged and passed, never read again in this pass.
-    """
-    reclaimed = 0
-    after = 0
-    while True:
-        rows = unleased_rows(claimer, now, after=after, batch=batch)
-        reclaimed += sum(reclaim_row(claimer, row, now) for row in rows)
-        if len(rows) < batch:
-            return reclaimed
-        after = rows[-1].id
 
 
 def dead_letter_exhausted(claimer: Claimer, now: datetime) -> int:
