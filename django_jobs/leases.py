@@ -126,17 +126,23 @@ def reclaim_expired_leases(claimer: Claimer, now: datetime, batch: int = RECLAIM
     That is a lease that expired, or a running row with no expiry or no
     owner (written by hand, say). Each one's open attempt is closed as
     ``lease_expired``; the job is due again at once, or dead-lettered when it
-    has no attempt left. The rows are read in batches by id, so a row that
-    cannot be taken back is logged and passed, never read again in this pass.
+    has no attempt left. A row that cannot be taken back is logged and
+    passed: each read asks for as many more rows as were passed, so those
+    rows never hide the ones behind them.
     """
     reclaimed = 0
-    after = 0
+    passed: set[int] = set()
     while True:
-        rows = unleased_rows(claimer, now, after=after, batch=batch)
-        reclaimed += sum(reclaim_row(claimer, row, now) for row in rows)
-        if len(rows) < batch:
+        wanted = batch + len(passed)
+        read = unleased_rows(claimer, now, wanted)
+        rows = [row for row in read if row.id not in passed]
+        for row in rows:
+            if reclaim_row(claimer, row, now):
+                reclaimed += 1
+            else:
+                passed.add(row.id)
+        if not rows or len(read) < wanted:
             return reclaimed
-        after = rows[-1].id
 
 
 def _without_live_lease(claimer: Claimer, now: datetime) -> Any:
@@ -164,18 +170,22 @@ UNLEASED_FIELDS = (
 )
 
 
-def unleased_rows(claimer: Claimer, now: datetime, *, after: int, batch: int) -> list[Any]:
-    """Up to ``batch`` running rows without a live lease whose id is above ``after``, by id.
+def unleased_rows(claimer: Claimer, now: datetime, limit: int) -> list[Any]:
+    """Up to ``limit`` running rows without a live lease, with the fields of ``UNLEASED_FIELDS``."""
+    return list(unleased_read(claimer, now, limit))
 
-    Each row has the fields of ``UNLEASED_FIELDS``, by name.
+
+def unleased_read(claimer: Claimer, now: datetime, limit: int) -> Any:
+    """The read behind :func:`unleased_rows`.
+
+    In no set order: ordering by id would lead SQLite's planner to walk the
+    whole table, where the status alone finds the few running rows.
     """
-    rows = (
+    return (
         _without_live_lease(claimer, now)
-        .filter(id__gt=after)
-        .order_by("id")
-        .values_list(*UNLEASED_FIELDS, named=True)[:batch]
+        .order_by()
+        .values_list(*UNLEASED_FIELDS, named=True)[:limit]
     )
-    return list(rows)
 
 
 def _lease_lost_error(row: Any) -> str:

@@ -130,7 +130,7 @@ def test_reclaim_is_fenced_by_the_state_it_read(read, change):
     from django_jobs.leases import reclaim_row, unleased_rows
 
     job = running(**{"lease_owner": "w1", "lease_expires_at": LONG_AGO, **read})
-    [row] = unleased_rows(get_claimer(), START, after=0, batch=10)
+    [row] = unleased_rows(get_claimer(), START, 10)
     Job.objects.filter(pk=job.pk).update(**change)
     assert reclaim_row(get_claimer(), row, START) is False
     job.refresh_from_db()
@@ -179,7 +179,7 @@ def test_reclaim_skips_a_row_it_cannot_write_and_takes_back_the_rest(refuse_upda
     others = [running(lease_owner="gone", lease_expires_at=LONG_AGO) for _ in range(3)]
     refuse_updates_of(stuck.pk)
     with caplog.at_level("WARNING", logger="django_jobs.leases"):
-        assert reclaim_expired_leases(get_claimer(), START, batch=2) == 3
+        assert reclaim_expired_leases(get_claimer(), START, batch=1) == 3
     failed = [r.job_id for r in caplog.records if getattr(r, "event", "") == "job_reclaim_failed"]
     assert failed == [stuck.pk]
     statuses = dict(Job.objects.values_list("id", "status"))
@@ -200,3 +200,20 @@ def test_dead_letter_exhausted_clears_a_leftover_lease():
     job.refresh_from_db()
     assert (job.status, job.finished_at) == ("dead_lettered", START)
     assert (job.lease_owner, job.lease_expires_at) == (None, None)
+
+
+def test_reclaim_read_finds_running_rows_without_walking_the_table():
+    from django_jobs.leases import unleased_read
+
+    Job.objects.bulk_create(
+        Job(name="tests.ok", status=JobStatus.SUCCEEDED, run_at=START, created_at=START)
+        for _ in range(3000)
+    )
+    for _ in range(5):
+        running(lease_owner="w1", lease_expires_at=START + timedelta(minutes=5))
+    running(lease_owner=None, lease_expires_at=None)
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE")
+    plan = unleased_read(get_claimer(), START, 100).explain()
+    assert "Seq Scan" not in plan and "PRIMARY KEY" not in plan, plan
+    assert "SCAN django_jobs_job" not in plan or "USING INDEX" in plan, plan
