@@ -246,7 +246,13 @@ class Claimer:
     @property
     def update_returns_rows(self) -> bool:
         """Whether the database has ``UPDATE ... RETURNING`` (PostgreSQL, SQLite 3.35+)."""
-        return bool(self.connection.features.can_return_columns_from_insert)
+        connection = self.connection
+        features = connection.features
+        if hasattr(features, "can_return_rows_from_update"):  # Django 6.0+
+            return bool(features.can_return_rows_from_update)
+        if connection.vendor == "sqlite":
+            return bool(features.can_return_columns_from_insert)  # SQLite 3.35+
+        return connection.vendor == "postgresql"  # MySQL and MariaDB have none
 
     def mark_running_sql(
         self, ids: Sequence[int], queue: str, owner: str, now: datetime, expires: datetime
