@@ -153,20 +153,22 @@ class Claimer:
         with self.write_transaction():
             while len(claimed) < limit:
                 wanted = limit - len(claimed)
-                read = self.read_candidates(queue, now, wanted + len(skipped), self.lock_suffix)
+                asked = wanted + len(skipped)
+                read = self.read_candidates(queue, now, asked, self.lock_suffix)
                 rows = [row for row in read if row.id not in skipped][:wanted]
-                if not rows:
-                    break
                 for row in rows:
                     taken = self.take_one(row, queue, owner, now, expires)
                     claimed.extend(taken)
                     if not taken:
                         skipped.add(row.id)
+                if not rows or len(read) < asked:
+                    break
         return claimed
 
     def take_one(
         self, row: Candidate, queue: str, owner: str, now: datetime, expires: datetime
     ) -> list[ClaimedJob]:
+        """Claim one row in a savepoint; log and skip it if the database refuses."""
         try:
             with transaction.atomic(using=self.using):
                 return self.take([row], queue, owner, now, expires)
