@@ -15,7 +15,7 @@ from django.db import IntegrityError, router
 from django.db.models import F, Q
 from django.utils import timezone
 
-from .claims import Claimer, get_claimer
+from .claims import ROW_ERRORS, Claimer, get_claimer
 from .models import Attempt, AttemptOutcome, Job, JobStatus
 from .text import storable_text
 
@@ -169,45 +169,128 @@ def release_leases(
 
 
 def reclaim_expired_leases(claimer: Claimer, now: datetime, batch: int = RECLAIM_BATCH) -> int:
-    """Take back running jobs whose lease expired before ``now``.
+    """Take back every running job without a live lease at ``now``.
 
-    Each one's open attempt is closed as ``lease_expired``; the job is due
-    again at once, or dead-lettered when it has no attempt left.
+    That is a lease that expired, or a running row with no expiry or no
+    owner (written by hand, say). Each one's open attempt is closed as
+    ``lease_expired``; the job is due again at once, or dead-lettered when it
+    has no attempt left. A row that cannot be taken back is logged and
+    passed: each read asks for as many more rows as were passed, so those
+    rows never hide the ones behind them.
     """
-    expired = list(
-        Job.objects.using(claimer.using)
-        .filter(status=JobStatus.RUNNING, lease_expires_at__lt=now)
-        .order_by("lease_expires_at")
-        .values_list("id", "lease_owner", "attempt", "attempts_used", "max_attempts")[:batch]
-    )
     reclaimed = 0
-    for job_id, owner, attempt, attempts_used, max_attempts in expired:
-        exhausted = attempts_used >= max_attempts
-        error = f"LeaseExpired: worker {owner} lost its lease on attempt {attempt}"
-        values: dict[str, Any] = (
-            {"status": JobStatus.DEAD_LETTERED, "finished_at": now, "last_error": error}
-            if exhausted
-            else {"status": JobStatus.PENDING, "run_at": now, "last_error": error}
-        )
+    passed: set[int] = set()
+    while True:
+        wanted = batch + len(passed)
+        read = unleased_rows(claimer, now, wanted)
+        rows = [row for row in read if row.id not in passed]
+        for row in rows:
+            if reclaim_row(claimer, row, now):
+                reclaimed += 1
+            else:
+                passed.add(row.id)
+        if not rows or len(read) < wanted:
+            return reclaimed
+
+
+def _without_live_lease(claimer: Claimer, now: datetime) -> Any:
+    """Running rows that no lease holds: expired, without an expiry, or without an owner.
+
+    Nobody can renew a lease without an owner, and one without an expiry
+    never ends: both are as good as lapsed.
+    """
+    no_live_lease = (
+        Q(lease_expires_at__lt=now)
+        | Q(lease_expires_at__isnull=True)
+        | Q(lease_owner__isnull=True)
+        | Q(lease_owner="")
+    )
+    return Job.objects.using(claimer.using).filter(no_live_lease, status=JobStatus.RUNNING)
+
+
+UNLEASED_FIELDS = (
+    "id",
+    "lease_owner",
+    "lease_expires_at",
+    "attempt",
+    "attempts_used",
+    "max_attempts",
+)
+
+
+def unleased_rows(claimer: Claimer, now: datetime, limit: int) -> list[Any]:
+    """Up to ``limit`` running rows without a live lease, with the fields of ``UNLEASED_FIELDS``."""
+    return list(unleased_read(claimer, now, limit))
+
+
+def unleased_read(claimer: Claimer, now: datetime, limit: int) -> Any:
+    """The read behind :func:`unleased_rows`.
+
+    In no set order: ordering by id would lead SQLite's planner to walk the
+    whole table, where the status alone finds the few running rows.
+    """
+    return (
+        _without_live_lease(claimer, now)
+        .order_by()
+        .values_list(*UNLEASED_FIELDS, named=True)[:limit]
+    )
+
+
+def _lease_lost_error(row: Any) -> str:
+    if not row.lease_owner:
+        return f"LeaseExpired: running with no lease owner on attempt {row.attempt}"
+    held = f"worker {row.lease_owner}"
+    if row.lease_expires_at is None:
+        return f"LeaseExpired: {held} held attempt {row.attempt} with no lease expiry"
+    return f"LeaseExpired: {held} lost its lease on attempt {row.attempt}"
+
+
+def reclaim_row(claimer: Claimer, row: Any, now: datetime) -> bool:
+    """Take back one row read by :func:`unleased_rows`, fenced by the state it was read in.
+
+    The update matches only while the row is still running with the same
+    owner (or none) and attempt, and still without a live lease at ``now``.
+    Its open attempt, if it has one, is closed as ``lease_expired``.
+    """
+    exhausted = row.attempts_used >= row.max_attempts
+    error = _lease_lost_error(row)
+    values: dict[str, Any] = (
+        {"status": JobStatus.DEAD_LETTERED, "finished_at": now, "last_error": error}
+        if exhausted
+        else {"status": JobStatus.PENDING, "run_at": now, "last_error": error}
+    )
+    owned = (
+        Q(lease_owner__isnull=True) if row.lease_owner is None else Q(lease_owner=row.lease_owner)
+    )
+    try:
         with claimer.write_transaction():
             changed = (
-                _fenced(claimer, job_id, owner or "", attempt)
-                .filter(lease_expires_at__lt=now)
+                _without_live_lease(claimer, now)
+                .filter(owned, id=row.id, attempt=row.attempt)
                 .update(**values, lease_owner=None, lease_expires_at=None)
             )
             if changed:
-                _close_attempt(claimer, job_id, attempt, AttemptOutcome.LEASE_EXPIRED, now, error)
-        if changed:
-            reclaimed += 1
-            logger.warning(
-                "job #%s: lease of %s expired on attempt %s; %s",
-                job_id,
-                owner,
-                attempt,
-                "dead-lettered" if exhausted else "due again",
-                extra={"event": "job_lease_expired", "job_id": job_id, "attempt": attempt},
-            )
-    return reclaimed
+                _close_attempt(
+                    claimer, row.id, row.attempt, AttemptOutcome.LEASE_EXPIRED, now, error
+                )
+    except ROW_ERRORS as exc:
+        logger.warning(
+            "job #%s: lease could not be taken back, skipped: %s: %s",
+            row.id,
+            type(exc).__name__,
+            exc,
+            extra={"event": "job_reclaim_failed", "job_id": row.id},
+        )
+        return False
+    if changed:
+        logger.warning(
+            "job #%s: %s; %s",
+            row.id,
+            error,
+            "dead-lettered" if exhausted else "due again",
+            extra={"event": "job_lease_expired", "job_id": row.id, "attempt": row.attempt},
+        )
+    return bool(changed)
 
 
 def dead_letter_exhausted(claimer: Claimer, now: datetime) -> int:
@@ -220,6 +303,8 @@ def dead_letter_exhausted(claimer: Claimer, now: datetime) -> int:
                 status=JobStatus.DEAD_LETTERED,
                 finished_at=now,
                 last_error="NoAttemptsLeft: pending with no attempt left",
+                lease_owner=None,
+                lease_expires_at=None,
             )
         )
 

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 from django.db import connections
 
-from .base import ClaimedJob, Claimer
+from .base import ROW_ERRORS, ClaimedJob, Claimer
 from .skip_locked import SkipLockedClaimer
 from .sqlite import GuardedUpdateClaimer
 
-__all__ = ["ClaimedJob", "Claimer", "GuardedUpdateClaimer", "SkipLockedClaimer", "get_claimer"]
+__all__ = [
+    "ROW_ERRORS",
+    "ClaimedJob",
+    "Claimer",
+    "GuardedUpdateClaimer",
+    "SkipLockedClaimer",
+    "get_claimer",
+]
 
 
 def get_claimer(using: str = "default") -> Claimer:

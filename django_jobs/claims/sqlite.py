@@ -2,9 +2,10 @@
 
 The transaction takes the write lock up front (``BEGIN IMMEDIATE``): a
 deferred transaction that reads and then writes gets "database is locked" at
-once whatever the busy timeout, while an immediate one waits its turn. Each
-candidate is then claimed by an UPDATE whose WHERE repeats every condition
-of the read; a row that no longer matches changes nothing and is skipped.
+once whatever the busy timeout, while an immediate one waits its turn. The
+candidates are then claimed by one UPDATE whose WHERE repeats every condition
+of the read (``Claimer.due_condition``); a row that no longer matches changes
+nothing and is skipped.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from datetime import datetime, timezone
 from django.core.checks import CheckMessage, Warning
 from django.db import OperationalError, transaction
 
-from ..models import Job, JobStatus
 from .base import ClaimedJob, Claimer
 
 logger = logging.getLogger(__name__)
@@ -65,12 +65,8 @@ class GuardedUpdateClaimer(Claimer):
     def claim(
         self, queue: str, owner: str, now: datetime, lease_seconds: float, limit: int = 1
     ) -> list[ClaimedJob]:
-        expires = self.lease_end(now, lease_seconds)
         try:
-            with self.write_transaction():
-                rows = self.read_candidates(queue, now, limit)
-                won = [row for row in rows if self._claim_row(row, queue, owner, now, expires)]
-                return self._start_attempts(won, owner, now, expires) if won else []
+            return super().claim(queue, owner, now, lease_seconds, limit)
         except OperationalError as exc:
             if "locked" not in str(exc):
                 raise
@@ -78,23 +74,3 @@ class GuardedUpdateClaimer(Claimer):
                 "database is locked; nothing claimed this tick", extra={"event": "claim_busy"}
             )
             return []
-
-    def _claim_row(
-        self, row: tuple, queue: str, owner: str, now: datetime, expires: datetime
-    ) -> bool:
-        job_id, _name, _queue, _payload, attempt, attempts_used, max_attempts = row
-        changed = (
-            Job.objects.using(self.using)
-            .filter(
-                id=job_id,
-                status=JobStatus.PENDING,
-                queue=queue,
-                run_at__lte=now,
-                lease_owner__isnull=True,
-                attempt=attempt,
-                attempts_used=attempts_used,
-                max_attempts=max_attempts,
-            )
-            .update(**self.running_values(owner, now, expires))
-        )
-        return changed == 1
