@@ -1,6 +1,7 @@
 """One conformance suite for whichever claimer the database under test uses."""
 
 import threading
+from contextlib import ExitStack
 from datetime import timedelta
 
 import pytest
@@ -10,6 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django_jobs.claims import get_claimer
 from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import START
+from tests.triggers import refusing
 
 pytestmark = pytest.mark.django_db
 
@@ -230,37 +232,17 @@ def refuse_attempts():
     A trigger stands in for whatever else could make one row's claim fail: the claim
     must skip that row, log it, and still claim the others.
     """
-    created = []
+    with ExitStack() as stack:
 
-    def refuse(*job_ids: int) -> None:
-        ids = ", ".join(str(int(job_id)) for job_id in job_ids)
-        with connection.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                cursor.execute(
-                    "CREATE FUNCTION test_refuse_attempt() RETURNS trigger AS $$ BEGIN"
-                    f" IF NEW.job_id IN ({ids}) THEN"
-                    " RAISE EXCEPTION 'attempt refused' USING ERRCODE = 'check_violation';"
-                    " END IF; RETURN NEW; END $$ LANGUAGE plpgsql"
+        def refuse(*job_ids: int) -> None:
+            ids = ", ".join(str(int(job_id)) for job_id in job_ids)
+            stack.enter_context(
+                refusing(
+                    "test_refuse_attempt", "INSERT", "django_jobs_attempt", f"NEW.job_id IN ({ids})"
                 )
-                cursor.execute(
-                    "CREATE TRIGGER test_refuse_attempt BEFORE INSERT ON django_jobs_attempt"
-                    " FOR EACH ROW EXECUTE FUNCTION test_refuse_attempt()"
-                )
-            else:
-                cursor.execute(
-                    "CREATE TRIGGER test_refuse_attempt BEFORE INSERT ON django_jobs_attempt"
-                    f" WHEN NEW.job_id IN ({ids}) BEGIN SELECT RAISE(ABORT, 'attempt refused'); END"
-                )
-        created.append(ids)
+            )
 
-    yield refuse
-    if created:
-        with connection.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                cursor.execute("DROP TRIGGER IF EXISTS test_refuse_attempt ON django_jobs_attempt")
-                cursor.execute("DROP FUNCTION IF EXISTS test_refuse_attempt()")
-            else:
-                cursor.execute("DROP TRIGGER IF EXISTS test_refuse_attempt")
+        yield refuse
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,14 +1,13 @@
 """The heartbeat against a real database, with a clock the test moves."""
 
-from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 
 from django_jobs.execution import HandlerResult, make_context
 from django_jobs.models import AttemptOutcome, Job, JobStatus
 from tests.conftest import wait_until
+from tests.triggers import refusing
 
 # The heartbeat renews on its own thread and connection: the rows must be committed.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -30,33 +29,9 @@ def start(worker, clock, make_job, **job):
     return w, claimed, ctx, held
 
 
-@contextmanager
 def renewals_refused_by_the_database():
-    """A trigger makes every change of lease_expires_at fail, as a sick database would."""
-    with connection.cursor() as cursor:
-        if connection.vendor == "sqlite":
-            cursor.execute(
-                "CREATE TRIGGER block_renewal BEFORE UPDATE OF lease_expires_at ON django_jobs_job "
-                "BEGIN SELECT RAISE(ABORT, 'renewal blocked'); END"
-            )
-        else:
-            cursor.execute(
-                "CREATE FUNCTION block_renewal() RETURNS trigger AS $$ BEGIN "
-                "RAISE EXCEPTION 'renewal blocked'; END $$ LANGUAGE plpgsql"
-            )
-            cursor.execute(
-                "CREATE TRIGGER block_renewal BEFORE UPDATE OF lease_expires_at "
-                "ON django_jobs_job FOR EACH ROW EXECUTE FUNCTION block_renewal()"
-            )
-    try:
-        yield
-    finally:
-        with connection.cursor() as cursor:
-            if connection.vendor == "sqlite":
-                cursor.execute("DROP TRIGGER block_renewal")
-            else:
-                cursor.execute("DROP TRIGGER block_renewal ON django_jobs_job")
-                cursor.execute("DROP FUNCTION block_renewal()")
+    """Every change of lease_expires_at fails, as a sick database would."""
+    return refusing("block_renewal", "UPDATE OF lease_expires_at", "django_jobs_job")
 
 
 def test_heartbeat_keeps_a_long_job_leased_far_past_its_lease(

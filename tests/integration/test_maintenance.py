@@ -1,5 +1,6 @@
 """The maintenance pass with rows edited by hand: every running row without a live lease."""
 
+from contextlib import ExitStack
 from datetime import timedelta
 
 import pytest
@@ -9,6 +10,7 @@ from django_jobs.claims import get_claimer
 from django_jobs.leases import dead_letter_exhausted, reclaim_expired_leases
 from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import START
+from tests.triggers import refusing
 
 pytestmark = pytest.mark.django_db
 
@@ -140,37 +142,16 @@ def test_reclaim_is_fenced_by_the_state_it_read(read, change):
 @pytest.fixture
 def refuse_updates_of():
     """Make the database refuse updates of one job row, as a bad row might."""
-    made = []
+    with ExitStack() as stack:
 
-    def refuse(job_id: int) -> None:
-        with connection.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                cursor.execute(
-                    "CREATE FUNCTION test_refuse_job_update() RETURNS trigger AS $$ BEGIN"
-                    f" IF OLD.id = {int(job_id)} THEN"
-                    " RAISE EXCEPTION 'update refused' USING ERRCODE = 'check_violation';"
-                    " END IF; RETURN NEW; END $$ LANGUAGE plpgsql"
+        def refuse(job_id: int) -> None:
+            stack.enter_context(
+                refusing(
+                    "test_refuse_job_update", "UPDATE", "django_jobs_job", f"OLD.id = {int(job_id)}"
                 )
-                cursor.execute(
-                    "CREATE TRIGGER test_refuse_job_update BEFORE UPDATE ON django_jobs_job"
-                    " FOR EACH ROW EXECUTE FUNCTION test_refuse_job_update()"
-                )
-            else:
-                cursor.execute(
-                    "CREATE TRIGGER test_refuse_job_update BEFORE UPDATE ON django_jobs_job"
-                    f" WHEN OLD.id = {int(job_id)}"
-                    " BEGIN SELECT RAISE(ABORT, 'update refused'); END"
-                )
-        made.append(job_id)
+            )
 
-    yield refuse
-    if made:
-        with connection.cursor() as cursor:
-            if connection.vendor == "postgresql":
-                cursor.execute("DROP TRIGGER IF EXISTS test_refuse_job_update ON django_jobs_job")
-                cursor.execute("DROP FUNCTION IF EXISTS test_refuse_job_update()")
-            else:
-                cursor.execute("DROP TRIGGER IF EXISTS test_refuse_job_update")
+        yield refuse
 
 
 @pytest.mark.django_db(transaction=True)
