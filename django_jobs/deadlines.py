@@ -57,16 +57,24 @@ class Watchdog:
 
     def arm(self, seconds: float, cut: Callable[[], None]) -> int:
         with self._cond:
+            self._drop_disarmed()
             token = next(self._ids)
             self._armed[token] = cut
-            heapq.heappush(self._heap, (self.monotonic() + max(0.0, seconds), token))
+            entry = (self.monotonic() + max(0.0, seconds), token)
+            heapq.heappush(self._heap, entry)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
                     target=self._run, name="django-jobs-watchdog", daemon=True
                 )
                 self._thread.start()
-            self._cond.notify()
+            if self._heap[0] == entry:
+                self._cond.notify()  # the watchdog sleeps until a later deadline: wake it
         return token
+
+    def _drop_disarmed(self) -> None:
+        """Pop the entries of blocks that ended in time (most calls: the heap stays small)."""
+        while self._heap and self._heap[0][1] not in self._armed:
+            heapq.heappop(self._heap)
 
     def disarm(self, token: int) -> bool:
         """Stop watching ``token``; True if its cut-off already fired."""
@@ -80,8 +88,7 @@ class Watchdog:
     def _run(self) -> None:
         while True:
             with self._cond:
-                while self._heap and self._heap[0][1] not in self._armed:
-                    heapq.heappop(self._heap)  # disarmed in time
+                self._drop_disarmed()
                 if not self._heap:
                     self._cond.wait(60)
                     continue
