@@ -262,13 +262,18 @@ def reclaim_row(claimer: Claimer, row: Any, now: datetime) -> bool:
     owned = (
         Q(lease_owner__isnull=True) if row.lease_owner is None else Q(lease_owner=row.lease_owner)
     )
+    fenced = _without_live_lease(claimer, now).filter(owned, id=row.id, attempt=row.attempt)
     try:
         with claimer.write_transaction():
-            changed = (
-                _without_live_lease(claimer, now)
-                .filter(owned, id=row.id, attempt=row.attempt)
-                .update(**values, lease_owner=None, lease_expires_at=None)
-            )
+            if claimer.connection.features.has_select_for_update_skip_locked:
+                # A row another session holds locked (a worker cut off mid-write
+                # leaves its transaction open on the server) is passed, not waited for.
+                fenced = fenced.filter(
+                    id__in=list(
+                        fenced.select_for_update(skip_locked=True).values_list("id", flat=True)
+                    )
+                )
+            changed = fenced.update(**values, lease_owner=None, lease_expires_at=None)
             if changed:
                 _close_attempt(
                     claimer, row.id, row.attempt, AttemptOutcome.LEASE_EXPIRED, now, error

@@ -198,3 +198,35 @@ def test_reclaim_read_finds_running_rows_without_walking_the_table():
     plan = unleased_read(get_claimer(), START, 100).explain()
     assert "Seq Scan" not in plan and "PRIMARY KEY" not in plan, plan
     assert "SCAN django_jobs_job" not in plan or "USING INDEX" in plan, plan
+
+
+@pytest.mark.skip_locked
+@pytest.mark.django_db(transaction=True)
+def test_reclaim_passes_a_row_another_session_holds_locked_instead_of_waiting():
+    """A worker cut off mid-write leaves its transaction, and its row locks, on the server."""
+    import time
+
+    import psycopg
+
+    locked = running(lease_owner="cut-off", lease_expires_at=LONG_AGO)
+    others = [running(lease_owner="gone", lease_expires_at=LONG_AGO) for _ in range(2)]
+    settings = connection.settings_dict
+    zombie = psycopg.connect(
+        host=settings["HOST"],
+        port=settings["PORT"],
+        user=settings["USER"],
+        dbname=settings["NAME"],
+        password=settings["PASSWORD"] or None,
+    )
+    try:
+        zombie.execute("SELECT 1 FROM django_jobs_job WHERE id = %s FOR UPDATE", [locked.pk])
+        started = time.monotonic()
+        assert reclaim() == 2
+        assert time.monotonic() - started < 2  # no wait for the lock
+        assert Job.objects.get(pk=locked.pk).status == JobStatus.RUNNING
+    finally:
+        zombie.close()  # the server ends the session: its locks go
+    assert reclaim() == 1
+    assert {
+        job.status for job in Job.objects.filter(pk__in=[locked.pk, *[o.pk for o in others]])
+    } == {JobStatus.PENDING}
