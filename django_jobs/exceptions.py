@@ -24,4 +24,5 @@ class DuplicateJobName(JobsError):
 
 
 class ScheduleError(JobsError, ValueError):
-    """A recurring schedule that cannot be used: a bad cron or an unknown time zone."""
+    """A recurring schedule that cannot be used: a bad cron (or one that never fires), an
+    unknown time zone, or options no job can have."""
