@@ -29,6 +29,13 @@ class Database:
         return self.host.now() + self.offset
 
 
+def settle(clock: DatabaseClock) -> None:
+    """Wait for the clock's re-measure thread, so that it logs while the test still runs."""
+    if clock._measuring is not None:
+        clock._measuring.join(5)
+        assert not clock._measuring.is_alive()
+
+
 def test_clock_first_reading_measures_the_offset():
     host = FakeClock(START)
     database = Database(host, timedelta(seconds=7))
@@ -46,6 +53,7 @@ def test_clock_keeps_its_offset_when_a_re_measure_fails():
     host.advance(61)
     assert clock.now() == host.now() + timedelta(seconds=7)  # no raise: the last offset
     wait_until(lambda: database.reads == 2)
+    settle(clock)
     assert clock.offset == timedelta(seconds=7)
 
 
@@ -63,6 +71,7 @@ def test_clock_never_waits_for_a_hung_re_measure():
     wait_until(lambda: database.reads == 2)
     assert database.reads == 2  # one re-measure at a time, however many readings
     database.release.set()
+    settle(clock)
 
 
 def test_clock_re_measures_in_the_background_and_takes_the_new_offset():
