@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+import threading
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from django.db import connections
+from django.db import OperationalError, connections
 from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Count
 from django.utils import timezone
@@ -47,6 +48,55 @@ def require_migrated(using: str) -> None:
         f"Database {using!r} lacks django_jobs migration(s) {', '.join(missing)}: "
         f"run `{command}` first."
     )
+
+
+class DatabaseUnreachable(JobsError):
+    """The database could not be reached and the caller would not wait."""
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def wait_for_database(
+    using: str,
+    stop: threading.Event,
+    *,
+    wait: bool = True,
+    first_wait: float = 1.0,
+    max_wait: float = 30.0,
+    connect: Callable[[], object] | None = None,
+) -> bool:
+    """Connect to ``using``, trying again (1 s, 2 s, 4 s ... 30 s) until it answers.
+
+    A worker started before its database (a container started first, a
+    server restarting) logs one line a try and serves once it can. Returns
+    False if ``stop`` was set meanwhile. With ``wait=False`` (``--burst``),
+    raises :class:`DatabaseUnreachable` at the first failure instead.
+    """
+    connect = connect or connections[using].ensure_connection
+    delay = first_wait
+    while not stop.is_set():
+        try:
+            connect()
+            return True
+        except OperationalError as exc:
+            if not wait:
+                raise DatabaseUnreachable(
+                    f"Database {using!r} is unreachable: {first_line(exc)}"
+                ) from None
+            logger.warning(
+                "database %r is unreachable (%s); trying again in %.0fs",
+                using,
+                first_line(exc),
+                delay,
+                extra={"event": "database_unreachable"},
+            )
+            connections[using].close()
+            stop.wait(delay)
+            delay = min(delay * 2, max_wait)
+    return False
 
 
 def check_ready(using: str) -> None:

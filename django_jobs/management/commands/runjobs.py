@@ -11,10 +11,12 @@ from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import router
 
+from django_jobs.conf import settings
+from django_jobs.deadlines import apply_connect_timeout
 from django_jobs.exceptions import JobsError
 from django_jobs.models import Job
 from django_jobs.recurring import sync_from_settings
-from django_jobs.startup import check_ready, log_unserved_due, served_queues
+from django_jobs.startup import check_ready, log_unserved_due, served_queues, wait_for_database
 from django_jobs.worker import Worker
 
 logger = logging.getLogger("django_jobs.runjobs")
@@ -45,17 +47,21 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(options["verbosity"])
+        stop_event, force_event = threading.Event(), threading.Event()
+        self._install_signal_handlers(stop_event, force_event)
         try:
             queues = served_queues(options["queues"], options["workers"])
             using = router.db_for_write(Job)
+            apply_connect_timeout(using, settings.call_timeout_seconds())
+            if not wait_for_database(using, stop_event, wait=not options["burst"]):
+                return  # stopped while waiting
             check_ready(using)
         except (ValueError, JobsError, ImproperlyConfigured) as exc:
             raise CommandError(str(exc)) from None
         log_unserved_due(queues, using)
         sync_from_settings()
         worker = Worker(queues, using=using, burst=options["burst"])
-        stop_event = threading.Event()
-        self._install_signal_handlers(stop_event, worker.force_event)
+        worker.force_event = force_event
         worker.run(stop_event)
         if worker.force_event.is_set():
             raise SystemExit(1)
