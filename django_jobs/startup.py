@@ -99,11 +99,10 @@ def wait_for_database(
     return False
 
 
-def check_ready(using: str) -> None:
-    """What a worker needs before it can serve: good settings, ``USE_TZ``, migrated tables."""
+def check_configured() -> None:
+    """What a worker needs before it touches the database: good settings, ``USE_TZ``."""
     settings.validate()
     require_use_tz()
-    require_migrated(using)
 
 
 def served_queues(names: Iterable[str] | None, workers: int | None) -> dict[str, int]:

@@ -16,7 +16,13 @@ from django_jobs.deadlines import apply_connect_timeout
 from django_jobs.exceptions import JobsError
 from django_jobs.models import Job
 from django_jobs.recurring import sync_from_settings
-from django_jobs.startup import check_ready, log_unserved_due, served_queues, wait_for_database
+from django_jobs.startup import (
+    check_configured,
+    log_unserved_due,
+    require_migrated,
+    served_queues,
+    wait_for_database,
+)
 from django_jobs.worker import Worker
 
 logger = logging.getLogger("django_jobs.runjobs")
@@ -52,10 +58,11 @@ class Command(BaseCommand):
         try:
             queues = served_queues(options["queues"], options["workers"])
             using = router.db_for_write(Job)
+            check_configured()
             apply_connect_timeout(using, settings.call_timeout_seconds())
             if not wait_for_database(using, stop_event, wait=not options["burst"]):
                 return  # stopped while waiting
-            check_ready(using)
+            require_migrated(using)
         except (ValueError, JobsError, ImproperlyConfigured) as exc:
             raise CommandError(str(exc)) from None
         log_unserved_due(queues, using)
