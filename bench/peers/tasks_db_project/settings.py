@@ -3,7 +3,7 @@
 ``DATABASE_URL`` (``postgres://user@host:port/name``) names the database. The
 connection is kept open between tasks (``CONN_MAX_AGE``): ``db_worker`` calls
 ``close_old_connections()`` around each task, and Django's default of 0 would
-open a new connection for every one.
+open a new connection for every one; ``TASKS_DB_CONN_MAX_AGE=0`` measures that.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ DATABASES = {
         "PASSWORD": unquote(_url.password or ""),
         "HOST": _url.hostname or "",
         "PORT": str(_url.port or ""),
-        "CONN_MAX_AGE": 600,
+        "CONN_MAX_AGE": int(os.environ.get("TASKS_DB_CONN_MAX_AGE", "600")),
     }
 }
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
