@@ -1,0 +1,328 @@
+"""The measuring loop every system's driver shares (standard library only).
+
+A driver (``run_<system>.py``) runs in that system's own virtualenv. It
+describes the system as a :class:`System` and calls :func:`main`, which runs
+the same phases for every system and writes one JSON result file:
+
+1. bulk enqueue: ``--jobs`` no-op jobs in calls of ``--batch`` (skipped when
+   the system has no bulk API), timed; then the jobs are deleted;
+2. one-by-one enqueue: ``--jobs`` calls, each its own transaction, timed; these
+   jobs stay for the drain;
+3. drain: the system's workers are started; the driver polls the database and
+   times from the first job picked up until every job has succeeded, then
+   stops any worker still running;
+4. pickup latency: an idle worker is started; one job at a time is enqueued,
+   after a random pause, and the time from the enqueue's commit to the
+   handler's start (the handler appends ``time.time()`` to a file) is kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, NoReturn
+
+DB_POLL_SECONDS = 0.05
+FILE_POLL_SECONDS = 0.005
+STOP_GRACE_SECONDS = 15.0
+PICKUP_TIMEOUT_SECONDS = 30.0
+WARM_UP_TIMEOUT_SECONDS = 60.0
+# Pauses between pickups are drawn from this range, so that an enqueue falls at
+# any phase of a polling worker's interval rather than always at the same one.
+PICKUP_PAUSE_SECONDS = (0.1, 1.1)
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class Options:
+    jobs: int
+    pickups: int
+    batch: int
+    timeout: float
+    log_dir: Path
+    result: Path
+
+
+@dataclass
+class Result:
+    """What a driver reports; rates in jobs per second, latencies in seconds."""
+
+    system: str
+    versions: dict[str, str]
+    workers: str
+    bulk_api: str | None = None
+    bulk_rate: float | None = None
+    one_by_one_rate: float = 0.0
+    drain_start_up_seconds: float = 0.0
+    drain_seconds: float = 0.0
+    drain_rate: float = 0.0
+    pickups: list[float] = field(default_factory=list)
+    pickup_p50: float | None = None
+    pickup_p90: float | None = None
+
+
+class System(ABC):
+    """One queue system, as the measuring loop sees it."""
+
+    name: str
+    #: how the workers run, in words, for the report
+    workers: str
+    #: the bulk call's name, or None when the system has none
+    bulk_api: str | None = None
+
+    @abstractmethod
+    def versions(self) -> dict[str, str]: ...
+
+    @abstractmethod
+    def prepare(self) -> None:
+        """Create the schema in the (empty) database."""
+
+    @abstractmethod
+    def delete_jobs(self) -> None: ...
+
+    @abstractmethod
+    def enqueue_one(self, number: int) -> None:
+        """Enqueue one no-op job in its own transaction."""
+
+    def enqueue_many(self, numbers: range) -> None:
+        """Enqueue a no-op job per number in one bulk call."""
+        raise NotImplementedError
+
+    @abstractmethod
+    def enqueue_pickup(self, log: Path) -> None:
+        """Enqueue one job whose handler appends ``time.time()`` to ``log``."""
+
+    @abstractmethod
+    def drain_commands(self) -> list[list[str]]:
+        """The worker processes that drain the queue."""
+
+    @abstractmethod
+    def idle_commands(self) -> list[list[str]]:
+        """The worker processes that wait for jobs (for the pickup latency)."""
+
+    @abstractmethod
+    def counts(self) -> tuple[int, int, int]:
+        """(picked up so far, succeeded, finished otherwise), read from the database."""
+
+
+# -- processes ----------------------------------------------------------------
+
+
+class Workers:
+    """Worker processes started by this driver, stopped by pid."""
+
+    def __init__(self, log_dir: Path, label: str) -> None:
+        self.log_dir = log_dir
+        self.label = label
+        self.processes: list[subprocess.Popen[bytes]] = []
+
+    def start(self, commands: list[list[str]]) -> None:
+        for number, command in enumerate(commands):
+            path = self.log_dir / f"{self.label}-{number}.log"
+            with open(path, "wb") as log:
+                self.processes.append(
+                    subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
+                )
+
+    def all_exited(self) -> bool:
+        return all(process.poll() is not None for process in self.processes)
+
+    def stop(self) -> list[int | None]:
+        """SIGTERM each live worker, SIGKILL those that do not exit in time; exit codes."""
+        for process in self.processes:
+            if process.poll() is None:
+                os.kill(process.pid, signal.SIGTERM)
+        deadline = time.monotonic() + STOP_GRACE_SECONDS
+        for process in self.processes:
+            try:
+                process.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.kill(process.pid, signal.SIGKILL)
+                process.wait(STOP_GRACE_SECONDS)
+        return [process.returncode for process in self.processes]
+
+    def print_logs(self, lines: int = 20) -> None:
+        for path in sorted(self.log_dir.glob(f"{self.label}-*.log")):
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            print(f"--- last lines of {path.name}:", *tail, sep="\n", file=sys.stderr)
+
+
+def wait_until(
+    predicate: Callable[[], bool], deadline: float, what: str, workers: Workers | None = None
+) -> float:
+    """Poll until ``predicate()``; return the perf_counter time it first held."""
+    while True:
+        if predicate():
+            return time.perf_counter()
+        if workers is not None and workers.all_exited() and not predicate():
+            raise BenchError(f"every worker exited before {what}")
+        if time.monotonic() > deadline:
+            raise BenchError(f"timed out waiting for {what}")
+        time.sleep(DB_POLL_SECONDS)
+
+
+# -- phases -------------------------------------------------------------------
+
+
+def enqueue_in_bulk(system: System, options: Options) -> float:
+    start = time.perf_counter()
+    for first in range(0, options.jobs, options.batch):
+        system.enqueue_many(range(first, min(first + options.batch, options.jobs)))
+    return options.jobs / (time.perf_counter() - start)
+
+
+def enqueue_one_by_one(system: System, options: Options) -> float:
+    start = time.perf_counter()
+    for number in range(options.jobs):
+        system.enqueue_one(number)
+    return options.jobs / (time.perf_counter() - start)
+
+
+def succeeded_all(system: System, total: int) -> bool:
+    started, succeeded, otherwise = system.counts()
+    if otherwise:
+        raise BenchError(f"{otherwise} jobs did not succeed")
+    return succeeded >= total
+
+
+def drain(system: System, options: Options, result: Result) -> None:
+    deadline = time.monotonic() + options.timeout
+    workers = Workers(options.log_dir, f"{system.name}-drain")
+    try:
+        start = time.perf_counter()
+        workers.start(system.drain_commands())
+        first = wait_until(lambda: system.counts()[0] > 0, deadline, "the first pickup", workers)
+        done = wait_until(
+            lambda: succeeded_all(system, options.jobs), deadline, "the drain", workers
+        )
+    except BaseException:
+        workers.print_logs()
+        raise
+    finally:
+        workers.stop()
+    result.drain_start_up_seconds = first - start
+    result.drain_seconds = done - first
+    result.drain_rate = options.jobs / (done - first)
+
+
+def read_start_times(log: Path) -> list[float]:
+    """The handlers' start times: one float a line, or a JSON line with ``event``/``at``."""
+    if not log.exists():
+        return []
+    times = []
+    for line in log.read_text().splitlines():
+        if line.startswith("{"):
+            record = json.loads(line)
+            if record.get("event") == "started":
+                times.append(float(record["at"]))
+        elif line.strip():
+            times.append(float(line))
+    return times
+
+
+def wait_for_starts(log: Path, count: int, timeout: float) -> list[float]:
+    deadline = time.monotonic() + timeout
+    while True:
+        times = read_start_times(log)
+        if len(times) >= count:
+            return times
+        if time.monotonic() > deadline:
+            raise BenchError(f"timed out waiting for pickup {count}")
+        time.sleep(FILE_POLL_SECONDS)
+
+
+def measure_pickups(system: System, options: Options, result: Result) -> None:
+    """Enqueue-commit to handler-start, one job at a time, with the worker idle."""
+    log = options.log_dir / f"{system.name}-starts.log"
+    workers = Workers(options.log_dir, f"{system.name}-idle")
+    pause = random.Random(1)  # the same pauses for every system
+    try:
+        workers.start(system.idle_commands())
+        system.enqueue_pickup(log)  # warm-up: the worker is up and has run a job
+        wait_for_starts(log, 1, WARM_UP_TIMEOUT_SECONDS)
+        for number in range(options.pickups):
+            time.sleep(pause.uniform(*PICKUP_PAUSE_SECONDS))
+            system.enqueue_pickup(log)
+            committed = time.time()
+            started = wait_for_starts(log, number + 2, PICKUP_TIMEOUT_SECONDS)[number + 1]
+            result.pickups.append(started - committed)
+    except BaseException:
+        workers.print_logs()
+        raise
+    finally:
+        workers.stop()
+    if len(result.pickups) >= 2:
+        result.pickup_p50 = statistics.median(result.pickups)
+        result.pickup_p90 = statistics.quantiles(result.pickups, n=10)[8]
+
+
+def run(system: System, options: Options) -> Result:
+    result = Result(system.name, system.versions(), system.workers, system.bulk_api)
+    system.prepare()
+    system.delete_jobs()
+    if system.bulk_api:
+        result.bulk_rate = enqueue_in_bulk(system, options)
+        system.delete_jobs()
+    result.one_by_one_rate = enqueue_one_by_one(system, options)
+    drain(system, options, result)
+    system.delete_jobs()
+    if options.pickups:
+        measure_pickups(system, options, result)
+    return result
+
+
+# -- main -----------------------------------------------------------------------
+
+
+def parse_options(argv: list[str] | None = None) -> Options:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--jobs", type=int, required=True)
+    parser.add_argument("--pickups", type=int, required=True)
+    parser.add_argument("--batch", type=int, required=True)
+    parser.add_argument("--timeout", type=float, required=True, help="per drain (seconds)")
+    parser.add_argument("--log-dir", type=Path, required=True)
+    parser.add_argument("--result", type=Path, required=True, help="JSON file to write")
+    return Options(**vars(parser.parse_args(argv)))
+
+
+def raise_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit, so that the workers are stopped on the way out."""
+
+    def handle(signum: int, frame: Any) -> NoReturn:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handle)
+
+
+def main(make_system: Callable[[], System], argv: list[str] | None = None) -> int:
+    options = parse_options(argv)
+    raise_on_sigterm()
+    try:
+        result = run(make_system(), options)
+    except BenchError as exc:
+        print(f"bench failed: {exc}", file=sys.stderr)
+        return 1
+    options.result.write_text(json.dumps(asdict(result)))
+    return 0
+
+
+def package_versions(*names: str) -> dict[str, str]:
+    from importlib.metadata import version
+
+    versions = {"python": sys.version.split()[0]}
+    versions.update({name: version(name) for name in names})
+    return versions

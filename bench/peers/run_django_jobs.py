@@ -1,0 +1,93 @@
+"""django-jobs, driven by bench/peers/common.py; runs in the project's own .venv.
+
+The jobs are the test project's: ``demo.noop`` for the enqueues and the drain,
+``example.watchful`` (which appends its start time to a file, touching no
+database) for the pickups. The drain is ONE ``runjobs --workers 2 --burst``
+process; the idle worker is ``runjobs --workers 2``. Settings are the test
+project's defaults (``POLL_SECONDS`` 1) but for ``DATABASE_URL``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import common
+
+ROOT = Path(__file__).resolve().parents[2]
+JOB_NAME = "demo.noop"
+PICKUP_JOB_NAME = "example.watchful"
+QUEUE = "default"
+
+
+class DjangoJobs(common.System):
+    name = "django-jobs"
+    workers = "1 runjobs process, --workers 2"
+    bulk_api = "schedule_jobs()"
+
+    def __init__(self) -> None:
+        os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
+        os.environ.setdefault("DEBUG", "false")
+        sys.path.insert(0, str(ROOT))
+        import django
+
+        django.setup()
+
+    def versions(self) -> dict[str, str]:
+        return common.package_versions("django-jobs", "Django", "psycopg")
+
+    def prepare(self) -> None:
+        from django.core.management import call_command
+
+        call_command("migrate", verbosity=0, interactive=False)
+
+    def delete_jobs(self) -> None:
+        from django.db import connection
+
+        from django_jobs.models import Attempt, Job
+
+        quote = connection.ops.quote_name
+        with connection.cursor() as cursor:
+            for model in (Attempt, Job):
+                cursor.execute(f"DELETE FROM {quote(model._meta.db_table)}")
+
+    def enqueue_one(self, number: int) -> None:
+        from django_jobs import schedule_job
+
+        schedule_job(JOB_NAME, {"n": number})
+
+    def enqueue_many(self, numbers: range) -> None:
+        from django_jobs.scheduling import JobSpec, schedule_jobs
+
+        schedule_jobs([JobSpec(JOB_NAME, {"n": number}) for number in numbers])
+
+    def enqueue_pickup(self, log: Path) -> None:
+        from django_jobs import schedule_job
+
+        schedule_job(PICKUP_JOB_NAME, {"seconds": 0, "log": str(log)})
+
+    def runjobs(self, *extra: str) -> list[str]:
+        return [sys.executable, str(ROOT / "manage.py"), "runjobs", "--queue", QUEUE, *extra]
+
+    def drain_commands(self) -> list[list[str]]:
+        return [self.runjobs("--workers", "2", "--burst")]
+
+    def idle_commands(self) -> list[list[str]]:
+        return [self.runjobs("--workers", "2")]
+
+    def counts(self) -> tuple[int, int, int]:
+        from django.db.models import Count
+
+        from django_jobs.models import Attempt, Job, JobStatus
+
+        rows = dict(Job.objects.order_by().values_list("status").annotate(count=Count("id")))
+        succeeded = rows.pop(JobStatus.SUCCEEDED, 0)
+        rows.pop(JobStatus.PENDING, 0)
+        rows.pop(JobStatus.RUNNING, 0)
+        started = int(Attempt.objects.exists())
+        return started, succeeded, sum(rows.values())
+
+
+if __name__ == "__main__":
+    sys.exit(common.main(DjangoJobs))
