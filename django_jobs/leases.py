@@ -265,15 +265,12 @@ def reclaim_row(claimer: Claimer, row: Any, now: datetime) -> bool:
     fenced = _without_live_lease(claimer, now).filter(owned, id=row.id, attempt=row.attempt)
     try:
         with claimer.write_transaction():
-            if claimer.connection.features.has_select_for_update_skip_locked:
-                # A row another session holds locked (a worker cut off mid-write
-                # leaves its transaction open on the server) is passed, not waited for.
-                fenced = fenced.filter(
-                    id__in=list(
-                        fenced.select_for_update(skip_locked=True).values_list("id", flat=True)
-                    )
-                )
-            changed = fenced.update(**values, lease_owner=None, lease_expires_at=None)
+            # A row another session holds locked (a worker cut off mid-write
+            # leaves its transaction open on the server) is passed, not waited for.
+            locked = not claimer.connection.features.has_select_for_update_skip_locked or (
+                fenced.select_for_update(skip_locked=True).exists()
+            )
+            changed = locked and fenced.update(**values, lease_owner=None, lease_expires_at=None)
             if changed:
                 _close_attempt(
                     claimer, row.id, row.attempt, AttemptOutcome.LEASE_EXPIRED, now, error

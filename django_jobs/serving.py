@@ -55,7 +55,7 @@ class Server:
 
     def run(self, stop_event: threading.Event) -> None:
         w = self.worker
-        apply_connect_timeout(w.using, settings.call_timeout_seconds())
+        apply_connect_timeout(w.using, w.call_timeout_seconds)
         logger.info(
             "worker %s serving queues %s",
             w.owner,

@@ -103,6 +103,7 @@ class Worker:
         self.burst = burst
         self.force_event = threading.Event()
         self.lease_seconds = float(settings.LEASE_SECONDS)
+        self.call_timeout_seconds = settings.call_timeout_seconds()
         self.inflight = InFlight(
             self.owner,
             self.lease_seconds,
@@ -135,7 +136,7 @@ class Worker:
 
     def deadline(self, what: str, seconds: float | None = None) -> Any:
         """A deadline for one database call of this worker (see :mod:`.deadlines`)."""
-        return deadline(seconds or settings.call_timeout_seconds(), self.using, what)
+        return deadline(seconds or self.call_timeout_seconds, self.using, what)
 
     def claim(self, queue: str, now: datetime, limit: int) -> list[ClaimedJob]:
         with self.deadline("the claim"):
