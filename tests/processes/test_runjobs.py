@@ -33,7 +33,11 @@ def journal_mode(request):
 
 
 def test_runjobs_two_processes_run_each_of_500_jobs_exactly_once(runjobs_process, journal_mode):
-    jobs = schedule_jobs([{"job": "example.record", "payload": {"n": n}} for n in range(500)])
+    # Each job takes 10 ms, so that one process cannot drain them all before the
+    # other has started: the claim takes a batch in one statement and is fast.
+    jobs = schedule_jobs(
+        [{"job": "example.record", "payload": {"n": n, "sleep": 0.01}} for n in range(500)]
+    )
     workers = [runjobs_process.start("--burst", "--queue", "default") for _ in range(2)]
     for process in workers:
         assert process.wait(120) == 0, runjobs_process.log(process)
