@@ -118,10 +118,10 @@ def _recurring_errors(recurring: Any) -> list[CheckMessage]:
 
 @register(Tags.compatibility)
 def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    from .claims import get_claimer
+    from .db import get_driver
     from .models import Job
 
-    return get_claimer(router.db_for_write(Job)).check_configuration()
+    return get_driver(router.db_for_write(Job)).check_configuration()
 
 
 @register(Tags.compatibility)

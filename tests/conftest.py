@@ -53,6 +53,8 @@ def clock():
 def worker(clock):
     from django_jobs.worker import Worker
 
+    made: list[Worker] = []
+
     def make(**overrides: Any) -> Worker:
         options: dict[str, Any] = {
             "queues": {"default": 1},
@@ -61,9 +63,12 @@ def worker(clock):
             "owner": "test-worker",
         }
         options.update(overrides)
-        return Worker(options.pop("queues"), **options)
+        made.append(Worker(options.pop("queues"), **options))
+        return made[-1]
 
-    return make
+    yield make
+    for w in made:
+        w.inflight.close()  # the renewal thread's long-lived connection
 
 
 @pytest.fixture

@@ -1,0 +1,3 @@
+"""Wake-ups on PostgreSQL: LISTEN/NOTIFY."""
+
+CHANNEL = "django_jobs_v1"

@@ -1,0 +1,166 @@
+"""The PostgreSQL driver: one statement, one round trip, per claim and per settle batch.
+
+- The claim selects due rows with ``FOR UPDATE SKIP LOCKED``, marks them
+  running and inserts their attempt rows in one statement of data-modifying
+  ``WITH`` queries. It commits on its own (autocommit), so no transaction is
+  ever left open between two round trips: a worker cut off mid-claim leaves
+  nothing locked on the server.
+- A settle batch is one ``UPDATE ... FROM unnest(...)`` over the job rows,
+  fenced on id, owner and attempt, that closes the attempt rows of the jobs
+  it matched in the same statement. The lease renewal is one fenced UPDATE.
+- The statements' texts do not depend on how many rows they carry (arrays,
+  not lists of placeholders), so the server plans them alike.
+- ``notify`` sends ``pg_notify`` on the caller's connection: inside a
+  transaction it is delivered only on commit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+
+from ..models import JobStatus
+from ..outcomes import Settlement
+from .base import CANDIDATE_COLUMNS, ClaimedJob, Driver, Pairs, lease_end
+from .notify import CHANNEL
+
+
+class PostgresDriver(Driver):
+    lock_suffix = " FOR UPDATE SKIP LOCKED"
+
+    def database_now(self) -> datetime | None:
+        # CURRENT_TIMESTAMP is the start of the transaction; clock_timestamp() is now.
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT clock_timestamp()")
+            (value,) = cursor.fetchone()
+        return value if isinstance(value, datetime) else None
+
+    def notify(self, queues: Iterable[str]) -> None:
+        names = sorted(set(queues))
+        if names:
+            with self.connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q", [CHANNEL, names]
+                )
+
+    def claim_batch(
+        self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
+    ) -> list[ClaimedJob]:
+        sql, params = self.claim_sql(queue, owner, now, expires, limit)
+        if self.connection.in_atomic_block:  # a savepoint, so that a refused row can be retried
+            with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                rows = cursor.fetchall()
+        else:  # one statement, its own transaction: one round trip
+            with self.connection.cursor() as cursor:
+                cursor.execute(sql, params)
+                rows = cursor.fetchall()
+        rows.sort(key=lambda row: (-row[7], row[8], row[0]))  # claim order, without a Sort node
+        return [
+            ClaimedJob(
+                id=row[0],
+                name=row[1],
+                queue=row[2],
+                raw_payload=row[3],
+                attempt=row[4],
+                attempts_used=row[5],
+                max_attempts=row[6],
+                owner=owner,
+                lease_expires_at=expires,
+            )
+            for row in rows
+        ]
+
+    def claim_statement(
+        self, queue: str, owner: str, now: datetime, lease_seconds: float, limit: int
+    ) -> tuple[str, list[Any]]:
+        return self.claim_sql(queue, owner, now, lease_end(now, lease_seconds), limit)
+
+    def claim_sql(
+        self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
+    ) -> tuple[str, list[Any]]:
+        qn, job, attempts = self.qn, self.job_table, self.attempt_table
+        due, due_params = self.due_condition(queue, now)
+        columns = ", ".join(f"j.{qn(c)}" for c in CANDIDATE_COLUMNS)
+        sql = (
+            f"WITH picked AS (SELECT {qn('id')} FROM {job} WHERE {due}"
+            f" ORDER BY {self.claim_order} LIMIT %s FOR UPDATE SKIP LOCKED),"
+            f" marked AS (UPDATE {job} j SET {qn('status')} = '{JobStatus.RUNNING.value}',"
+            f" {qn('lease_owner')} = %s, {qn('lease_expires_at')} = %s, {qn('started_at')} = %s,"
+            f" {qn('attempt')} = {self.next_attempt_sql('j')},"
+            f" {qn('attempts_used')} = j.{qn('attempts_used')} + 1"
+            f" FROM picked WHERE j.{qn('id')} = picked.{qn('id')}"
+            f" RETURNING {columns}, j.{qn('priority')}, j.{qn('run_at')}),"
+            f" started AS (INSERT INTO {attempts}"
+            f" ({qn('job_id')}, {qn('number')}, {qn('owner')}, {qn('started_at')}, {qn('error')})"
+            f" SELECT {qn('id')}, {qn('attempt')}, %s, %s, '' FROM marked)"
+            " SELECT * FROM marked"
+        )
+        stamp = [owner, self.adapt(expires), self.adapt(now)]
+        return sql, [*due_params, int(limit), *stamp, owner, self.adapt(now)]
+
+    def settle(self, settlements: Sequence[Settlement]) -> list[Settlement]:
+        if not settlements:
+            return []
+        qn, job, attempts = self.qn, self.job_table, self.attempt_table
+        sql = (
+            "WITH v AS (SELECT * FROM unnest(%s::bigint[], %s::text[], %s::integer[],"
+            " %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[], %s::integer[],"
+            " %s::text[], %s::text[], %s::timestamptz[])"
+            " AS v(id, owner, attempt, status, run_at, finished_at, last_error, give_back,"
+            " outcome, error, ended_at)),"
+            f" settled AS (UPDATE {job} j SET {qn('status')} = v.status,"
+            f" {qn('run_at')} = COALESCE(v.run_at, j.{qn('run_at')}),"
+            f" {qn('finished_at')} = COALESCE(v.finished_at, j.{qn('finished_at')}),"
+            f" {qn('last_error')} = COALESCE(v.last_error, j.{qn('last_error')}),"
+            f" {qn('attempts_used')} = j.{qn('attempts_used')} - v.give_back,"
+            f" {qn('lease_owner')} = NULL, {qn('lease_expires_at')} = NULL"
+            f" FROM v WHERE j.{qn('id')} = v.id AND j.{qn('lease_owner')} = v.owner"
+            f" AND j.{qn('attempt')} = v.attempt AND {self.running_guard('j')}"
+            " RETURNING v.id, v.attempt, v.outcome, v.error, v.ended_at),"
+            f" closed AS (UPDATE {attempts} a SET {qn('outcome')} = settled.outcome,"
+            f" {qn('finished_at')} = settled.ended_at, {qn('error')} = settled.error"
+            f" FROM settled WHERE a.{qn('job_id')} = settled.id"
+            f" AND a.{qn('number')} = settled.attempt AND a.{qn('outcome')} IS NULL)"
+            " SELECT id, attempt FROM settled"
+        )
+        params: list[list[Any]] = [[] for _ in range(11)]
+        for s in settlements:
+            row = (
+                s.job_id,
+                s.owner,
+                s.attempt,
+                str(s.status),
+                s.run_at,
+                s.finished_at,
+                s.last_error,
+                int(s.give_back),
+                str(s.outcome),
+                s.error,
+                s.ended_at,
+            )
+            for column, value in zip(params, row, strict=True):
+                column.append(value)
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            written = {(job_id, attempt) for job_id, attempt in cursor.fetchall()}
+        return [s for s in settlements if s.pair not in written]
+
+    def renew_sql(
+        self, owner: str, held: Pairs, now: datetime, expires: datetime, give_up_seconds: float
+    ) -> tuple[str, list[Any]]:
+        qn, job = self.qn, self.job_table
+        sql = (
+            f"UPDATE {job} j SET {qn('lease_expires_at')} = %s"
+            " FROM unnest(%s::bigint[], %s::integer[]) AS h(id, attempt)"
+            f" WHERE j.{qn('id')} = h.id AND j.{qn('attempt')} = h.attempt"
+            f" AND j.{qn('lease_owner')} = %s AND {self.running_guard('j')}"
+            f" AND j.{qn('lease_expires_at')} > %s::timestamptz + %s * interval '1 second'"
+            f" RETURNING j.{qn('id')}"
+        )
+        ids = [job_id for job_id, _ in held]
+        numbers = [attempt for _, attempt in held]
+        return sql, [expires, ids, numbers, owner, now, float(give_up_seconds)]
