@@ -10,9 +10,17 @@ from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import router
 
-from .conf import DEFAULTS, NON_NEGATIVE, POSITIVE, USE_TZ_REASON, queues_problems, setting_problem
+from .conf import (
+    BOOLEANS,
+    DEFAULTS,
+    NON_NEGATIVE,
+    POSITIVE,
+    USE_TZ_REASON,
+    queues_problems,
+    setting_problem,
+)
 
-NUMBER_KEYS = (*POSITIVE, *NON_NEGATIVE, "HEARTBEAT_SECONDS", "MAX_ATTEMPTS")
+NUMBER_KEYS = (*POSITIVE, *NON_NEGATIVE, "HEARTBEAT_SECONDS", "MAX_ATTEMPTS", *BOOLEANS)
 
 
 def _number_errors(user: Mapping[str, Any]) -> list[CheckMessage]:

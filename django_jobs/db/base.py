@@ -105,6 +105,10 @@ class Driver:
         with transaction.atomic(using=self.using):
             yield
 
+    def hot_cursor(self) -> Any:
+        """The cursor for hot-path statements (a driver may prepare them)."""
+        return self.connection.cursor()
+
     def check_configuration(self) -> list[CheckMessage]:
         """System-check messages about how the database is set up for jobs."""
         return []
@@ -335,7 +339,7 @@ class Driver:
         if not held:
             return set(), expires
         sql, params = self.renew_sql(owner, held, now, expires, give_up_seconds)
-        with self.connection.cursor() as cursor:
+        with self.hot_cursor() as cursor:
             cursor.execute(sql, params)
             return {row[0] for row in cursor.fetchall()}, expires
 

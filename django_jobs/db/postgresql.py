@@ -10,18 +10,27 @@
   it matched in the same statement. The lease renewal is one fenced UPDATE.
 - The statements' texts do not depend on how many rows they carry (arrays,
   not lists of placeholders), so the server plans them alike.
+- The hot-path statements are prepared on the server once per connection
+  (``DJANGO_JOBS["PREPARED_STATEMENTS"]``, on by default): planning them
+  costs more than running them. Django leaves its own statements
+  unprepared, for the sake of transaction-mode poolers; turn this off
+  behind a pooler that cannot keep prepared statements (PgBouncer before
+  1.21, or without ``max_prepared_statements``).
 - ``notify`` sends ``pg_notify`` on the caller's connection: inside a
   transaction it is delivered only on commit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db import transaction
 
+from ..conf import settings
 from ..models import JobStatus
 from ..outcomes import Settlement
 from .base import CANDIDATE_COLUMNS, ClaimedJob, Driver, Pairs, lease_end
@@ -30,6 +39,30 @@ from .notify import CHANNEL
 
 class PostgresDriver(Driver):
     lock_suffix = " FOR UPDATE SKIP LOCKED"
+
+    def __init__(self, using: str = "default") -> None:
+        super().__init__(using)
+        self.prepare = bool(settings.PREPARED_STATEMENTS)
+
+    @contextmanager
+    def hot_cursor(self) -> Iterator[Any]:
+        """A Django cursor whose statements are bound and prepared on the server.
+
+        Wrapped like Django's own cursors, so query logging and
+        ``execute_wrapper`` see its statements.
+        """
+        from django.db.backends.postgresql.base import ServerBindingCursor
+
+        connection = self.connection
+        connection.ensure_connection()
+        raw = ServerBindingCursor(connection.connection)
+        if self.prepare:
+            raw.execute = partial(raw.execute, prepare=True)
+        cursor = connection._prepare_cursor(raw)
+        try:
+            yield cursor
+        finally:
+            cursor.close()
 
     def database_now(self) -> datetime | None:
         # CURRENT_TIMESTAMP is the start of the transaction; clock_timestamp() is now.
@@ -41,7 +74,7 @@ class PostgresDriver(Driver):
     def notify(self, queues: Iterable[str]) -> None:
         names = sorted(set(queues))
         if names:
-            with self.connection.cursor() as cursor:
+            with self.hot_cursor() as cursor:
                 cursor.execute(
                     "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q", [CHANNEL, names]
                 )
@@ -51,11 +84,11 @@ class PostgresDriver(Driver):
     ) -> list[ClaimedJob]:
         sql, params = self.claim_sql(queue, owner, now, expires, limit)
         if self.connection.in_atomic_block:  # a savepoint, so that a refused row can be retried
-            with transaction.atomic(using=self.using), self.connection.cursor() as cursor:
+            with transaction.atomic(using=self.using), self.hot_cursor() as cursor:
                 cursor.execute(sql, params)
                 rows = cursor.fetchall()
         else:  # one statement, its own transaction: one round trip
-            with self.connection.cursor() as cursor:
+            with self.hot_cursor() as cursor:
                 cursor.execute(sql, params)
                 rows = cursor.fetchall()
         rows.sort(key=lambda row: (-row[7], row[8], row[0]))  # claim order, without a Sort node
@@ -144,7 +177,7 @@ class PostgresDriver(Driver):
             )
             for column, value in zip(params, row, strict=True):
                 column.append(value)
-        with self.connection.cursor() as cursor:
+        with self.hot_cursor() as cursor:
             cursor.execute(sql, params)
             written = {(job_id, attempt) for job_id, attempt in cursor.fetchall()}
         return [s for s in settlements if s.pair not in written]
