@@ -410,13 +410,15 @@ def read_drain(total: int, launched: float, result: ShapeResult) -> None:
     if statuses.get(JobStatus.SUCCEEDED, 0) != total or sum(statuses.values()) != total:
         raise BenchError(f"expected {total} succeeded jobs, found {statuses}")
     span = Job.objects.aggregate(first=Min("started_at"), last=Max("finished_at"))
+    if span["first"] is None or span["last"] is None:
+        raise BenchError(f"the jobs carry no started_at or finished_at: {span}")
     result.drain_seconds = (span["last"] - span["first"]).total_seconds()
     result.drain_rate = total / result.drain_seconds
     result.start_up_seconds = span["first"].timestamp() - launched
     owners = Attempt.objects.order_by().values("owner")
     owners = owners.annotate(first=Min("started_at"), jobs=Count("id")).order_by("first")
     firsts = [row["first"] for row in owners]
-    result.start_spread_seconds = (firsts[-1] - firsts[0]).total_seconds()
+    result.start_spread_seconds = (firsts[-1] - firsts[0]).total_seconds() if firsts else 0.0
     result.jobs_per_owner = [row["jobs"] for row in owners]
 
 
