@@ -1,0 +1,1 @@
+"""The database seam: every hot-path statement, one module per database."""
