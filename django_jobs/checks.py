@@ -11,7 +11,7 @@ from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import router
 
 from .conf import (
-    BOOLEANS,
+    BOOLEAN,
     DEFAULTS,
     NON_NEGATIVE,
     POSITIVE,
@@ -20,7 +20,7 @@ from .conf import (
     setting_problem,
 )
 
-NUMBER_KEYS = (*POSITIVE, *NON_NEGATIVE, "HEARTBEAT_SECONDS", "MAX_ATTEMPTS", *BOOLEANS)
+NUMBER_KEYS = (*POSITIVE, *NON_NEGATIVE, "HEARTBEAT_SECONDS", "MAX_ATTEMPTS")
 
 
 def _number_errors(user: Mapping[str, Any]) -> list[CheckMessage]:
@@ -29,6 +29,15 @@ def _number_errors(user: Mapping[str, Any]) -> list[CheckMessage]:
         problem = setting_problem(key, user[key]) if key in user else None
         if problem is not None:
             errors.append(Error(problem.message, hint=problem.hint, id="django_jobs.E003"))
+    return errors
+
+
+def _boolean_errors(user: Mapping[str, Any]) -> list[CheckMessage]:
+    errors: list[CheckMessage] = []
+    for key in BOOLEAN:
+        problem = setting_problem(key, user[key]) if key in user else None
+        if problem is not None:
+            errors.append(Error(problem.message, hint=problem.hint, id="django_jobs.E007"))
     return errors
 
 
@@ -55,6 +64,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 Error(f"Unknown DJANGO_JOBS key {key!r}.", hint=hint, id="django_jobs.E002")
             )
     errors += _number_errors(user)
+    errors += _boolean_errors(user)
     if "QUEUES" in user:
         errors += _queue_errors(user["QUEUES"])
     if "RECURRING" in user:

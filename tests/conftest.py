@@ -40,6 +40,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip("needs SELECT ... FOR UPDATE SKIP LOCKED")
         if wants_guarded and has:
             pytest.skip("needs the guarded-update claimer")
+    wants_listen = item.get_closest_marker("listen_notify")
+    wants_no_listen = item.get_closest_marker("without_listen_notify")
+    if wants_listen or wants_no_listen:
+        from django_jobs.db.notify import supports_notify
+
+        has = supports_notify("default")
+        if wants_listen and not has:
+            pytest.skip("needs LISTEN/NOTIFY")
+        if wants_no_listen and has:
+            pytest.skip("needs a database without LISTEN/NOTIFY")
 
 
 @pytest.fixture

@@ -72,6 +72,7 @@ class PostgresDriver(Driver):
         return value if isinstance(value, datetime) else None
 
     def notify(self, queues: Iterable[str]) -> None:
+        """One statement on the caller's connection: delivered when its transaction commits."""
         names = sorted(set(queues))
         if names:
             with self.hot_cursor() as cursor:

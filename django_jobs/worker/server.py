@@ -39,6 +39,7 @@ from ..maintenance.scheduler import enqueue_due
 from ..models import Job, JobStatus
 from .connections import tidy_connections
 from .processes import refresh_worker, register_worker, unregister_worker
+from .waker import Waker
 
 if TYPE_CHECKING:
     from .core import Worker
@@ -85,6 +86,8 @@ class Server:
         heartbeat = start_thread("heartbeat", self.keep_leases, heartbeat_stop)
         w.settler.start()
         threads = self.start_threads(stop_event)
+        waker = Waker(w.using, self.states, wake=self.wake)
+        waker.start()  # False where LISTEN is off or unavailable: the dispatchers poll
         try:
             self.main_loop(stop_event)
         finally:
@@ -93,6 +96,7 @@ class Server:
                 state.wake()
                 with state.changed:
                     state.changed.notify_all()
+            waker.stop()
             self.shut_down(threads)
             heartbeat_stop.set()
             heartbeat.join(5)
@@ -101,6 +105,10 @@ class Server:
                 w.guarded(self.unregister)
             connections.close_all()
             logger.info("worker %s stopped", w.owner, extra={"event": "worker_stopped"})
+
+    def wake(self, queue: str) -> None:
+        """The waker's callback: new jobs on ``queue``."""
+        self.states[queue].wake()
 
     def start_threads(self, stop_event: threading.Event) -> list[threading.Thread]:
         threads = []
