@@ -5,11 +5,11 @@ caller's connection, so inside ``transaction.atomic()`` PostgreSQL delivers
 them only on commit, and never for a transaction that rolls back. A worker
 process runs one waker (:mod:`django_jobs.worker.waker`): a thread that
 listens on a connection of its own (a :class:`Listener`) and wakes the
-dispatcher of each notified queue, so an idle worker picks a new job up
-at once instead of at its next poll. Polling stays: it is the fallback while the listening connection is
-down, and the only path when LISTEN is off (``DJANGO_JOBS["LISTEN"]``), on
-other databases, or behind a pooler that does not deliver notifications
-(detected with a probe at every connection).
+dispatcher of each notified queue, so an idle worker picks a new job up at
+once instead of at its next poll. Polling stays: it is the fallback while
+the listening connection is down, and the only path when LISTEN is off
+(``DJANGO_JOBS["LISTEN"]``), on other databases, or behind a pooler that
+does not deliver notifications (detected with a probe at every connection).
 
 The channel name is fixed and versioned; the payload is the queue's name
 alone, and an empty payload is the probe's.

@@ -51,11 +51,11 @@ class PostgresDriver(Driver):
         Wrapped like Django's own cursors, so query logging and
         ``execute_wrapper`` see its statements.
         """
-        from django.db.backends.postgresql.base import ServerBindingCursor
+        from django.db.backends.postgresql import base as backend
 
         connection = self.connection
         connection.ensure_connection()
-        raw = ServerBindingCursor(connection.connection)
+        raw: Any = backend.ServerBindingCursor(connection.connection)  # type: ignore[call-arg]
         if self.prepare:
             raw.execute = partial(raw.execute, prepare=True)
         cursor = connection._prepare_cursor(raw)
