@@ -5,9 +5,9 @@ from __future__ import annotations
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
-from .base import ROW_ERRORS, ClaimedJob, Driver
+from .base import ROW_ERRORS, ClaimedJob, DatabaseBusy, Driver
 
-__all__ = ["ROW_ERRORS", "ClaimedJob", "Driver", "get_driver"]
+__all__ = ["ROW_ERRORS", "ClaimedJob", "DatabaseBusy", "Driver", "get_driver"]
 
 
 def get_driver(using: str = "default") -> Driver:

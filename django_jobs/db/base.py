@@ -40,6 +40,10 @@ ROW_ERRORS = (IntegrityError, DataError)
 Pairs = Sequence[tuple[int, int]]
 
 
+class DatabaseBusy(Exception):
+    """The database could not take the write lock in time: nothing was written."""
+
+
 class Candidate(NamedTuple):
     """A due row as the claim's read returns it (the columns of ``CANDIDATE_COLUMNS``)."""
 
@@ -179,6 +183,29 @@ class Driver:
             return self.claim_batch(queue, owner, now, expires, limit)
         except ROW_ERRORS:
             return self.claim_row_by_row(queue, owner, now, expires, limit)
+
+    def claim_and_settle(
+        self,
+        queue: str,
+        owner: str,
+        now: datetime,
+        lease_seconds: float,
+        limit: int,
+        settlements: Sequence[Settlement],
+    ) -> tuple[list[ClaimedJob], list[Settlement]]:
+        """Settle ``settlements`` and claim in one transaction: one commit for both.
+
+        Returns the claimed jobs and the settlements whose lease was lost. A
+        refused row (``ROW_ERRORS``) rolls both back: the caller settles
+        apart and claims again, row by row.
+        """
+        if not settlements:
+            return self.claim(queue, owner, now, lease_seconds, limit), []
+        expires = lease_end(now, lease_seconds)
+        with self.write_transaction():
+            lost = self.settle(settlements)
+            claimed = self.claim_batch(queue, owner, now, expires, limit)
+        return claimed, lost
 
     def claim_batch(
         self, queue: str, owner: str, now: datetime, expires: datetime, limit: int

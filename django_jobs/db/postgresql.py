@@ -80,18 +80,52 @@ class PostgresDriver(Driver):
                     "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q", [CHANNEL, names]
                 )
 
+    def execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Run one hot-path statement; a savepoint inside a transaction, so a refused row
+        leaves the caller's transaction usable; else its own transaction: one round trip."""
+        if self.connection.in_atomic_block:
+            with transaction.atomic(using=self.using), self.hot_cursor() as cursor:
+                cursor.execute(sql, params)
+                return list(cursor.fetchall())
+        with self.hot_cursor() as cursor:
+            cursor.execute(sql, params)
+            return list(cursor.fetchall())
+
     def claim_batch(
         self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
     ) -> list[ClaimedJob]:
         sql, params = self.claim_sql(queue, owner, now, expires, limit)
-        if self.connection.in_atomic_block:  # a savepoint, so that a refused row can be retried
-            with transaction.atomic(using=self.using), self.hot_cursor() as cursor:
-                cursor.execute(sql, params)
-                rows = cursor.fetchall()
-        else:  # one statement, its own transaction: one round trip
-            with self.hot_cursor() as cursor:
-                cursor.execute(sql, params)
-                rows = cursor.fetchall()
+        return self.claimed_rows(self.execute(sql, params), owner, expires)
+
+    def claim_and_settle(
+        self,
+        queue: str,
+        owner: str,
+        now: datetime,
+        lease_seconds: float,
+        limit: int,
+        settlements: Sequence[Settlement],
+    ) -> tuple[list[ClaimedJob], list[Settlement]]:
+        """Settle ``settlements`` and claim, in one statement: one round trip, one commit."""
+        if not settlements:
+            return self.claim(queue, owner, now, lease_seconds, limit), []
+        expires = lease_end(now, lease_seconds)
+        settle_ctes, settle_params = self.settle_ctes(settlements)
+        claim_ctes, claim_params = self.claim_ctes(queue, owner, now, expires, limit)
+        sql = (
+            f"WITH {settle_ctes}, {claim_ctes}"
+            f" SELECT 1, {self.claimed_columns} FROM marked"
+            " UNION ALL SELECT 0, id, NULL, NULL, NULL, attempt, NULL, NULL, NULL, NULL"
+            " FROM settled"
+        )
+        rows = self.execute(sql, [*settle_params, *claim_params])
+        written = {(row[1], row[5]) for row in rows if row[0] == 0}
+        claimed = self.claimed_rows([row[1:] for row in rows if row[0] == 1], owner, expires)
+        return claimed, [s for s in settlements if s.pair not in written]
+
+    def claimed_rows(
+        self, rows: list[tuple[Any, ...]], owner: str, expires: datetime
+    ) -> list[ClaimedJob]:
         rows.sort(key=lambda row: (-row[7], row[8], row[0]))  # claim order, without a Sort node
         return [
             ClaimedJob(
@@ -108,6 +142,11 @@ class PostgresDriver(Driver):
             for row in rows
         ]
 
+    @property
+    def claimed_columns(self) -> str:
+        columns = (*CANDIDATE_COLUMNS, "priority", "run_at")
+        return ", ".join(self.qn(column) for column in columns)
+
     def claim_statement(
         self, queue: str, owner: str, now: datetime, lease_seconds: float, limit: int
     ) -> tuple[str, list[Any]]:
@@ -116,22 +155,28 @@ class PostgresDriver(Driver):
     def claim_sql(
         self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
     ) -> tuple[str, list[Any]]:
+        ctes, params = self.claim_ctes(queue, owner, now, expires, limit)
+        return f"WITH {ctes} SELECT {self.claimed_columns} FROM marked", params
+
+    def claim_ctes(
+        self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
+    ) -> tuple[str, list[Any]]:
+        """``picked`` (due rows, locked), ``marked`` (running, this owner's), ``started``."""
         qn, job, attempts = self.qn, self.job_table, self.attempt_table
         due, due_params = self.due_condition(queue, now)
-        columns = ", ".join(f"j.{qn(c)}" for c in CANDIDATE_COLUMNS)
+        columns = ", ".join(f"j.{qn(c)}" for c in (*CANDIDATE_COLUMNS, "priority", "run_at"))
         sql = (
-            f"WITH picked AS (SELECT {qn('id')} FROM {job} WHERE {due}"
+            f"picked AS (SELECT {qn('id')} FROM {job} WHERE {due}"
             f" ORDER BY {self.claim_order} LIMIT %s FOR UPDATE SKIP LOCKED),"
             f" marked AS (UPDATE {job} j SET {qn('status')} = '{JobStatus.RUNNING.value}',"
             f" {qn('lease_owner')} = %s, {qn('lease_expires_at')} = %s, {qn('started_at')} = %s,"
             f" {qn('attempt')} = {self.next_attempt_sql('j')},"
             f" {qn('attempts_used')} = j.{qn('attempts_used')} + 1"
             f" FROM picked WHERE j.{qn('id')} = picked.{qn('id')}"
-            f" RETURNING {columns}, j.{qn('priority')}, j.{qn('run_at')}),"
+            f" RETURNING {columns}),"
             f" started AS (INSERT INTO {attempts}"
             f" ({qn('job_id')}, {qn('number')}, {qn('owner')}, {qn('started_at')}, {qn('error')})"
             f" SELECT {qn('id')}, {qn('attempt')}, %s, %s, '' FROM marked)"
-            " SELECT * FROM marked"
         )
         stamp = [owner, self.adapt(expires), self.adapt(now)]
         return sql, [*due_params, int(limit), *stamp, owner, self.adapt(now)]
@@ -139,9 +184,16 @@ class PostgresDriver(Driver):
     def settle(self, settlements: Sequence[Settlement]) -> list[Settlement]:
         if not settlements:
             return []
+        ctes, params = self.settle_ctes(settlements)
+        rows = self.execute(f"WITH {ctes} SELECT id, attempt FROM settled", params)
+        written = {(job_id, attempt) for job_id, attempt in rows}
+        return [s for s in settlements if s.pair not in written]
+
+    def settle_ctes(self, settlements: Sequence[Settlement]) -> tuple[str, list[Any]]:
+        """``v`` (the settlements), ``settled`` (the job rows they fenced in), ``closed``."""
         qn, job, attempts = self.qn, self.job_table, self.attempt_table
         sql = (
-            "WITH v AS (SELECT * FROM unnest(%s::bigint[], %s::text[], %s::integer[],"
+            "v AS (SELECT * FROM unnest(%s::bigint[], %s::text[], %s::integer[],"
             " %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[], %s::integer[],"
             " %s::text[], %s::text[], %s::timestamptz[])"
             " AS v(id, owner, attempt, status, run_at, finished_at, last_error, give_back,"
@@ -159,9 +211,8 @@ class PostgresDriver(Driver):
             f" {qn('finished_at')} = settled.ended_at, {qn('error')} = settled.error"
             f" FROM settled WHERE a.{qn('job_id')} = settled.id"
             f" AND a.{qn('number')} = settled.attempt AND a.{qn('outcome')} IS NULL)"
-            " SELECT id, attempt FROM settled"
         )
-        params: list[list[Any]] = [[] for _ in range(11)]
+        columns: list[list[Any]] = [[] for _ in range(11)]
         for s in settlements:
             row = (
                 s.job_id,
@@ -176,12 +227,9 @@ class PostgresDriver(Driver):
                 s.error,
                 s.ended_at,
             )
-            for column, value in zip(params, row, strict=True):
+            for column, value in zip(columns, row, strict=True):
                 column.append(value)
-        with self.hot_cursor() as cursor:
-            cursor.execute(sql, params)
-            written = {(job_id, attempt) for job_id, attempt in cursor.fetchall()}
-        return [s for s in settlements if s.pair not in written]
+        return sql, columns
 
     def renew_sql(
         self, owner: str, held: Pairs, now: datetime, expires: datetime, give_up_seconds: float

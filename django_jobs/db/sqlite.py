@@ -24,7 +24,7 @@ from django.core.checks import CheckMessage, Error, Warning
 from django.db import OperationalError, transaction
 
 from ..outcomes import Settlement
-from .base import ClaimedJob, Driver, Pairs
+from .base import ClaimedJob, DatabaseBusy, Driver, Pairs
 
 logger = logging.getLogger(__name__)
 
@@ -93,6 +93,22 @@ class SQLiteDriver(Driver):
                 "database is locked; nothing claimed this tick", extra={"event": "claim_busy"}
             )
             return []
+
+    def claim_and_settle(
+        self,
+        queue: str,
+        owner: str,
+        now: datetime,
+        lease_seconds: float,
+        limit: int,
+        settlements: Sequence[Settlement],
+    ) -> tuple[list[ClaimedJob], list[Settlement]]:
+        try:
+            return super().claim_and_settle(queue, owner, now, lease_seconds, limit, settlements)
+        except OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
+            raise DatabaseBusy(str(exc)) from exc
 
     def settle(self, settlements: Sequence[Settlement]) -> list[Settlement]:
         if not settlements:

@@ -23,7 +23,7 @@ from django.db import DatabaseError, connections, router
 
 from ..clock import Clock, DatabaseClock
 from ..conf import settings
-from ..db import ClaimedJob, Driver, get_driver
+from ..db import ROW_ERRORS, ClaimedJob, DatabaseBusy, Driver, get_driver
 from ..db.outage import with_backoff
 from ..deadlines import deadline
 from ..exceptions import UnknownJob
@@ -179,17 +179,56 @@ class Worker:
         """
         if not outcomes:
             return []
-        now = self.clock.now()
-        decided = [decide(o.claimed, o.result, now, self.policy, self.rng) for o in outcomes]
+        decided = self.decide(outcomes, self.clock.now())
         patience = self.lease_seconds
         if all(o.result.outcome == AttemptOutcome.RELEASED for o in outcomes):
             patience = min(patience, float(settings.SHUTDOWN_GRACE_SECONDS))
         try:
             lost = self.settle(decided, patience)
         finally:
-            for outcome in outcomes:
-                if outcome.held is not None:
-                    self.inflight.settled(outcome.held)
+            self.release_held(outcomes)
+        return self.written(outcomes, decided, lost)
+
+    def decide(self, outcomes: Sequence[Outcome], now: datetime) -> list[Settlement]:
+        return [decide(o.claimed, o.result, now, self.policy, self.rng) for o in outcomes]
+
+    def release_held(self, outcomes: Sequence[Outcome]) -> None:
+        """Their outcomes are written (or given up on): the jobs leave the held set."""
+        for outcome in outcomes:
+            if outcome.held is not None:
+                self.inflight.settled(outcome.held)
+
+    def claim_and_settle(self, queue: str, limit: int) -> list[ClaimedJob]:
+        """Claim for ``queue``, writing the outcomes that wait in the settler in the same
+        statement. If that fails, the outcomes go back to the settler, which writes them
+        through the outage; a refused row makes the claim go again row by row."""
+        carried = self.settler.take()
+        if not carried:
+            return self.claim_now(queue, limit)
+        now = self.clock.now()
+        decided = self.decide(carried, now)
+        try:
+            with self.deadline("the claim"):
+                claimed, lost = self.driver.claim_and_settle(
+                    queue, self.owner, now, self.lease_seconds, limit, decided
+                )
+        except DatabaseBusy:
+            self.settler.give_back(carried)
+            return []
+        except ROW_ERRORS:
+            self.settler.give_back(carried)
+            return self.claim(queue, now, limit)
+        except BaseException:
+            self.settler.give_back(carried)
+            raise
+        self.release_held(carried)
+        self.written(carried, decided, lost)
+        return claimed
+
+    def written(
+        self, outcomes: Sequence[Outcome], decided: Sequence[Settlement], lost: list[Settlement]
+    ) -> list[JobStatus | None]:
+        """Log each written outcome; the jobs' new statuses, None where the lease was lost."""
         lost_pairs = {s.pair for s in lost}
         statuses: list[JobStatus | None] = []
         for outcome, settled in zip(outcomes, decided, strict=True):

@@ -237,7 +237,7 @@ class Server:
                 if stop_event.is_set():
                     break
                 state.woken.clear()
-                jobs = w.guarded(partial(w.claim_now, state.name, free)) or []
+                jobs = w.guarded(partial(w.claim_and_settle, state.name, free)) or []
                 with state.changed:
                     state.busy += len(jobs)
                 for job in jobs:

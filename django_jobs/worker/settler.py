@@ -1,22 +1,26 @@
 """The settler: writes attempts' outcomes in batches, each row still fenced.
 
-Handler threads hand their results over and go back to work at once. The
-settler's thread writes whatever has gathered in one statement (up to
-``MAX_BATCH``): while one batch is being written the next one gathers, so
-under load a batch carries many outcomes and costs one commit, and an idle
-worker's outcome is written at once. A job stays held, its lease renewed,
-until its outcome is durably written. On a stop, :meth:`Settler.stop`
-flushes what is queued before the worker hands back what is still running.
+Handler threads hand their results over and go back to work at once. A
+job stays held, its lease renewed, until its outcome is durably written.
+Outcomes are written one of two ways, whichever comes first:
 
-Without a started thread (``Worker.run_once``, tests), :meth:`submit`
-writes on the calling thread.
+- a dispatcher about to claim takes what is waiting (:meth:`Settler.take`)
+  and settles it in the claim's own statement: under load, one round trip
+  and one commit carry a batch of outcomes and the next batch of jobs;
+- otherwise the settler's thread writes what has waited ``linger_seconds``
+  (an idle queue, or outcomes a failed claim gave back), in one statement.
+
+On a stop, :meth:`Settler.stop` writes what is queued before the worker
+hands back what is still running. Without a started thread
+(``Worker.run_once``, tests), :meth:`submit` writes on the calling thread.
 """
 
 from __future__ import annotations
 
 import logging
-import queue
 import threading
+import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -32,6 +36,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 MAX_BATCH = 500
+# How long an outcome waits for a claim to carry it before the settler writes it itself.
+LINGER_SECONDS = 0.005
 
 
 @dataclass(frozen=True)
@@ -47,10 +53,15 @@ Writer = Callable[[Sequence[Outcome]], object]
 
 
 class Settler:
-    def __init__(self, write: Writer, max_batch: int = MAX_BATCH) -> None:
+    def __init__(
+        self, write: Writer, max_batch: int = MAX_BATCH, linger_seconds: float = LINGER_SECONDS
+    ) -> None:
         self.write = write
         self.max_batch = max_batch
-        self._inbox: queue.SimpleQueue[Outcome | None] = queue.SimpleQueue()
+        self.linger_seconds = linger_seconds
+        self._pending: deque[tuple[float, Outcome]] = deque()
+        self._cond = threading.Condition()
+        self._stopping = False
         self._thread: threading.Thread | None = None
 
     @property
@@ -62,40 +73,66 @@ class Settler:
         self._thread.start()
 
     def submit(self, outcome: Outcome) -> None:
-        if self.running:
-            self._inbox.put(outcome)
-        else:
+        if not self.running:
             self.write([outcome])
+            return
+        with self._cond:
+            self._pending.append((time.monotonic(), outcome))
+            if len(self._pending) == 1:
+                self._cond.notify()
+
+    def take(self, limit: int | None = None) -> list[Outcome]:
+        """Take up to ``limit`` waiting outcomes, for a claim to settle in its statement."""
+        limit = self.max_batch if limit is None else limit
+        with self._cond:
+            taken: list[Outcome] = []
+            while self._pending and len(taken) < limit:
+                taken.append(self._pending.popleft()[1])
+            return taken
+
+    def give_back(self, outcomes: list[Outcome]) -> None:
+        """Outcomes a claim could not write: the settler's thread writes them at once."""
+        if not self.running:
+            self.write(outcomes)
+            return
+        with self._cond:
+            self._pending.extendleft((0.0, outcome) for outcome in reversed(outcomes))
+            self._cond.notify()
 
     def stop(self, timeout: float) -> bool:
         """Write what is queued, then end the thread; False if it did not end in ``timeout``."""
         thread = self._thread
         if thread is None:
             return True
-        self._inbox.put(None)
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
         thread.join(timeout)
         return not thread.is_alive()
 
     def _run(self) -> None:
         try:
-            stopping = False
-            while not stopping:
-                item = self._inbox.get()
-                batch: list[Outcome] = []
-                while item is not None:
-                    batch.append(item)
-                    if len(batch) >= self.max_batch:
-                        break
-                    try:
-                        item = self._inbox.get_nowait()
-                    except queue.Empty:
-                        break
-                else:
-                    stopping = True
-                if batch:
-                    self._write(batch)
+            while (batch := self._next_batch()) is not None:
+                self._write(batch)
         finally:
             connections.close_all()
+
+    def _next_batch(self) -> list[Outcome] | None:
+        """Wait until the oldest outcome has lingered (or a stop); None once stopped and empty."""
+        with self._cond:
+            while True:
+                if self._pending:
+                    age = time.monotonic() - self._pending[0][0]
+                    if self._stopping or age >= self.linger_seconds:
+                        batch: list[Outcome] = []
+                        while self._pending and len(batch) < self.max_batch:
+                            batch.append(self._pending.popleft()[1])
+                        return batch
+                    self._cond.wait(self.linger_seconds - age)
+                elif self._stopping:
+                    return None
+                else:
+                    self._cond.wait()
 
     def _write(self, batch: list[Outcome]) -> None:
         try:
