@@ -203,8 +203,8 @@ class Driver:
             return self.claim(queue, owner, now, lease_seconds, limit), []
         expires = lease_end(now, lease_seconds)
         with self.write_transaction():
-            lost = self.settle(settlements)
-            claimed = self.claim_batch(queue, owner, now, expires, limit)
+            lost = self.settle_rows(settlements)
+            claimed = self.claim_rows(queue, owner, now, expires, limit)
         return claimed, lost
 
     def claim_batch(
@@ -212,8 +212,14 @@ class Driver:
     ) -> list[ClaimedJob]:
         """The claim in one transaction: read, mark running, start the attempts."""
         with self.write_transaction():
-            rows = self.read_candidates(queue, now, limit)
-            return self.take(rows, queue, owner, now, expires) if rows else []
+            return self.claim_rows(queue, owner, now, expires, limit)
+
+    def claim_rows(
+        self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
+    ) -> list[ClaimedJob]:
+        """The claim's statements, inside the caller's transaction."""
+        rows = self.read_candidates(queue, now, limit)
+        return self.take(rows, queue, owner, now, expires) if rows else []
 
     def read_candidates(self, queue: str, now: datetime, limit: int) -> list[Candidate]:
         sql, params = self.candidate_sql(queue, now, limit)
@@ -344,6 +350,13 @@ class Driver:
         settlement's owner and attempt; its open attempt row is closed with
         the outcome. A settlement fenced out changes nothing and is returned.
         """
+        if not settlements:
+            return []
+        with self.write_transaction():
+            return self.settle_rows(settlements)
+
+    def settle_rows(self, settlements: Sequence[Settlement]) -> list[Settlement]:
+        """The settle's statements, inside the caller's transaction."""
         raise NotImplementedError
 
     def renew(

@@ -110,7 +110,7 @@ class SQLiteDriver(Driver):
                 raise
             raise DatabaseBusy(str(exc)) from exc
 
-    def settle(self, settlements: Sequence[Settlement]) -> list[Settlement]:
+    def settle_rows(self, settlements: Sequence[Settlement]) -> list[Settlement]:
         if not settlements:
             return []
         qn, job = self.qn, self.job_table
@@ -146,7 +146,7 @@ class SQLiteDriver(Driver):
             f" AND {job}.{qn('attempt')} = v.attempt AND {self.running_guard(job)}"
             f" RETURNING {job}.{qn('id')}, {job}.{qn('attempt')}"
         )
-        with self.write_transaction(), self.connection.cursor() as cursor:
+        with self.connection.cursor() as cursor:
             cursor.execute(update_jobs, params)
             written = {(job_id, attempt) for job_id, attempt in cursor.fetchall()}
             done = [s for s in settlements if s.pair in written]

@@ -1,5 +1,6 @@
-"""One conformance suite for whichever claimer the database under test uses."""
+"""One conformance suite for the driver of the database under test: claim, settle, renew."""
 
+import dataclasses
 import threading
 from contextlib import ExitStack
 from datetime import timedelta
@@ -328,3 +329,92 @@ def test_claim_pending_row_with_a_lease_owner_does_not_stall_the_rows_behind(mak
     behind = make_job()
     assert [c.id for c in claim(limit=1)] == [stale.pk]
     assert [c.id for c in claim(limit=1)] == [behind.pk]
+
+
+# -- settle, renew, claim and settle: every write after the claim is fenced -------
+
+STATEMENTS_PER_SETTLE = {"postgresql": 1, "sqlite": 4}  # SQLite: begin, jobs, attempts, commit
+
+
+def succeeded(job, now=START, **changes):
+    from django_jobs.models import AttemptOutcome
+    from django_jobs.outcomes import HandlerResult, decide
+    from django_jobs.retry_policy import RetryPolicy
+
+    job = dataclasses.replace(job, **changes)
+    return decide(job, HandlerResult(AttemptOutcome.SUCCEEDED), now, RetryPolicy())
+
+
+def test_driver_settle_batch_writes_the_others_and_returns_the_one_fenced_out(make_job):
+    for _ in range(3):
+        make_job()
+    first, second, third = claim(limit=3)
+    fenced_out = succeeded(second, owner="someone-else")
+    lost = get_driver().settle([succeeded(first), fenced_out, succeeded(third)])
+    assert lost == [fenced_out]
+    statuses = dict(Job.objects.values_list("id", "status"))
+    assert statuses == {first.id: "succeeded", second.id: "running", third.id: "succeeded"}
+    outcomes = dict(Attempt.objects.values_list("job_id", "outcome"))
+    assert outcomes == {first.id: "succeeded", second.id: None, third.id: "succeeded"}
+
+
+def test_driver_settle_a_stale_attempt_changes_nothing(make_job):
+    make_job()
+    [job] = claim()
+    stale = succeeded(job, attempt=job.attempt - 1)
+    assert get_driver().settle([stale]) == [stale]
+    assert Job.objects.get(pk=job.id).status == JobStatus.RUNNING
+
+
+@pytest.mark.django_db(transaction=True)  # outside a transaction, as the settler writes
+@pytest.mark.parametrize("batch", [1, 20])
+def test_driver_settle_batch_costs_the_same_statements_for_1_or_20(
+    make_job, django_assert_num_queries, batch
+):
+    for _ in range(batch):
+        make_job()
+    settlements = [succeeded(job) for job in claim(limit=batch)]
+    with django_assert_num_queries(STATEMENTS_PER_SETTLE[connection.vendor]):
+        assert get_driver().settle(settlements) == []
+    assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == batch
+
+
+@pytest.mark.django_db(transaction=True)
+def test_driver_claim_and_settle_writes_both_in_one_statement_on_postgresql(
+    make_job, django_assert_num_queries
+):
+    for _ in range(6):
+        make_job()
+    done = [succeeded(job) for job in claim(limit=3)]
+    statements = {"postgresql": 1, "sqlite": 7}[connection.vendor]
+    with django_assert_num_queries(statements):
+        claimed, lost = get_driver().claim_and_settle("default", "w1", START, LEASE, 3, done)
+    assert lost == [] and len(claimed) == 3
+    assert {c.id for c in claimed}.isdisjoint(s.job_id for s in done)
+    assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 3
+    assert Job.objects.filter(status=JobStatus.RUNNING).count() == 3
+
+
+def test_driver_claim_and_settle_returns_the_settlements_fenced_out(make_job):
+    for _ in range(2):
+        make_job()
+    [job] = claim()
+    fenced_out = succeeded(job, owner="someone-else")
+    claimed, lost = get_driver().claim_and_settle("default", "w1", START, LEASE, 1, [fenced_out])
+    assert lost == [fenced_out] and len(claimed) == 1
+    assert Job.objects.get(pk=job.id).status == JobStatus.RUNNING
+
+
+def test_driver_renew_extends_only_the_leases_still_held(make_job):
+    for _ in range(3):
+        make_job()
+    mine, stale, other = claim(limit=3)
+    driver = get_driver()
+    later = START + timedelta(seconds=10)
+    held = [mine.pair, (stale.id, stale.attempt - 1), other.pair]
+    renewed, expires = driver.renew("w1", held[:2], later, LEASE)
+    assert renewed == {mine.id} and expires == later + timedelta(seconds=LEASE)
+    assert driver.renew("someone-else", [other.pair], later, LEASE)[0] == set()
+    expiries = dict(Job.objects.values_list("id", "lease_expires_at"))
+    assert expiries[mine.id] == expires
+    assert expiries[stale.id] == expiries[other.id] == START + timedelta(seconds=LEASE)
