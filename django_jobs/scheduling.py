@@ -19,7 +19,8 @@ from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
 from .conf import require_priority, require_queue_name, require_use_tz, settings
-from .db.notify import notify
+from .db import get_driver
+from .db.notify import notify, supports_notify
 from .models import Job
 from .payloads import encode_payload
 from .registry import get_definition
@@ -127,6 +128,11 @@ def _insert_unique(job: Job, using: str) -> Job:
     return job
 
 
+def wakes(using: str) -> bool:
+    """Whether enqueueing on ``using`` sends wake-ups (``DJANGO_JOBS["LISTEN"]``, PostgreSQL)."""
+    return bool(settings.LISTEN) and supports_notify(using)
+
+
 def notify_due(inserted: Iterable[Job], using: str) -> None:
     """Wake the workers of the queues of the ``inserted`` jobs that are due now."""
     now = timezone.now()
@@ -156,8 +162,7 @@ def schedule_job(
         built, row = row, _insert_unique(row, using)
         notify_due([row] if row is built else [], using)
     else:
-        row.save(using=using, force_insert=True)
-        notify_due([row], using)
+        get_driver(using).insert_jobs([row], timezone.now(), notify=wakes(using))
     logger.debug(
         "job %s #%s enqueued", row.name, row.pk, extra={"event": "job_enqueued", "job_id": row.pk}
     )
@@ -179,9 +184,12 @@ def schedule_jobs(specs: Iterable[JobSpec | Mapping[str, Any]]) -> list[Job]:
     plain = [row for row in rows if row.unique_key is None]
     with transaction.atomic(using=using):
         if plain:
-            Job.objects.using(using).bulk_create(plain)
+            get_driver(using).insert_jobs(plain, timezone.now(), notify=wakes(using))
         result = [row if row.unique_key is None else _insert_unique(row, using) for row in rows]
-        notify_due([row for row, built in zip(result, rows, strict=True) if row is built], using)
+        inserted = {id(row) for row in result}  # a unique key's existing job is not new
+        notify_due(
+            [row for row in rows if row.unique_key is not None and id(row) in inserted], using
+        )
     logger.debug(
         "%s jobs enqueued", len(result), extra={"event": "job_enqueued", "count": len(result)}
     )

@@ -124,6 +124,16 @@ class Driver:
     def notify(self, queues: Iterable[str]) -> None:
         """Wake the workers of ``queues`` when the caller's transaction commits (if supported)."""
 
+    def insert_jobs(self, rows: Sequence[Job], now: datetime, notify: bool) -> None:
+        """Insert new jobs (without a unique key) on the caller's connection; set their ids.
+
+        With ``notify``, the workers of the queues that got a job due at
+        ``now`` are woken when the caller's transaction commits.
+        """
+        Job.objects.using(self.using).bulk_create(rows)
+        if notify:
+            self.notify(row.queue for row in rows if row.run_at <= now)
+
     # -- claiming -------------------------------------------------------------
 
     def due_condition(self, queue: str, now: datetime, table: str = "") -> tuple[str, list[Any]]:

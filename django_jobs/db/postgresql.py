@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -31,7 +32,7 @@ from typing import Any
 from django.db import transaction
 
 from ..conf import settings
-from ..models import JobStatus
+from ..models import Job, JobStatus
 from ..outcomes import Settlement
 from .base import CANDIDATE_COLUMNS, ClaimedJob, Driver, Pairs, lease_end
 from .notify import CHANNEL
@@ -90,6 +91,60 @@ class PostgresDriver(Driver):
         with self.hot_cursor() as cursor:
             cursor.execute(sql, params)
             return list(cursor.fetchall())
+
+    def insert_jobs(self, rows: Sequence[Job], now: datetime, notify: bool) -> None:
+        """One statement: the rows in order, and the NOTIFY of the queues with a job due."""
+        if not rows:
+            return
+        qn, job = self.qn, self.job_table
+        columns = ", ".join(
+            qn(c)
+            for c in (
+                "name",
+                "queue",
+                "payload",
+                "status",
+                "priority",
+                "run_at",
+                "attempt",
+                "attempts_used",
+                "max_attempts",
+                "last_error",
+                "created_at",
+            )
+        )
+        sql = (
+            f"WITH r AS (INSERT INTO {job} ({columns})"
+            f" SELECT v.name, v.queue, v.payload::jsonb, '{JobStatus.PENDING.value}', v.priority,"
+            " v.run_at, 0, 0, v.max_attempts, '', v.created_at"
+            " FROM unnest(%s::text[], %s::text[], %s::text[], %s::integer[], %s::timestamptz[],"
+            " %s::integer[], %s::timestamptz[]) WITH ORDINALITY"
+            " AS v(name, queue, payload, priority, run_at, max_attempts, created_at, n)"
+            f" ORDER BY v.n RETURNING {qn('id')}, {qn('queue')}, {qn('run_at')})"
+            f" SELECT {qn('id')} FROM r"
+        )
+        params: list[Any] = [
+            [row.name for row in rows],
+            [row.queue for row in rows],
+            [None if row.payload is None else json.dumps(row.payload) for row in rows],
+            [row.priority for row in rows],
+            [row.run_at for row in rows],
+            [row.max_attempts for row in rows],
+            [row.created_at for row in rows],
+        ]
+        if notify:  # a volatile call in a lateral subquery: run once per distinct due queue
+            sql += (
+                f" UNION ALL SELECT NULL FROM (SELECT DISTINCT {qn('queue')} AS q FROM r"
+                f" WHERE {qn('run_at')} <= %s) d, LATERAL (SELECT pg_notify(%s, d.q)) n"
+            )
+            params += [now, CHANNEL]
+        with self.hot_cursor() as cursor:
+            cursor.execute(sql, params)
+            ids = [job_id for (job_id,) in cursor.fetchall() if job_id is not None]
+        for row, job_id in zip(rows, ids, strict=True):
+            row.pk = job_id
+            row._state.adding = False
+            row._state.db = self.using
 
     def claim_batch(
         self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
