@@ -48,8 +48,6 @@ logger = logging.getLogger(__name__)
 
 # How long a dispatcher waits for more of its busy threads to free up before it claims.
 GATHER_SECONDS = 0.002
-# Dispatchers per queue: claims in flight at once.
-MAX_DISPATCHERS = 2
 
 
 @dataclass
@@ -58,9 +56,7 @@ class QueueState:
 
     name: str
     threads: int
-    busy: int = 0  # threads running a job, or reserved by a claim in flight
-    claiming: int = 0  # claims in flight
-    dispatchers: int = 0  # dispatcher threads still running
+    busy: int = 0
     inbox: queue_module.SimpleQueue[ClaimedJob | None] = field(
         default_factory=queue_module.SimpleQueue
     )
@@ -117,10 +113,7 @@ class Server:
     def start_threads(self, stop_event: threading.Event) -> list[threading.Thread]:
         threads = []
         for state in self.states.values():
-            state.dispatchers = dispatchers_for(state.threads)
-            for number in range(state.dispatchers):
-                name = f"claim-{state.name}-{number}"
-                threads.append(start_thread(name, self.dispatch, state, stop_event))
+            threads.append(start_thread(f"claim-{state.name}", self.dispatch, state, stop_event))
             for number in range(state.threads):
                 threads.append(start_thread(f"run-{state.name}-{number}", self.serve, state))
         return threads
@@ -235,66 +228,40 @@ class Server:
             stop.wait(tick)
 
     def dispatch(self, state: QueueState, stop_event: threading.Event) -> None:
-        """A dispatcher of a queue: claim as many jobs as there are idle threads.
-
-        The threads it claims for are reserved (counted busy) while its claim
-        is in flight, so that the queue's dispatchers together never hold
-        more jobs than the queue has threads.
-        """
+        """A queue's dispatcher: claim as many jobs as there are idle threads."""
         w = self.worker
         poll = float(settings.POLL_SECONDS)
         try:
             while not stop_event.is_set():
-                free = self.reserve_threads(state, stop_event, poll)
+                free = self.wait_for_threads(state, stop_event, poll)
                 if stop_event.is_set():
-                    self.unreserve(state, free)
                     break
                 state.woken.clear()
-                jobs: list[ClaimedJob] = []
-                try:
-                    jobs = w.guarded(partial(w.claim_and_settle, state.name, free)) or []
-                finally:
-                    self.unreserve(state, free - len(jobs))
+                jobs = w.guarded(partial(w.claim_and_settle, state.name, free)) or []
+                with state.changed:
+                    state.busy += len(jobs)
                 for job in jobs:
                     state.inbox.put(job)
                 if len(jobs) < free:  # the queue ran dry: sleep until woken or the next poll
                     state.woken.wait(poll)
         finally:
-            with state.changed:
-                state.dispatchers -= 1
-                last = state.dispatchers == 0
-            if last:  # no claim can follow: let the handler threads end
-                for _ in range(state.threads):
-                    state.inbox.put(None)
+            for _ in range(state.threads):
+                state.inbox.put(None)
             connections.close_all()
 
-    def reserve_threads(self, state: QueueState, stop_event: threading.Event, poll: float) -> int:
-        """Wait until a thread is free, gather more for a moment, reserve them; how many.
-
-        A dispatcher gathers only while no other claim of its queue is in
-        flight: otherwise that claim's round trip already batches, and this
-        one goes at once.
-        """
+    def wait_for_threads(self, state: QueueState, stop_event: threading.Event, poll: float) -> int:
+        """Wait until a thread is free, then gather more for a moment; return how many."""
         with state.changed:
             while state.busy >= state.threads and not stop_event.is_set():
                 state.changed.wait(poll)
-            if state.busy and not state.claiming:
+            if state.busy:
                 until = time.monotonic() + GATHER_SECONDS
                 while state.busy and not stop_event.is_set():
                     left = until - time.monotonic()
                     if left <= 0:
                         break
                     state.changed.wait(left)
-            free = state.threads - state.busy
-            state.busy += free
-            state.claiming += 1
-            return free
-
-    def unreserve(self, state: QueueState, count: int) -> None:
-        with state.changed:
-            state.busy -= count
-            state.claiming -= 1
-            state.changed.notify_all()
+            return state.threads - state.busy
 
     def serve(self, state: QueueState) -> None:
         """A handler thread: run the jobs the dispatcher hands over."""
@@ -310,11 +277,6 @@ class Server:
                 tidy_connections()
         finally:
             connections.close_all()
-
-
-def dispatchers_for(threads: int) -> int:
-    """Two claims in flight once a queue has two threads: one round trip overlaps the other."""
-    return min(threads, MAX_DISPATCHERS)
 
 
 def start_thread(name: str, target: Callable[..., object], *args: object) -> threading.Thread:
