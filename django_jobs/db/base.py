@@ -18,7 +18,7 @@ claimed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -84,13 +84,26 @@ class Driver:
 
     def __init__(self, using: str = "default") -> None:
         self.using = using
+        self._quoted: dict[str, str] = {}
+        self._texts: dict[str, str] = {}
 
     @property
     def connection(self) -> Any:
         return connections[self.using]
 
     def qn(self, name: str) -> str:
-        return str(self.connection.ops.quote_name(name))
+        """``name`` quoted for this database (remembered: it is on every statement's path)."""
+        quoted = self._quoted.get(name)
+        if quoted is None:
+            quoted = self._quoted[name] = str(self.connection.ops.quote_name(name))
+        return quoted
+
+    def text(self, key: str, build: Callable[[], str]) -> str:
+        """A statement's text, built once: the hot path only binds its parameters."""
+        text = self._texts.get(key)
+        if text is None:
+            text = self._texts[key] = build()
+        return text
 
     @property
     def job_table(self) -> str:

@@ -167,11 +167,14 @@ class PostgresDriver(Driver):
         expires = lease_end(now, lease_seconds)
         settle_ctes, settle_params = self.settle_ctes(settlements)
         claim_ctes, claim_params = self.claim_ctes(queue, owner, now, expires, limit)
-        sql = (
-            f"WITH {settle_ctes}, {claim_ctes}"
-            f" SELECT 1, {self.claimed_columns} FROM marked"
-            " UNION ALL SELECT 0, id, NULL, NULL, NULL, attempt, NULL, NULL, NULL, NULL"
-            " FROM settled"
+        sql = self.text(
+            "claim_and_settle",
+            lambda: (
+                f"WITH {settle_ctes}, {claim_ctes}"
+                f" SELECT 1, {self.claimed_columns} FROM marked"
+                " UNION ALL SELECT 0, id, NULL, NULL, NULL, attempt, NULL, NULL, NULL, NULL"
+                " FROM settled"
+            ),
         )
         rows = self.execute(sql, [*settle_params, *claim_params])
         written = {(row[1], row[5]) for row in rows if row[0] == 0}
@@ -211,14 +214,21 @@ class PostgresDriver(Driver):
         self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
     ) -> tuple[str, list[Any]]:
         ctes, params = self.claim_ctes(queue, owner, now, expires, limit)
-        return f"WITH {ctes} SELECT {self.claimed_columns} FROM marked", params
+        return self.text(
+            "claim", lambda: f"WITH {ctes} SELECT {self.claimed_columns} FROM marked"
+        ), params
 
     def claim_ctes(
         self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
     ) -> tuple[str, list[Any]]:
         """``picked`` (due rows, locked), ``marked`` (running, this owner's), ``started``."""
-        qn, job, attempts = self.qn, self.job_table, self.attempt_table
         due, due_params = self.due_condition(queue, now)
+        stamp = [owner, self.adapt(expires), self.adapt(now)]
+        params = [*due_params, int(limit), *stamp, owner, self.adapt(now)]
+        return self.text("claim_ctes", lambda: self.claim_ctes_text(due)), params
+
+    def claim_ctes_text(self, due: str) -> str:
+        qn, job, attempts = self.qn, self.job_table, self.attempt_table
         columns = ", ".join(f"j.{qn(c)}" for c in (*CANDIDATE_COLUMNS, "priority", "run_at"))
         sql = (
             f"picked AS (SELECT {qn('id')} FROM {job} WHERE {due}"
@@ -233,21 +243,24 @@ class PostgresDriver(Driver):
             f" ({qn('job_id')}, {qn('number')}, {qn('owner')}, {qn('started_at')}, {qn('error')})"
             f" SELECT {qn('id')}, {qn('attempt')}, %s, %s, '' FROM marked)"
         )
-        stamp = [owner, self.adapt(expires), self.adapt(now)]
-        return sql, [*due_params, int(limit), *stamp, owner, self.adapt(now)]
+        return sql
 
     def settle(self, settlements: Sequence[Settlement]) -> list[Settlement]:
         if not settlements:
             return []
         ctes, params = self.settle_ctes(settlements)
-        rows = self.execute(f"WITH {ctes} SELECT id, attempt FROM settled", params)
+        sql = self.text("settle", lambda: f"WITH {ctes} SELECT id, attempt FROM settled")
+        rows = self.execute(sql, params)
         written = {(job_id, attempt) for job_id, attempt in rows}
         return [s for s in settlements if s.pair not in written]
 
     def settle_ctes(self, settlements: Sequence[Settlement]) -> tuple[str, list[Any]]:
         """``v`` (the settlements), ``settled`` (the job rows they fenced in), ``closed``."""
+        return self.text("settle_ctes", self.settle_ctes_text), self.settle_params(settlements)
+
+    def settle_ctes_text(self) -> str:
         qn, job, attempts = self.qn, self.job_table, self.attempt_table
-        sql = (
+        return (
             "v AS (SELECT * FROM unnest(%s::bigint[], %s::text[], %s::integer[],"
             " %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[], %s::integer[],"
             " %s::text[], %s::text[], %s::timestamptz[])"
@@ -267,6 +280,8 @@ class PostgresDriver(Driver):
             f" FROM settled WHERE a.{qn('job_id')} = settled.id"
             f" AND a.{qn('number')} = settled.attempt AND a.{qn('outcome')} IS NULL)"
         )
+
+    def settle_params(self, settlements: Sequence[Settlement]) -> list[list[Any]]:
         columns: list[list[Any]] = [[] for _ in range(11)]
         for s in settlements:
             row = (
@@ -284,7 +299,7 @@ class PostgresDriver(Driver):
             )
             for column, value in zip(columns, row, strict=True):
                 column.append(value)
-        return sql, columns
+        return columns
 
     def renew_sql(
         self, owner: str, held: Pairs, now: datetime, expires: datetime, give_up_seconds: float
