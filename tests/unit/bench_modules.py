@@ -8,8 +8,9 @@ from tests.conftest import ROOT
 
 
 def load_bench_module(name: str) -> ModuleType:
-    """bench/NAME.py, imported as the module ``bench_NAME``."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", ROOT / "bench" / f"{name}.py")
+    """bench/NAME.py, imported as the module ``bench_NAME`` (a ``/`` in NAME as ``_``)."""
+    module_name = f"bench_{name.replace('/', '_')}"
+    spec = importlib.util.spec_from_file_location(module_name, ROOT / "bench" / f"{name}.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up while it loads
