@@ -23,21 +23,15 @@ from .conf import (
 NUMBER_KEYS = (*POSITIVE, *NON_NEGATIVE, "HEARTBEAT_SECONDS", "MAX_ATTEMPTS")
 
 
-def _number_errors(user: Mapping[str, Any]) -> list[CheckMessage]:
+def _key_errors(
+    user: Mapping[str, Any], keys: tuple[str, ...], check_id: str
+) -> list[CheckMessage]:
+    """An error for each of ``keys`` whose value in ``user`` breaks its rule."""
     errors: list[CheckMessage] = []
-    for key in NUMBER_KEYS:
+    for key in keys:
         problem = setting_problem(key, user[key]) if key in user else None
         if problem is not None:
-            errors.append(Error(problem.message, hint=problem.hint, id="django_jobs.E003"))
-    return errors
-
-
-def _boolean_errors(user: Mapping[str, Any]) -> list[CheckMessage]:
-    errors: list[CheckMessage] = []
-    for key in BOOLEAN:
-        problem = setting_problem(key, user[key]) if key in user else None
-        if problem is not None:
-            errors.append(Error(problem.message, hint=problem.hint, id="django_jobs.E007"))
+            errors.append(Error(problem.message, hint=problem.hint, id=check_id))
     return errors
 
 
@@ -63,8 +57,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             errors.append(
                 Error(f"Unknown DJANGO_JOBS key {key!r}.", hint=hint, id="django_jobs.E002")
             )
-    errors += _number_errors(user)
-    errors += _boolean_errors(user)
+    errors += _key_errors(user, NUMBER_KEYS, "django_jobs.E003")
+    errors += _key_errors(user, BOOLEAN, "django_jobs.E007")
     if "QUEUES" in user:
         errors += _queue_errors(user["QUEUES"])
     if "RECURRING" in user:
