@@ -12,16 +12,13 @@ import random
 import traceback
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from .models import AttemptOutcome, JobStatus
 from .payloads import decode_payload
+from .records import ClaimedJob, Settlement
 from .redaction import masker
 from .retry_policy import RetryPolicy, next_run_at
 from .text import storable_text
-
-if TYPE_CHECKING:
-    from .db.base import ClaimedJob
 
 ERROR_LIMIT = 2000
 RELEASED_ERROR = "Released: the worker stopped before the handler finished"
@@ -65,32 +62,6 @@ def _stored_payload(raw_payload: object) -> object:
         return decode_payload(raw_payload)
     except Exception:
         return None  # not decodable: nothing of it is in the error either
-
-
-@dataclass(frozen=True)
-class Settlement:
-    """One attempt's end, as the driver writes it.
-
-    The job's row changes only while ``owner`` still holds ``attempt``; its
-    lease is cleared. ``None`` in ``run_at``, ``finished_at`` or
-    ``last_error`` keeps the column's value.
-    """
-
-    job_id: int
-    owner: str
-    attempt: int
-    outcome: AttemptOutcome
-    status: JobStatus
-    ended_at: datetime
-    error: str = ""
-    run_at: datetime | None = None
-    finished_at: datetime | None = None
-    last_error: str | None = None
-    give_back: bool = False  # released: the attempt is not charged
-
-    @property
-    def pair(self) -> tuple[int, int]:
-        return (self.job_id, self.attempt)
 
 
 def decide(

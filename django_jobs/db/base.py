@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -28,7 +27,7 @@ from django.core.checks import CheckMessage
 from django.db import DataError, IntegrityError, connections, transaction
 
 from ..models import Attempt, Job, JobStatus
-from ..outcomes import Settlement
+from ..records import ClaimedJob, Settlement
 
 logger = logging.getLogger(__name__)
 
@@ -54,25 +53,6 @@ class Candidate(NamedTuple):
     attempt: int
     attempts_used: int
     max_attempts: int
-
-
-@dataclass(frozen=True)
-class ClaimedJob:
-    """A job this worker holds the lease on, as the claim read it."""
-
-    id: int
-    name: str
-    queue: str
-    raw_payload: Any
-    attempt: int
-    attempts_used: int
-    max_attempts: int
-    owner: str
-    lease_expires_at: datetime
-
-    @property
-    def pair(self) -> tuple[int, int]:
-        return (self.id, self.attempt)
 
 
 def lease_end(now: datetime, lease_seconds: float) -> datetime:
