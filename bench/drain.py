@@ -158,7 +158,7 @@ def delete_jobs() -> None:
 def database_description() -> str:
     from django.db import connection
 
-    from django_jobs.claims import get_claimer
+    from django_jobs.db import get_driver
 
     if connection.vendor == "sqlite":
         queries = ["sqlite_version()", "'journal_mode=' || (SELECT * FROM pragma_journal_mode)"]
@@ -169,7 +169,7 @@ def database_description() -> str:
     with connection.cursor() as cursor:
         cursor.execute("SELECT " + ", ".join(queries))
         values = [str(value) for value in cursor.fetchone()]
-    claimer = type(get_claimer()).__name__
+    claimer = type(get_driver()).__name__
     return f"{connection.display_name} {values[0]} ({', '.join(values[1:])}; {claimer})"
 
 

@@ -1,19 +1,26 @@
 #!/usr/bin/env python
-"""Peers benchmark: django-jobs beside django-tasks-db and procrastinate, on PostgreSQL.
+"""Peers benchmark: django-jobs beside django-tasks-db and procrastinate, on PostgreSQL or SQLite.
 
     bash scripts/bench-peers                      # sets up the virtualenvs and the server
     DATABASE_URL=postgres://... python bench/peers.py --jobs 2000 --only procrastinate
+    python bench/peers.py --database sqlite-wal   # django-jobs and django-tasks-db on SQLite
 
-Each system gets a fresh database of its own on the server ``DATABASE_URL``
-names (``bench_django_jobs``, ...: dropped and created again) and runs in its
-own virtualenv, through a driver in bench/peers/ that measures, with the same
-shape for every system (see bench/peers/common.py):
+``--database postgresql`` (the default): each system gets a fresh database of
+its own on the server ``DATABASE_URL`` names (``bench_django_jobs``, ...:
+dropped and created again). ``--database sqlite-wal``: django-jobs and
+django-tasks-db each get a new SQLite file of their own in a temporary
+directory, put in WAL journal mode before the run (``DATABASE_URL`` is not
+read); procrastinate, which needs PostgreSQL, is skipped.
+
+Each system runs in its own virtualenv, through a driver in bench/peers/ that
+measures, with the same shape for every system (see bench/peers/common.py):
 
 - bulk enqueue, jobs/s: ``--jobs`` no-op jobs in calls of ``--batch``;
 - one-by-one enqueue, jobs/s: ``--jobs`` calls, each its own transaction;
 - drain, jobs/s: those jobs, from the first pickup until all have succeeded;
 - pickup latency of an idle worker: enqueue commit to handler start, p50 and
-  p90 of ``--pickups`` jobs enqueued one at a time.
+  p90 of ``--pickups`` jobs enqueued one at a time (on SQLite both systems
+  poll, once a second).
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import argparse
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -34,6 +42,7 @@ ROOT = Path(__file__).resolve().parent.parent
 DRIVERS = ROOT / "bench" / "peers"
 ENVS = ROOT / "bench" / ".envs"
 STOP_GRACE_SECONDS = 30.0
+DATABASES = ("postgresql", "sqlite-wal")
 
 
 @dataclass(frozen=True)
@@ -41,7 +50,9 @@ class Peer:
     name: str
     python: Path
     driver: str
+    #: the database's name on the server, and the SQLite file's stem
     database: str
+    postgresql_only: bool = False
 
 
 PEERS = [
@@ -52,8 +63,10 @@ PEERS = [
         ENVS / "procrastinate/bin/python",
         "run_procrastinate.py",
         "bench_procrastinate",
+        postgresql_only=True,
     ),
 ]
+PEERS_BY_NAME = {peer.name: peer for peer in PEERS}
 
 
 @dataclass(frozen=True)
@@ -63,6 +76,15 @@ class Options:
     batch: int
     timeout: float
     only: str | None
+    database: str
+
+    @property
+    def sqlite(self) -> bool:
+        return self.database == "sqlite-wal"
+
+
+class BenchError(RuntimeError):
+    pass
 
 
 def parse_options(argv: list[str] | None = None) -> Options:
@@ -71,11 +93,27 @@ def parse_options(argv: list[str] | None = None) -> Options:
     parser.add_argument("--pickups", type=int, default=30, help="jobs for the pickup latency")
     parser.add_argument("--batch", type=int, default=500, help="jobs per bulk enqueue call")
     parser.add_argument("--timeout", type=float, default=900.0, help="per system (seconds)")
-    parser.add_argument("--only", choices=[peer.name for peer in PEERS], help="one system")
+    parser.add_argument("--only", choices=list(PEERS_BY_NAME), help="one system")
+    parser.add_argument(
+        "--database",
+        choices=DATABASES,
+        default="postgresql",
+        help="PostgreSQL (DATABASE_URL), or a SQLite file per system in WAL mode",
+    )
     args = parser.parse_args(argv)
     if min(args.jobs, args.batch) < 1 or args.pickups < 0:
         parser.error("--jobs and --batch must be at least 1, --pickups at least 0")
-    return Options(**vars(args))
+    options = Options(**vars(args))
+    if options.only and options.sqlite and PEERS_BY_NAME[options.only].postgresql_only:
+        parser.error(f"{options.only} runs on PostgreSQL only, not with --database sqlite-wal")
+    return options
+
+
+def choose_peers(options: Options) -> tuple[list[Peer], list[Peer]]:
+    """The peers to run, and those skipped because they cannot run on the database."""
+    peers = [peer for peer in PEERS if options.only in (None, peer.name)]
+    skipped = [peer for peer in peers if options.sqlite and peer.postgresql_only]
+    return [peer for peer in peers if peer not in skipped], skipped
 
 
 # -- the server -----------------------------------------------------------------
@@ -118,23 +156,62 @@ def server_description(url: str) -> str:
     return f"PostgreSQL {version} (fsync={fsync}, synchronous_commit={synchronous_commit})"
 
 
+# -- SQLite ---------------------------------------------------------------------------
+
+
+def create_sqlite_database(path: Path) -> str:
+    """A new SQLite file at ``path`` in WAL journal mode (the mode stays with the file); its URL."""
+    if path.exists():
+        raise BenchError(f"{path} exists already")
+    connection = sqlite3.connect(path)
+    try:
+        (journal_mode,) = connection.execute("PRAGMA journal_mode=WAL").fetchone()
+    finally:
+        connection.close()
+    if journal_mode != "wal":
+        raise BenchError(f"{path} is in journal mode {journal_mode}, not wal")
+    return f"sqlite:///{path.resolve()}"
+
+
+def sqlite_description(results: list[dict[str, Any]]) -> str:
+    """The SQLite files' settings, as the drivers saw them: once if they agree."""
+    seen = {result["system"]: result.get("database") or "SQLite" for result in results}
+    if not seen:
+        return "SQLite in WAL mode"
+    if len(set(seen.values())) == 1:
+        return f"{next(iter(seen.values()))}, a file per system"
+    return "; ".join(f"{system}: {database}" for system, database in seen.items())
+
+
 # -- running a driver -------------------------------------------------------------
 
 
-def run_peer(peer: Peer, url: str, options: Options, work_dir: Path) -> dict[str, Any] | None:
+def prepare_database(peer: Peer, options: Options, server: str | None, log_dir: Path) -> str:
+    """A fresh, empty database for ``peer``; its URL."""
+    if options.sqlite:
+        return create_sqlite_database(log_dir / f"{peer.database}.sqlite3")
+    if server is None:
+        raise BenchError("no PostgreSQL server to create the database on")
+    create_database(server, peer.database)
+    return database_url(server, peer.database)
+
+
+def run_peer(
+    peer: Peer, options: Options, server: str | None, work_dir: Path
+) -> dict[str, Any] | None:
     """Run ``peer``'s driver in its virtualenv; its result, or None if it failed."""
     if not peer.python.exists():
         print(f"{peer.name}: no virtualenv at {peer.python} (run scripts/bench-peers)")
         return None
-    create_database(url, peer.database)
     log_dir = work_dir / peer.name
     log_dir.mkdir()
+    url = prepare_database(peer, options, server, log_dir)
     result = log_dir / "result.json"
     command = [str(peer.python), str(DRIVERS / peer.driver), "--jobs", str(options.jobs)]
     command += ["--pickups", str(options.pickups), "--batch", str(options.batch)]
     command += ["--timeout", str(options.timeout), "--log-dir", str(log_dir)]
     command += ["--result", str(result)]
-    env = {**os.environ, "DATABASE_URL": database_url(url, peer.database), "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
     print(f"== {peer.name}", file=sys.stderr, flush=True)
     process = subprocess.Popen(command, cwd=ROOT, env=env)
     try:
@@ -201,7 +278,9 @@ def table_row(result: dict[str, Any]) -> list[str]:
     ]
 
 
-def print_report(results: list[dict[str, Any]], description: str, options: Options) -> None:
+def print_report(
+    results: list[dict[str, Any]], description: str, options: Options, skipped: list[Peer]
+) -> None:
     print(f"\n{description}; {os.cpu_count()} cpus")
     print(
         f"{options.jobs:,} no-op jobs; bulk calls of {options.batch};"
@@ -214,6 +293,8 @@ def print_report(results: list[dict[str, Any]], description: str, options: Optio
     for result in results:
         versions = ", ".join(f"{name} {version}" for name, version in result["versions"].items())
         print(f"  {result['system']}: {versions}")
+    for peer in skipped:
+        print(f"{peer.name}: skipped, it runs on PostgreSQL only")
 
 
 def raise_on_sigterm() -> None:
@@ -228,15 +309,22 @@ def raise_on_sigterm() -> None:
 def main(argv: list[str] | None = None) -> int:
     options = parse_options(argv)
     raise_on_sigterm()
-    url = server_url()
-    peers = [peer for peer in PEERS if options.only in (None, peer.name)]
+    server = None if options.sqlite else server_url()
+    peers, skipped = choose_peers(options)
+    for peer in skipped:
+        print(f"{peer.name}: skipped, it runs on PostgreSQL only", file=sys.stderr)
     results = []
     with tempfile.TemporaryDirectory(prefix="django-jobs-peers.") as name:
         for peer in peers:
-            result = run_peer(peer, url, options, Path(name))
+            try:
+                result = run_peer(peer, options, server, Path(name))
+            except BenchError as exc:
+                print(f"{peer.name}: {exc}", file=sys.stderr)
+                result = None
             if result is not None:
                 results.append(result)
-    print_report(results, server_description(url), options)
+    description = sqlite_description(results) if server is None else server_description(server)
+    print_report(results, description, options, skipped)
     return 0 if len(results) == len(peers) else 1
 
 

@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .leases import retry_job
+    from .control import retry_job
     from .recurring import add_recurring_job, remove_recurring_job
     from .scheduling import JobSpec, schedule_job, schedule_jobs
 
@@ -43,7 +43,7 @@ _LAZY = {
     "schedule_job": "scheduling",
     "schedule_jobs": "scheduling",
     "JobSpec": "scheduling",
-    "retry_job": "leases",
+    "retry_job": "control",
     "add_recurring_job": "recurring",
     "remove_recurring_job": "recurring",
 }

@@ -12,9 +12,9 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.text import Truncator
 
+from .control import retry_job
 from .cron import get_zone, validate_cron
 from .exceptions import JobsError
-from .leases import retry_job
 from .models import Attempt, DeadLetter, Job, JobStatus, RecurringJob, Worker
 from .payloads import encode_payload
 from .recurring import change_schedule, check_schedule_options, first_run_at

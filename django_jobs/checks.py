@@ -10,17 +10,28 @@ from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import router
 
-from .conf import DEFAULTS, NON_NEGATIVE, POSITIVE, USE_TZ_REASON, queues_problems, setting_problem
+from .conf import (
+    BOOLEAN,
+    DEFAULTS,
+    NON_NEGATIVE,
+    POSITIVE,
+    USE_TZ_REASON,
+    queues_problems,
+    setting_problem,
+)
 
 NUMBER_KEYS = (*POSITIVE, *NON_NEGATIVE, "HEARTBEAT_SECONDS", "MAX_ATTEMPTS")
 
 
-def _number_errors(user: Mapping[str, Any]) -> list[CheckMessage]:
+def _key_errors(
+    user: Mapping[str, Any], keys: tuple[str, ...], check_id: str
+) -> list[CheckMessage]:
+    """An error for each of ``keys`` whose value in ``user`` breaks its rule."""
     errors: list[CheckMessage] = []
-    for key in NUMBER_KEYS:
+    for key in keys:
         problem = setting_problem(key, user[key]) if key in user else None
         if problem is not None:
-            errors.append(Error(problem.message, hint=problem.hint, id="django_jobs.E003"))
+            errors.append(Error(problem.message, hint=problem.hint, id=check_id))
     return errors
 
 
@@ -46,7 +57,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             errors.append(
                 Error(f"Unknown DJANGO_JOBS key {key!r}.", hint=hint, id="django_jobs.E002")
             )
-    errors += _number_errors(user)
+    errors += _key_errors(user, NUMBER_KEYS, "django_jobs.E003")
+    errors += _key_errors(user, BOOLEAN, "django_jobs.E007")
     if "QUEUES" in user:
         errors += _queue_errors(user["QUEUES"])
     if "RECURRING" in user:
@@ -118,10 +130,10 @@ def _recurring_errors(recurring: Any) -> list[CheckMessage]:
 
 @register(Tags.compatibility)
 def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    from .claims import get_claimer
+    from .db import get_driver
     from .models import Job
 
-    return get_claimer(router.db_for_write(Job)).check_configuration()
+    return get_driver(router.db_for_write(Job)).check_configuration()
 
 
 @register(Tags.compatibility)

@@ -108,11 +108,11 @@ class DatabaseClock:
             connections.close_all()
 
     def _read_database(self) -> datetime | None:
-        from .claims import get_claimer
+        from .db import get_driver
         from .deadlines import deadline
 
         with deadline(self.timeout_seconds, self.using, "reading the database clock"):
-            return get_claimer(self.using).database_now()
+            return get_driver(self.using).database_now()
 
     def measure(self) -> timedelta:
         """Read the database's clock and store its offset from this host's."""

@@ -39,6 +39,10 @@ DEFAULTS: dict[str, Any] = {
     "HIDDEN_PAYLOAD_KEYS": (),
     # name -> {"cron", "job", "payload", "timezone", "queue", ...}; synced by runjobs.
     "RECURRING": {},
+    # Prepare the hot-path statements on PostgreSQL; False behind a pooler that cannot.
+    "PREPARED_STATEMENTS": True,
+    # On PostgreSQL: enqueueing NOTIFYs, and idle workers LISTEN instead of waiting a poll.
+    "LISTEN": True,
 }
 
 POSITIVE = (
@@ -49,6 +53,7 @@ POSITIVE = (
     "MAX_PAYLOAD_BYTES",
 )
 NON_NEGATIVE = ("RETRY_BASE_SECONDS", "RETRY_JITTER", "SHUTDOWN_GRACE_SECONDS")
+BOOLEAN = ("LISTEN", "PREPARED_STATEMENTS")
 QUEUE_OPTIONS = ("workers", "timeout")
 
 # The range of the database's integer columns (priority, max_attempts).
@@ -121,6 +126,8 @@ def setting_problem(key: str, value: Any) -> Problem | None:
         return Problem(f"{where} must be a non-negative finite number, got {value!r}.")
     if key == "HEARTBEAT_SECONDS" and value is not None and not (is_number(value) and value > 0):
         return Problem(f"{where} must be a positive finite number or None, got {value!r}.")
+    if key in BOOLEAN and not isinstance(value, bool):
+        return Problem(f"{where} must be True or False, got {value!r}.")
     if key == "MAX_ATTEMPTS" and not is_int(value, 1):
         return Problem(f"{where} must be an integer from 1 to {INT_MAX}, got {value!r}.")
     if key == "QUEUES":

@@ -174,13 +174,14 @@ class OffThread:
     The caller never waits past its ``timeout``; a call still running then is
     left to finish (or be cut off by its own :func:`deadline`), and until it
     does, further calls fail at once with :class:`CallerBusy` instead of
-    piling up threads or connections. The thread's connections are closed
-    after each call: calls are rare (one a beat), and nothing is left open
-    when its owner forgets to :meth:`close` it.
+    piling up threads or connections. The thread keeps its connection from
+    one call to the next (``keep_connections``), dropping it only when a
+    call broke it; without that, its connections are closed after each call.
     """
 
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, keep_connections: bool = False) -> None:
         self.name = name
+        self.keep_connections = keep_connections
         self._lock = threading.Lock()
         self._inbox: queue.SimpleQueue[tuple[Callable[[], Any], Future[Any]] | None] = (
             queue.SimpleQueue()
@@ -217,6 +218,18 @@ class OffThread:
                 except BaseException as exc:
                     future.set_exception(exc)
                 finally:
-                    connections.close_all()
+                    self._tidy()
         finally:
             connections.close_all()
+
+    def _tidy(self) -> None:
+        if not self.keep_connections:
+            connections.close_all()
+            return
+        for connection in connections.all(initialized_only=True):
+            # Not close_if_unusable_or_obsolete(): CONN_MAX_AGE = 0 would close it every call.
+            if connection.connection is not None and connection.errors_occurred:
+                if connection.is_usable():
+                    connection.errors_occurred = False
+                else:
+                    connection.close()

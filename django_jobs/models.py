@@ -78,7 +78,13 @@ class Job(models.Model):
                 condition=Q(status="running"),
                 name="django_jobs_lease_idx",
             ),
-            models.Index(fields=["status", "finished_at"], name="django_jobs_status_idx"),
+            # Finished jobs by status and age (the admin, dead letters, retention).
+            # Finished rows only, so a claim or a retry writes no entry in it.
+            models.Index(
+                fields=["status", "finished_at"],
+                condition=Q(status__in=["succeeded", "dead_lettered", "cancelled"]),
+                name="django_jobs_finished_idx",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -103,7 +109,8 @@ class DeadLetter(Job):
 
 class Attempt(models.Model):
     id = models.BigAutoField(primary_key=True)
-    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts")
+    # No index of its own: the unique (job, number) constraint's index serves lookups by job.
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="attempts", db_index=False)
     number = models.PositiveIntegerField()
     owner = models.CharField(max_length=255)
     started_at = models.DateTimeField()

@@ -1,11 +1,7 @@
 """Recurring jobs: cron schedules that fire once per occurrence across every worker.
 
-Each worker process's scheduler loop calls :func:`enqueue_due`. A schedule
-fires by a guarded update that moves ``next_run_at`` forward only if it still
-holds the value that was read, and enqueues the job in the same transaction:
-however many workers race, each occurrence enqueues exactly one job. Runs
-missed while no worker was up collapse into one; the next run is computed
-from now.
+This module adds, changes and removes schedules; firing them is the
+scheduler's (:mod:`django_jobs.maintenance.scheduler`).
 """
 
 from __future__ import annotations
@@ -16,17 +12,15 @@ from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, router, transaction
-from django.db.models import Q
 from django.utils import timezone as dj_timezone
 
-from .claims import get_claimer
 from .conf import require_use_tz, settings
 from .cron import get_zone, next_occurrence, validate_cron
 from .exceptions import JobsError, ScheduleError
 from .models import RecurringJob, ScheduleSource
 from .payloads import encode_payload
 from .registry import get_definition
-from .scheduling import JobSpec, build_job, check_job_options, find_live_job
+from .scheduling import check_job_options
 
 logger = logging.getLogger(__name__)
 
@@ -226,143 +220,6 @@ def remove_recurring_job(name: str) -> bool:
 def first_run_at(cron: str, zone: str, now: datetime, enabled: bool = True) -> datetime | None:
     """When a new, changed or re-enabled schedule first fires: its next occurrence after now."""
     return next_occurrence(cron, zone, now) if enabled else None
-
-
-def enqueue_due(now: datetime, *, using: str | None = None, batch: int = 100) -> int:
-    """Fire every enabled schedule due at ``now``; return how many jobs were enqueued.
-
-    Reads the due schedules a page of ``batch`` at a time, in ``(next_run_at,
-    id)`` order, and goes on past the last row read, so rows that fail stay
-    behind and never starve the ones after them.
-    """
-    using = using or router.db_for_write(RecurringJob)
-    fired = 0
-    after: tuple[datetime, int] | None = None
-    while True:
-        page = _due_page(now, using, batch, after)
-        for schedule in page:
-            fired += _fire_logged(schedule, now, using)
-        if len(page) < batch:
-            return fired
-        last = page[-1]
-        assert last.next_run_at is not None
-        after = (last.next_run_at, last.pk)
-
-
-def _due_page(
-    now: datetime, using: str, batch: int, after: tuple[datetime, int] | None
-) -> list[RecurringJob]:
-    due = RecurringJob.objects.using(using).filter(enabled=True, next_run_at__lte=now)
-    if after is not None:
-        due = due.filter(Q(next_run_at__gt=after[0]) | Q(next_run_at=after[0], pk__gt=after[1]))
-    return list(due.order_by("next_run_at", "pk")[:batch])
-
-
-def _fire_logged(schedule: RecurringJob, now: datetime, using: str) -> int:
-    try:
-        return fire(schedule, now, using)
-    except Exception as exc:
-        logger.error(
-            "recurring job %r not fired: %s: %s",
-            schedule.name,
-            type(exc).__name__,
-            exc,
-            extra={"event": "recurring_error", "schedule": schedule.name},
-        )
-        return 0
-
-
-def fire(schedule: RecurringJob, now: datetime, using: str) -> int:
-    """Fire one due occurrence of ``schedule``; 1 if this call enqueued its job.
-
-    A row that cannot make a job (its job no longer registered, a stored
-    cron, payload or option that is not valid) is moved on rather than left
-    due: see :func:`_move_past`.
-    """
-    occurrence = schedule.next_run_at
-    assert occurrence is not None
-    try:
-        following = next_occurrence(schedule.cron, schedule.timezone, max(now, occurrence))
-        job = build_job(
-            JobSpec(
-                schedule.job_name,
-                schedule.payload,
-                run_at=occurrence,
-                queue=schedule.queue,
-                priority=schedule.priority,
-                max_attempts=schedule.max_attempts,
-                unique_key=None if schedule.overlap else f"recurring:{schedule.name}",
-            )
-        )
-    except Exception as exc:  # the row's own content: no database call above
-        _move_past(schedule, occurrence, now, exc, using)
-        return 0
-    with get_claimer(using).write_transaction():
-        moved = (
-            RecurringJob.objects.using(using)
-            .filter(pk=schedule.pk, enabled=True, next_run_at=occurrence)
-            .update(next_run_at=following, last_run_at=occurrence)
-        )
-        if not moved:
-            return 0  # another worker fired this occurrence
-        if job.unique_key is not None and find_live_job(job, using) is not None:
-            logger.info(
-                "recurring job %r: previous run still live; occurrence %s skipped",
-                schedule.name,
-                occurrence.isoformat(),
-                extra={"event": "recurring_skipped", "schedule": schedule.name},
-            )
-            return 0
-        job.save(using=using, force_insert=True)
-    logger.info(
-        "recurring job %r fired for %s: job #%s",
-        schedule.name,
-        occurrence.isoformat(),
-        job.pk,
-        extra={"event": "recurring_fired", "schedule": schedule.name, "job_id": job.pk},
-    )
-    return 1
-
-
-def _move_past(
-    schedule: RecurringJob, occurrence: datetime, now: datetime, error: Exception, using: str
-) -> None:
-    """Log why ``occurrence`` cannot fire, and take the row out of the due set.
-
-    Like cron when a command fails: the occurrence is skipped and the schedule
-    tries again at its next one, so it resumes by itself once the job is
-    registered again or the row is fixed. A cron or zone that gives no next
-    occurrence leaves nothing to wait for: the schedule is disabled, to be
-    enabled again once fixed. Both writes are guarded by the occurrence read,
-    so they never undo a fire by another worker.
-    """
-    problem = f"{type(error).__name__}: {error}"
-    guard = RecurringJob.objects.using(using).filter(
-        pk=schedule.pk, enabled=True, next_run_at=occurrence
-    )
-    extra = {"event": "recurring_error", "schedule": schedule.name}
-    try:
-        following = next_occurrence(schedule.cron, schedule.timezone, max(now, occurrence))
-    except Exception:
-        if guard.update(enabled=False):
-            logger.error(
-                "recurring job %r not fired for %s: %s; schedule disabled: fix its cron or "
-                "time zone and enable it again",
-                schedule.name,
-                occurrence.isoformat(),
-                problem,
-                extra=extra,
-            )
-        return
-    if guard.update(next_run_at=following):
-        logger.error(
-            "recurring job %r not fired for %s: %s; occurrence skipped, next try at %s",
-            schedule.name,
-            occurrence.isoformat(),
-            problem,
-            following.isoformat(),
-            extra=extra,
-        )
 
 
 def run_now(schedule: RecurringJob) -> Any:

@@ -2,6 +2,8 @@
 
 Both write on the caller's database connection, so inside
 ``transaction.atomic()`` a job commits or rolls back with the caller's rows.
+On PostgreSQL they then notify the queues of the jobs that are due, in the
+same transaction, so that idle workers wake when it commits.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
 from .conf import require_priority, require_queue_name, require_use_tz, settings
+from .db import get_driver
+from .db.notify import notify, supports_notify
 from .models import Job
 from .payloads import encode_payload
 from .registry import get_definition
@@ -124,6 +128,17 @@ def _insert_unique(job: Job, using: str) -> Job:
     return job
 
 
+def wakes(using: str) -> bool:
+    """Whether enqueueing on ``using`` sends wake-ups (``DJANGO_JOBS["LISTEN"]``, PostgreSQL)."""
+    return bool(settings.LISTEN) and supports_notify(using)
+
+
+def notify_due(inserted: Iterable[Job], using: str) -> None:
+    """Wake the workers of the queues of the ``inserted`` jobs that are due now."""
+    now = timezone.now()
+    notify(using, {row.queue for row in inserted if row.run_at <= now})
+
+
 def schedule_job(
     job: JobRef,
     payload: Any = None,
@@ -144,9 +159,10 @@ def schedule_job(
     row = build_job(spec)
     using = router.db_for_write(Job)
     if row.unique_key is not None:
-        row = _insert_unique(row, using)
+        built, row = row, _insert_unique(row, using)
+        notify_due([row] if row is built else [], using)
     else:
-        row.save(using=using, force_insert=True)
+        get_driver(using).insert_jobs([row], timezone.now(), notify=wakes(using))
     logger.debug(
         "job %s #%s enqueued", row.name, row.pk, extra={"event": "job_enqueued", "job_id": row.pk}
     )
@@ -168,8 +184,12 @@ def schedule_jobs(specs: Iterable[JobSpec | Mapping[str, Any]]) -> list[Job]:
     plain = [row for row in rows if row.unique_key is None]
     with transaction.atomic(using=using):
         if plain:
-            Job.objects.using(using).bulk_create(plain)
+            get_driver(using).insert_jobs(plain, timezone.now(), notify=wakes(using))
         result = [row if row.unique_key is None else _insert_unique(row, using) for row in rows]
+        inserted = {id(row) for row in result}  # a unique key's existing job is not new
+        notify_due(
+            [row for row in rows if row.unique_key is not None and id(row) in inserted], using
+        )
     logger.debug(
         "%s jobs enqueued", len(result), extra={"event": "job_enqueued", "count": len(result)}
     )

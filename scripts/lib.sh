@@ -73,6 +73,14 @@ ensure_postgres() {
     fi
 }
 
+# ensure_pgbouncer: Debian's PgBouncer, which the LISTEN tests run in transaction mode.
+ensure_pgbouncer() {
+    if ! command -v pgbouncer >/dev/null && [ ! -x /usr/sbin/pgbouncer ]; then
+        log "installing PgBouncer"
+        apt_install pgbouncer
+    fi
+}
+
 # start_postgres: a private server on 127.0.0.1; sets PG_DIR and PG_URL; stops on exit.
 start_postgres() {
     PG_DIR="$(mktemp -d /tmp/django-jobs-pg.XXXXXX)"

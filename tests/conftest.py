@@ -40,6 +40,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip("needs SELECT ... FOR UPDATE SKIP LOCKED")
         if wants_guarded and has:
             pytest.skip("needs the guarded-update claimer")
+    wants_listen = item.get_closest_marker("listen_notify")
+    wants_no_listen = item.get_closest_marker("without_listen_notify")
+    if wants_listen or wants_no_listen:
+        from django_jobs.db.notify import supports_notify
+
+        has = supports_notify("default")
+        if wants_listen and not has:
+            pytest.skip("needs LISTEN/NOTIFY")
+        if wants_no_listen and has:
+            pytest.skip("needs a database without LISTEN/NOTIFY")
 
 
 @pytest.fixture
@@ -53,6 +63,8 @@ def clock():
 def worker(clock):
     from django_jobs.worker import Worker
 
+    made: list[Worker] = []
+
     def make(**overrides: Any) -> Worker:
         options: dict[str, Any] = {
             "queues": {"default": 1},
@@ -61,9 +73,12 @@ def worker(clock):
             "owner": "test-worker",
         }
         options.update(overrides)
-        return Worker(options.pop("queues"), **options)
+        made.append(Worker(options.pop("queues"), **options))
+        return made[-1]
 
-    return make
+    yield make
+    for w in made:
+        w.inflight.close()  # the renewal thread's long-lived connection
 
 
 @pytest.fixture

@@ -81,3 +81,12 @@ def pops_secret(ctx: JobContext, payload: Any) -> None:
 @job("tests.csv_error", max_attempts=1)
 def csv_error(ctx: JobContext, payload: Any) -> None:
     raise ValueError("row 2: expected 3 columns, got 2")
+
+
+# -- the runtime (batch claims, settler) --------------------------------------
+
+
+@job("tests.sleepy")
+def sleepy(ctx: JobContext, payload: Any) -> None:
+    """Runs for ``payload["seconds"]``, or until cancelled."""
+    ctx.wait(payload["seconds"])

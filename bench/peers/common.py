@@ -73,6 +73,8 @@ class Result:
     pickups: list[float] = field(default_factory=list)
     pickup_p50: float | None = None
     pickup_p90: float | None = None
+    #: the database as the driver's connection sees it, when the report cannot ask the server
+    database: str | None = None
 
 
 class System(ABC):
@@ -117,6 +119,10 @@ class System(ABC):
     @abstractmethod
     def counts(self) -> tuple[int, int, int]:
         """(picked up so far, succeeded, finished otherwise), read from the database."""
+
+    def describe_database(self) -> str | None:
+        """The database in words (a SQLite file's settings), or None to leave it to the report."""
+        return None
 
 
 # -- processes ----------------------------------------------------------------
@@ -273,6 +279,7 @@ def measure_pickups(system: System, options: Options, result: Result) -> None:
 def run(system: System, options: Options) -> Result:
     result = Result(system.name, system.versions(), system.workers, system.bulk_api)
     system.prepare()
+    result.database = system.describe_database()
     system.delete_jobs()
     if system.bulk_api:
         result.bulk_rate = enqueue_in_bulk(system, options)
@@ -318,6 +325,20 @@ def main(make_system: Callable[[], System], argv: list[str] | None = None) -> in
         return 1
     options.result.write_text(json.dumps(asdict(result)))
     return 0
+
+
+SQLITE_SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
+
+
+def describe_sqlite(cursor: Any) -> str:
+    """A SQLite connection's version, journal mode and ``synchronous``, through a DB-API cursor."""
+    cursor.execute(
+        "SELECT sqlite_version(), (SELECT * FROM pragma_journal_mode),"
+        " (SELECT * FROM pragma_synchronous)"
+    )
+    version, journal_mode, synchronous = cursor.fetchone()
+    synchronous = SQLITE_SYNCHRONOUS.get(synchronous, synchronous)
+    return f"SQLite {version} (journal_mode={journal_mode}, synchronous={synchronous})"
 
 
 def package_versions(*names: str) -> dict[str, str]:

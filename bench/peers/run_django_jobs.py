@@ -4,7 +4,10 @@ The jobs are the test project's: ``demo.noop`` for the enqueues and the drain,
 ``example.watchful`` (which appends its start time to a file, touching no
 database) for the pickups. The drain is ONE ``runjobs --workers 2 --burst``
 process; the idle worker is ``runjobs --workers 2``. Settings are the test
-project's defaults (``POLL_SECONDS`` 1) but for ``DATABASE_URL``.
+project's defaults (``POLL_SECONDS`` 1) but for ``DATABASE_URL``: a PostgreSQL
+database (the idle worker is woken by LISTEN/NOTIFY) or a ``sqlite:///PATH``
+file, which testproject/settings.py opens with ``transaction_mode``
+``IMMEDIATE`` and a 30 s ``timeout`` (the idle worker polls).
 """
 
 from __future__ import annotations
@@ -87,6 +90,14 @@ class DjangoJobs(common.System):
         rows.pop(JobStatus.RUNNING, 0)
         started = int(Attempt.objects.exists())
         return started, succeeded, sum(rows.values())
+
+    def describe_database(self) -> str | None:
+        from django.db import connection
+
+        if connection.vendor != "sqlite":
+            return None
+        with connection.cursor() as cursor:
+            return common.describe_sqlite(cursor)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ processes (a worker runs one task at a time) with ``--batch``, which makes a
 worker exit once it finds no ready task; the driver still waits for every
 task to have succeeded (polling the database) and then SIGTERMs whatever runs.
 The idle worker for the pickups is one ``db_worker`` with its default
-``--interval`` of 1 second. django-tasks-db has no bulk enqueue.
+``--interval`` of 1 second. django-tasks-db has no bulk enqueue. The database
+is PostgreSQL or a SQLite file, as ``DATABASE_URL`` says (see the project's
+settings).
 """
 
 from __future__ import annotations
@@ -81,6 +83,14 @@ class TasksDb(common.System):
         running = rows.pop(TaskResultStatus.RUNNING, 0)
         otherwise = sum(rows.values())
         return succeeded + running + otherwise, succeeded, otherwise
+
+    def describe_database(self) -> str | None:
+        from django.db import connection
+
+        if connection.vendor != "sqlite":
+            return None
+        with connection.cursor() as cursor:
+            return common.describe_sqlite(cursor)
 
 
 if __name__ == "__main__":

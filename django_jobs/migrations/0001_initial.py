@@ -6,91 +6,178 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Job',
+            name="Job",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('name', models.CharField(help_text='The registered job name.', max_length=200)),
-                ('queue', models.CharField(default='default', max_length=100)),
-                ('payload', models.JSONField(blank=True, null=True)),
-                ('status', models.CharField(choices=[('pending', 'pending'), ('running', 'running'), ('succeeded', 'succeeded'), ('dead_lettered', 'dead-lettered'), ('cancelled', 'cancelled')], default='pending', max_length=20)),
-                ('priority', models.IntegerField(default=0, help_text='Higher runs first.')),
-                ('run_at', models.DateTimeField(default=django.utils.timezone.now, help_text='Not claimed before this.')),
-                ('attempt', models.PositiveIntegerField(default=0, help_text='Number of the latest attempt (the fencing token).')),
-                ('attempts_used', models.PositiveIntegerField(default=0, help_text='Attempts charged against max_attempts.')),
-                ('max_attempts', models.PositiveIntegerField(default=5)),
-                ('lease_owner', models.CharField(blank=True, max_length=255, null=True)),
-                ('lease_expires_at', models.DateTimeField(blank=True, null=True)),
-                ('unique_key', models.CharField(blank=True, max_length=255, null=True)),
-                ('last_error', models.TextField(blank=True, default='')),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("name", models.CharField(help_text="The registered job name.", max_length=200)),
+                ("queue", models.CharField(default="default", max_length=100)),
+                ("payload", models.JSONField(blank=True, null=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "pending"),
+                            ("running", "running"),
+                            ("succeeded", "succeeded"),
+                            ("dead_lettered", "dead-lettered"),
+                            ("cancelled", "cancelled"),
+                        ],
+                        default="pending",
+                        max_length=20,
+                    ),
+                ),
+                ("priority", models.IntegerField(default=0, help_text="Higher runs first.")),
+                (
+                    "run_at",
+                    models.DateTimeField(
+                        default=django.utils.timezone.now, help_text="Not claimed before this."
+                    ),
+                ),
+                (
+                    "attempt",
+                    models.PositiveIntegerField(
+                        default=0, help_text="Number of the latest attempt (the fencing token)."
+                    ),
+                ),
+                (
+                    "attempts_used",
+                    models.PositiveIntegerField(
+                        default=0, help_text="Attempts charged against max_attempts."
+                    ),
+                ),
+                ("max_attempts", models.PositiveIntegerField(default=5)),
+                ("lease_owner", models.CharField(blank=True, max_length=255, null=True)),
+                ("lease_expires_at", models.DateTimeField(blank=True, null=True)),
+                ("unique_key", models.CharField(blank=True, max_length=255, null=True)),
+                ("last_error", models.TextField(blank=True, default="")),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
             ],
             options={
-                'ordering': ['-id'],
-                'indexes': [models.Index(condition=models.Q(('status', 'pending')), fields=['queue', '-priority', 'run_at', 'id'], name='django_jobs_claim_idx'), models.Index(condition=models.Q(('status', 'running')), fields=['lease_expires_at'], name='django_jobs_lease_idx'), models.Index(fields=['status', 'finished_at'], name='django_jobs_status_idx')],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('status__in', ['pending', 'running']), ('unique_key__isnull', False)), fields=('name', 'unique_key'), name='django_jobs_unique_live_key')],
+                "ordering": ["-id"],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("status", "pending")),
+                        fields=["queue", "-priority", "run_at", "id"],
+                        name="django_jobs_claim_idx",
+                    ),
+                    models.Index(
+                        condition=models.Q(("status", "running")),
+                        fields=["lease_expires_at"],
+                        name="django_jobs_lease_idx",
+                    ),
+                    models.Index(fields=["status", "finished_at"], name="django_jobs_status_idx"),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(
+                            ("status__in", ["pending", "running"]), ("unique_key__isnull", False)
+                        ),
+                        fields=("name", "unique_key"),
+                        name="django_jobs_unique_live_key",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='DeadLetter',
-            fields=[
-            ],
+            name="DeadLetter",
+            fields=[],
             options={
-                'verbose_name': 'dead letter',
-                'verbose_name_plural': 'dead letters',
-                'proxy': True,
-                'indexes': [],
-                'constraints': [],
+                "verbose_name": "dead letter",
+                "verbose_name_plural": "dead letters",
+                "proxy": True,
+                "indexes": [],
+                "constraints": [],
             },
-            bases=('django_jobs.job',),
+            bases=("django_jobs.job",),
         ),
         migrations.CreateModel(
-            name='RecurringJob',
+            name="RecurringJob",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200, unique=True)),
-                ('job_name', models.CharField(max_length=200)),
-                ('cron', models.CharField(max_length=200)),
-                ('payload', models.JSONField(blank=True, null=True)),
-                ('queue', models.CharField(blank=True, max_length=100, null=True)),
-                ('priority', models.IntegerField(blank=True, null=True)),
-                ('max_attempts', models.PositiveIntegerField(blank=True, null=True)),
-                ('timezone', models.CharField(default='UTC', max_length=64)),
-                ('enabled', models.BooleanField(default=True)),
-                ('overlap', models.BooleanField(default=True, help_text='Enqueue a new run while the previous one is live.')),
-                ('next_run_at', models.DateTimeField(blank=True, null=True)),
-                ('last_run_at', models.DateTimeField(blank=True, null=True)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200, unique=True)),
+                ("job_name", models.CharField(max_length=200)),
+                ("cron", models.CharField(max_length=200)),
+                ("payload", models.JSONField(blank=True, null=True)),
+                ("queue", models.CharField(blank=True, max_length=100, null=True)),
+                ("priority", models.IntegerField(blank=True, null=True)),
+                ("max_attempts", models.PositiveIntegerField(blank=True, null=True)),
+                ("timezone", models.CharField(default="UTC", max_length=64)),
+                ("enabled", models.BooleanField(default=True)),
+                (
+                    "overlap",
+                    models.BooleanField(
+                        default=True, help_text="Enqueue a new run while the previous one is live."
+                    ),
+                ),
+                ("next_run_at", models.DateTimeField(blank=True, null=True)),
+                ("last_run_at", models.DateTimeField(blank=True, null=True)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
             ],
             options={
-                'ordering': ['name'],
-                'indexes': [models.Index(condition=models.Q(('enabled', True)), fields=['next_run_at'], name='django_jobs_recurring_due_idx')],
+                "ordering": ["name"],
+                "indexes": [
+                    models.Index(
+                        condition=models.Q(("enabled", True)),
+                        fields=["next_run_at"],
+                        name="django_jobs_recurring_due_idx",
+                    )
+                ],
             },
         ),
         migrations.CreateModel(
-            name='Attempt',
+            name="Attempt",
             fields=[
-                ('id', models.BigAutoField(primary_key=True, serialize=False)),
-                ('number', models.PositiveIntegerField()),
-                ('owner', models.CharField(max_length=255)),
-                ('started_at', models.DateTimeField()),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('outcome', models.CharField(blank=True, choices=[('succeeded', 'succeeded'), ('failed', 'failed'), ('lease_expired', 'lease expired'), ('released', 'released'), ('timed_out', 'timed out'), ('cancelled', 'cancelled')], max_length=20, null=True)),
-                ('error', models.TextField(blank=True, default='')),
-                ('job', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='attempts', to='django_jobs.job')),
+                ("id", models.BigAutoField(primary_key=True, serialize=False)),
+                ("number", models.PositiveIntegerField()),
+                ("owner", models.CharField(max_length=255)),
+                ("started_at", models.DateTimeField()),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "outcome",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("succeeded", "succeeded"),
+                            ("failed", "failed"),
+                            ("lease_expired", "lease expired"),
+                            ("released", "released"),
+                            ("timed_out", "timed out"),
+                            ("cancelled", "cancelled"),
+                        ],
+                        max_length=20,
+                        null=True,
+                    ),
+                ),
+                ("error", models.TextField(blank=True, default="")),
+                (
+                    "job",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="attempts",
+                        to="django_jobs.job",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['job_id', 'number'],
-                'constraints': [models.UniqueConstraint(fields=('job', 'number'), name='django_jobs_attempt_number')],
+                "ordering": ["job_id", "number"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("job", "number"), name="django_jobs_attempt_number"
+                    )
+                ],
             },
         ),
     ]

@@ -4,24 +4,31 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_jobs', '0001_initial'),
+        ("django_jobs", "0001_initial"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Worker',
+            name="Worker",
             fields=[
-                ('id', models.CharField(help_text='host:pid:random', max_length=255, primary_key=True, serialize=False)),
-                ('host', models.CharField(max_length=255)),
-                ('pid', models.IntegerField()),
-                ('queues', models.JSONField(default=list)),
-                ('started_at', models.DateTimeField()),
-                ('last_heartbeat_at', models.DateTimeField(db_index=True)),
+                (
+                    "id",
+                    models.CharField(
+                        help_text="host:pid:random",
+                        max_length=255,
+                        primary_key=True,
+                        serialize=False,
+                    ),
+                ),
+                ("host", models.CharField(max_length=255)),
+                ("pid", models.IntegerField()),
+                ("queues", models.JSONField(default=list)),
+                ("started_at", models.DateTimeField()),
+                ("last_heartbeat_at", models.DateTimeField(db_index=True)),
             ],
             options={
-                'ordering': ['host', 'pid'],
+                "ordering": ["host", "pid"],
             },
         ),
     ]

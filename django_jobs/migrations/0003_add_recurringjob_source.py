@@ -4,15 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('django_jobs', '0002_add_worker'),
+        ("django_jobs", "0002_add_worker"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='recurringjob',
-            name='source',
-            field=models.CharField(choices=[('code', 'code'), ('settings', 'settings'), ('settings_removed', 'removed from settings')], default='code', help_text="Where the schedule is declared: DJANGO_JOBS['RECURRING'] or code.", max_length=20),
+            model_name="recurringjob",
+            name="source",
+            field=models.CharField(
+                choices=[
+                    ("code", "code"),
+                    ("settings", "settings"),
+                    ("settings_removed", "removed from settings"),
+                ],
+                default="code",
+                help_text="Where the schedule is declared: DJANGO_JOBS['RECURRING'] or code.",
+                max_length=20,
+            ),
         ),
     ]

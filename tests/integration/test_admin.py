@@ -253,7 +253,7 @@ def test_admin_redirects_non_staff_to_login(client, django_user_model, changelis
 
 
 def test_worker_changelist_lists_live_workers_with_their_running_jobs(admin_client, make_job):
-    from django_jobs.registration import register_worker
+    from django_jobs.worker.processes import register_worker
 
     register_worker("web-1:4242:abcd", ["default", "emails"], timezone.now(), "default")
     make_job(status=JobStatus.RUNNING, lease_owner="web-1:4242:abcd")

@@ -1,7 +1,7 @@
 import pytest
 from django.db import connection
 
-from django_jobs.dbconnections import tidy_connections
+from django_jobs.worker.connections import tidy_connections
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -8,7 +8,6 @@ import pytest
 from django.db import connection
 
 from django_jobs.deadlines import CallerBusy, DatabaseTimeout, OffThread, deadline
-from django_jobs.leases import release_leases, renew_leases
 from django_jobs.models import Job, JobStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -61,15 +60,15 @@ def test_renewal_never_extends_a_lease_past_its_give_up_point(worker, clock, mak
     beat = w.inflight.beat_seconds
     # Just past the give-up point (a beat before the lease's end): refused.
     late = claimed.lease_expires_at - timedelta(seconds=beat - 0.001)
-    renewed, _ = renew_leases(w.claimer, w.owner, pairs, late, lease, give_up_seconds=beat)
+    renewed, _ = w.driver.renew(w.owner, pairs, late, lease, give_up_seconds=beat)
     assert renewed == set()
     # Past the lease's end: refused, even with no margin.
     lapsed = claimed.lease_expires_at + timedelta(seconds=1)
-    assert renew_leases(w.claimer, w.owner, pairs, lapsed, lease)[0] == set()
+    assert w.driver.renew(w.owner, pairs, lapsed, lease)[0] == set()
     assert Job.objects.get(pk=claimed.id).lease_expires_at == claimed.lease_expires_at
     # Before it: renewed.
     early = claimed.lease_expires_at - timedelta(seconds=beat + 1)
-    renewed, expires = renew_leases(w.claimer, w.owner, pairs, early, lease, give_up_seconds=beat)
+    renewed, expires = w.driver.renew(w.owner, pairs, early, lease, give_up_seconds=beat)
     assert renewed == {claimed.id}
     assert Job.objects.get(pk=claimed.id).lease_expires_at == expires
 
@@ -83,7 +82,7 @@ def test_release_hands_every_held_job_back_in_one_transaction(
     claimed = w.claim("default", clock.now(), 5)
     pairs = [(job.id, job.attempt) for job in claimed]
     with django_assert_max_num_queries(5):  # the same count for 1 job or 500
-        assert release_leases(w.claimer, w.owner, pairs, clock.now()) == {id for id, _ in pairs}
+        assert w.release(pairs, clock.now()) == {id for id, _ in pairs}
     for job in Job.objects.all():
         assert (job.status, job.attempts_used, job.lease_owner) == (JobStatus.PENDING, 0, None)
         assert job.attempts.get().outcome == "released"

@@ -4,8 +4,9 @@ from datetime import timedelta
 
 import pytest
 
-from django_jobs.leases import ERROR_LIMIT, settle
 from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus
+from django_jobs.outcomes import ERROR_LIMIT, HandlerResult, decide
+from django_jobs.retry_policy import RetryPolicy
 from tests.conftest import START
 from tests.jobs import CALLS
 
@@ -103,35 +104,20 @@ def test_settle_is_fenced_by_owner_and_attempt(worker, make_job, clock):
     make_job()
     w = worker()
     [claimed] = w.claim("default", clock.now(), 1)
-    wrong_owner = settle(
-        w.claimer,
-        claimed.id,
-        "someone-else",
-        claimed.attempt,
-        outcome=AttemptOutcome.SUCCEEDED,
-        now=clock.now(),
-    )
-    stale_attempt = settle(
-        w.claimer,
-        claimed.id,
-        claimed.owner,
-        claimed.attempt - 1,
-        outcome=AttemptOutcome.SUCCEEDED,
-        now=clock.now(),
-    )
-    assert wrong_owner is None and stale_attempt is None
+    success = HandlerResult(AttemptOutcome.SUCCEEDED)
+
+    def settlement(**changes):
+        job = dataclasses.replace(claimed, **changes)
+        return decide(job, success, clock.now(), RetryPolicy())
+
+    wrong_owner = settlement(owner="someone-else")
+    stale_attempt = settlement(attempt=claimed.attempt - 1)
+    assert w.driver.settle([wrong_owner, stale_attempt]) == [wrong_owner, stale_attempt]
     job = Job.objects.get(pk=claimed.id)
     assert job.status == JobStatus.RUNNING
     assert Attempt.objects.get(job=job).outcome is None
-    right = settle(
-        w.claimer,
-        claimed.id,
-        claimed.owner,
-        claimed.attempt,
-        outcome=AttemptOutcome.SUCCEEDED,
-        now=clock.now(),
-    )
-    assert right == JobStatus.SUCCEEDED
+    assert w.driver.settle([settlement()]) == []
+    assert Job.objects.get(pk=claimed.id).status == JobStatus.SUCCEEDED
 
 
 def test_settle_after_the_lease_was_taken_writes_nothing(worker, make_job, clock, settings):

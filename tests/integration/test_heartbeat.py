@@ -4,8 +4,9 @@ from datetime import timedelta
 
 import pytest
 
-from django_jobs.execution import HandlerResult, make_context
 from django_jobs.models import AttemptOutcome, Job, JobStatus
+from django_jobs.outcomes import HandlerResult
+from django_jobs.worker.execution import make_context
 from tests.conftest import wait_until
 from tests.triggers import refusing
 

@@ -6,8 +6,8 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
-from django_jobs.claims import get_claimer
-from django_jobs.leases import dead_letter_exhausted, reclaim_expired_leases
+from django_jobs.db import get_driver
+from django_jobs.maintenance.rescuer import dead_letter_exhausted, reclaim_expired_leases
 from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import START
 from tests.triggers import refusing
@@ -18,7 +18,7 @@ LONG_AGO = START - timedelta(hours=2)
 
 
 def reclaim(now=START):
-    return reclaim_expired_leases(get_claimer(), now)
+    return reclaim_expired_leases(get_driver(), now)
 
 
 def running(**overrides):
@@ -129,12 +129,12 @@ def test_reclaim_leaves_live_leases_alone():
     ids=["claimed-again", "renewed", "next-attempt", "settled", "owner-set", "expiry-set"],
 )
 def test_reclaim_is_fenced_by_the_state_it_read(read, change):
-    from django_jobs.leases import reclaim_row, unleased_rows
+    from django_jobs.maintenance.rescuer import reclaim_row, unleased_rows
 
     job = running(**{"lease_owner": "w1", "lease_expires_at": LONG_AGO, **read})
-    [row] = unleased_rows(get_claimer(), START, 10)
+    [row] = unleased_rows(get_driver(), START, 10)
     Job.objects.filter(pk=job.pk).update(**change)
-    assert reclaim_row(get_claimer(), row, START) is False
+    assert reclaim_row(get_driver(), row, START) is False
     job.refresh_from_db()
     assert job.status == change.get("status", "running")
 
@@ -159,8 +159,8 @@ def test_reclaim_skips_a_row_it_cannot_write_and_takes_back_the_rest(refuse_upda
     stuck = running(lease_owner=None, lease_expires_at=LONG_AGO)
     others = [running(lease_owner="gone", lease_expires_at=LONG_AGO) for _ in range(3)]
     refuse_updates_of(stuck.pk)
-    with caplog.at_level("WARNING", logger="django_jobs.leases"):
-        assert reclaim_expired_leases(get_claimer(), START, batch=1) == 3
+    with caplog.at_level("WARNING", logger="django_jobs.maintenance.rescuer"):
+        assert reclaim_expired_leases(get_driver(), START, batch=1) == 3
     failed = [r.job_id for r in caplog.records if getattr(r, "event", "") == "job_reclaim_failed"]
     assert failed == [stuck.pk]
     statuses = dict(Job.objects.values_list("id", "status"))
@@ -177,14 +177,14 @@ def test_dead_letter_exhausted_clears_a_leftover_lease():
         lease_owner="gone-worker",
         lease_expires_at=LONG_AGO,
     )
-    assert dead_letter_exhausted(get_claimer(), START) == 1
+    assert dead_letter_exhausted(get_driver(), START) == 1
     job.refresh_from_db()
     assert (job.status, job.finished_at) == ("dead_lettered", START)
     assert (job.lease_owner, job.lease_expires_at) == (None, None)
 
 
 def test_reclaim_read_finds_running_rows_without_walking_the_table():
-    from django_jobs.leases import unleased_read
+    from django_jobs.maintenance.rescuer import unleased_read
 
     Job.objects.bulk_create(
         Job(name="tests.ok", status=JobStatus.SUCCEEDED, run_at=START, created_at=START)
@@ -195,7 +195,7 @@ def test_reclaim_read_finds_running_rows_without_walking_the_table():
     running(lease_owner=None, lease_expires_at=None)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
-    plan = unleased_read(get_claimer(), START, 100).explain()
+    plan = unleased_read(get_driver(), START, 100).explain()
     assert "Seq Scan" not in plan and "PRIMARY KEY" not in plan, plan
     assert "SCAN django_jobs_job" not in plan or "USING INDEX" in plan, plan
 

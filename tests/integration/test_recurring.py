@@ -17,8 +17,9 @@ from freezegun import freeze_time
 
 from django_jobs import ScheduleError, UnknownJob, add_recurring_job, remove_recurring_job
 from django_jobs.checks import check_settings
+from django_jobs.maintenance.scheduler import enqueue_due
 from django_jobs.models import Job, JobStatus, RecurringJob
-from django_jobs.recurring import enqueue_due, sync_from_settings
+from django_jobs.recurring import sync_from_settings
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.django_db

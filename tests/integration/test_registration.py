@@ -5,8 +5,8 @@ import pytest
 
 from django_jobs.clock import DatabaseClock, SystemClock
 from django_jobs.models import Job, Worker
-from django_jobs.registration import refresh_worker, register_worker, sweep_workers
 from django_jobs.worker import Worker as JobWorker
+from django_jobs.worker.processes import refresh_worker, register_worker, sweep_workers
 from tests.conftest import START, wait_until
 
 

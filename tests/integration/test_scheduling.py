@@ -108,7 +108,7 @@ def test_schedule_jobs_inserts_many_in_one_statement():
     specs = [JobSpec(ok, {"n": n}) for n in range(50)]
     with CaptureQueriesContext(connection) as context:
         jobs = schedule_jobs(specs)
-    inserts = [q for q in context.captured_queries if q["sql"].startswith("INSERT")]
+    inserts = [q for q in context.captured_queries if "INSERT" in q["sql"]]
     assert len(inserts) == 1
     assert [job.payload["n"] for job in jobs] == list(range(50))
     assert all(job.pk for job in jobs)

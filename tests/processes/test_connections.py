@@ -30,10 +30,11 @@ def connections_at_most(handler_threads: int, queues: int) -> int:
     """The most connections one process may hold: the deploying guide's formula.
 
     One per handler thread and per queue's dispatcher, plus the main thread
-    (maintenance, schedules), the heartbeat (registration) and the lease
-    renewal it runs on a thread of its own.
+    (maintenance, schedules, registration), the settler, the lease renewal,
+    the LISTEN connection, and for a moment the clock's and the listener's
+    probe.
     """
-    return handler_threads + queues + 3
+    return handler_threads + queues + 6
 
 
 @dataclass

@@ -60,7 +60,8 @@ def test_runjobs_after_a_partial_migrate_names_the_missing_migrations(fresh_data
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         "CommandError: Database 'default' lacks django_jobs migration(s) "
-        "0003_add_recurringjob_source: run `python manage.py migrate` first."
+        "0003_add_recurringjob_source, 0004_index_only_what_the_hot_path_needs: "
+        "run `python manage.py migrate` first."
     ]
     assert "Traceback" not in result.stdout + result.stderr
     migrate = manage("migrate", "-v", "0", url=fresh_database_url)

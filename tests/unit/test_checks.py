@@ -95,6 +95,27 @@ def test_check_number_setting_refuses_values_out_of_range(key, value):
         assert error.id == "django_jobs.E003" and f"DJANGO_JOBS[{key!r}]" in error.msg
 
 
+# -- boolean settings ------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [1, 0, "false", None], ids=repr)
+def test_check_listen_setting_refuses_anything_but_a_bool(value):
+    with override_settings(DJANGO_JOBS={"LISTEN": value}):
+        [error] = check_settings()
+        assert error.id == "django_jobs.E007"
+        assert error.msg == f"DJANGO_JOBS['LISTEN'] must be True or False, got {value!r}."
+        with pytest.raises(ImproperlyConfigured) as raised:
+            settings.LISTEN  # noqa: B018
+        assert str(raised.value) == error.msg
+
+
+def test_check_listen_setting_defaults_to_true_and_accepts_false():
+    assert settings.LISTEN is True
+    with override_settings(DJANGO_JOBS={"LISTEN": False}):
+        assert check_settings() == []
+        assert settings.LISTEN is False
+
+
 @override_settings(
     DJANGO_JOBS={
         "LEASE_SECONDS": 2.5,

@@ -6,8 +6,10 @@ from django.test import override_settings
 
 from django_jobs import JobCancelled, JobContext
 from django_jobs.checks import check_settings
-from django_jobs.claims import GuardedUpdateClaimer, SkipLockedClaimer, get_claimer
 from django_jobs.conf import settings
+from django_jobs.db import get_driver
+from django_jobs.db.postgresql import PostgresDriver
+from django_jobs.db.sqlite import SQLiteDriver
 
 
 def make_context():
@@ -72,11 +74,9 @@ def test_check_good_settings_pass():
     assert check_settings() == []
 
 
-def test_get_claimer_follows_the_skip_locked_feature():
+def test_get_driver_follows_the_database_vendor():
     from django.db import connection
 
-    claimer = get_claimer()
-    if connection.features.has_select_for_update_skip_locked:
-        assert isinstance(claimer, SkipLockedClaimer)
-    else:
-        assert isinstance(claimer, GuardedUpdateClaimer)
+    driver = get_driver()
+    expected = {"postgresql": PostgresDriver, "sqlite": SQLiteDriver}[connection.vendor]
+    assert type(driver) is expected

@@ -1,6 +1,6 @@
 from datetime import timedelta
 
-from django_jobs.heartbeat import LeaseKeeper, Renewal
+from django_jobs.worker.heartbeat import LeaseKeeper, Renewal
 from tests.conftest import START
 
 LEASE = 30.0

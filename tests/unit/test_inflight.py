@@ -4,10 +4,10 @@ import threading
 import time
 from datetime import timedelta
 
-from django_jobs.claims import ClaimedJob
 from django_jobs.context import JobContext
-from django_jobs.inflight import InFlight
+from django_jobs.db import ClaimedJob
 from django_jobs.testing import FakeClock
+from django_jobs.worker.inflight import InFlight
 from tests.conftest import START
 
 LEASE = 0.9  # seconds of fake time; a beat is 0.3
@@ -159,15 +159,18 @@ def test_inflight_refused_renewal_gives_up_at_once():
     assert ctx.cancelled and not inflight.finish(held)
 
 
-def test_inflight_after_the_handler_returned_a_failing_renewal_does_not_matter():
+def test_inflight_a_returned_job_keeps_its_lease_until_its_outcome_is_written():
     renewals = Renewals()
     inflight, ctx, held, _ = setup(renewals)
-    assert inflight.finish(held)  # the handler returned: its outcome is ours to record
-    renewals.mode = "raise"
+    assert inflight.finish(held)  # the handler returned: its outcome waits for the settler
     clock = FakeClock(START)
-    clock.advance(5)
+    clock.advance(0.3)
     inflight.beat(clock.now())
-    assert renewals.calls == 0 and not ctx.cancelled
+    assert renewals.calls == 1 and not ctx.cancelled  # still held: renewed
+    inflight.settled(held)  # the outcome is written
+    clock.advance(0.3)
+    inflight.beat(clock.now())
+    assert renewals.calls == 1 and inflight.snapshot() == []
 
 
 def test_inflight_leases_due_within_half_a_beat_share_one_renewal():

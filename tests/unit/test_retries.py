@@ -3,7 +3,7 @@ from datetime import timedelta
 
 import pytest
 
-from django_jobs.retries import RetryPolicy, backoff_seconds, next_run_at
+from django_jobs.retry_policy import RetryPolicy, backoff_seconds, next_run_at
 from tests.conftest import START
 
 POLICY = RetryPolicy(base_seconds=30, max_seconds=3600, jitter=0.2)

@@ -1,7 +1,7 @@
 import pytest
 from django.db import DataError, IntegrityError, InterfaceError, OperationalError, ProgrammingError
 
-from django_jobs.retrying import with_backoff
+from django_jobs.db.outage import with_backoff
 
 
 class FakeTime:

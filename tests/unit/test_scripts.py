@@ -48,3 +48,68 @@ def test_scripts_test_without_python_312_says_what_is_missing(scripts_copy, tmp_
         "Django 5.2 only: JOBS_TEST_DJANGO=5.2 bash scripts/test"
     ]
     assert not (scripts_copy.parent / ".venv").exists()
+
+
+# Stands in for Python 3.12 on PATH (find_python's probe, `--version`) and for the virtualenvs'
+# pythons, which record how bench/peers.py was started instead of running it.
+FAKE_PYTHON_312 = """#!/bin/sh
+case "$1" in --version) echo "Python 3.12.1"; exit 0 ;; -c) exit 0 ;; esac
+echo "args: $*" >>"$CALLS"
+echo "DATABASE_URL: ${DATABASE_URL-unset}" >>"$CALLS"
+"""
+
+
+@pytest.fixture
+def peers_checkout(tmp_path: Path) -> Path:
+    """scripts/bench-peers in a checkout whose virtualenvs are fakes, already set up."""
+    checkout = tmp_path / "checkout"
+    (checkout / "scripts").mkdir(parents=True)
+    for name in ("bench-peers", "lib.sh"):
+        shutil.copy(ROOT / "scripts" / name, checkout / "scripts" / name)
+    (checkout / "pyproject.toml").write_text("[project]\n")
+    digest = subprocess.run(
+        ["sha1sum"], input=b"[project]\n", capture_output=True, check=True
+    ).stdout.decode()[:12]
+    stamps = {
+        ".venv": f"{digest} Django>=5.2,<5.3",
+        "bench/.envs/tasks-db": "Python 3.12.1 Django>=6,<7 django-tasks-db psycopg[binary]",
+    }
+    for venv, stamp in stamps.items():
+        (checkout / venv / "bin").mkdir(parents=True)
+        (checkout / venv / "bin" / "python").write_text(FAKE_PYTHON_312)
+        (checkout / venv / "bin" / "python").chmod(0o755)
+        (checkout / venv / ".stamp").write_text(stamp + "\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("bash", "dirname", "cat", "sha1sum", "cut", "env"):
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    (bin_dir / "python3").symlink_to(checkout / ".venv" / "bin" / "python")
+    return checkout
+
+
+@pytest.mark.parametrize("given", [["--database", "sqlite-wal"], ["--database=sqlite-wal"]])
+def test_scripts_bench_peers_on_sqlite_starts_no_server(
+    peers_checkout: Path, tmp_path: Path, given: list[str]
+) -> None:
+    calls = tmp_path / "calls"
+    result = subprocess.run(
+        [shutil.which("bash") or "bash", str(peers_checkout / "scripts" / "bench-peers")]
+        + ["--jobs", "10", *given],
+        env={
+            "PATH": str(tmp_path / "bin"),
+            "HOME": str(tmp_path),
+            "CALLS": str(calls),
+            "DATABASE_URL": "postgres://bench@127.0.0.1:5432/bench",
+        },
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert calls.read_text().splitlines() == [
+        f"args: bench/peers.py --jobs 10 {' '.join(given)}",
+        "DATABASE_URL: unset",
+    ]
+    assert "peers on SQLite" in result.stderr
+    assert not (peers_checkout / "bench" / ".envs" / "procrastinate").exists()

@@ -1,17 +1,50 @@
-"""Settings for the django-tasks-db peer: the database backend, one PostgreSQL database.
+"""Settings for the django-tasks-db peer: the database backend, one database.
 
-``DATABASE_URL`` (``postgres://user@host:port/name``) names the database. The
-connection is kept open between tasks (``CONN_MAX_AGE``): ``db_worker`` calls
-``close_old_connections()`` around each task, and Django's default of 0 would
-open a new connection for every one; ``TASKS_DB_CONN_MAX_AGE=0`` measures that.
+``DATABASE_URL`` names the database: ``postgres://user@host:port/name``, or
+``sqlite:///PATH`` (``sqlite:////tmp/tasks.sqlite3`` for an absolute path), a
+file opened as a project would for its workers: ``transaction_mode``
+``IMMEDIATE`` (a transaction takes the write lock up front) and a ``timeout``
+of 20 s to wait for it. The connection is kept open between tasks
+(``CONN_MAX_AGE``): ``db_worker`` calls ``close_old_connections()`` around each
+task, and Django's default of 0 would open a new connection for every one;
+``TASKS_DB_CONN_MAX_AGE=0`` measures that.
 """
 
 from __future__ import annotations
 
 import os
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
-_url = urlsplit(os.environ["DATABASE_URL"])
+SQLITE_OPTIONS = {"transaction_mode": "IMMEDIATE", "timeout": 20}
+
+
+def database(url: str, conn_max_age: int) -> dict[str, Any]:
+    """The ``DATABASES`` entry for ``url``; ValueError if it is neither PostgreSQL nor SQLite."""
+    parts = urlsplit(url)
+    if parts.scheme == "sqlite":
+        name = unquote(parts.path[1:])  # sqlite:////tmp/x: /tmp/x; sqlite:///x: x
+        if parts.netloc or not name:
+            raise ValueError("a SQLite DATABASE_URL is sqlite:///PATH, a file")
+        return {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": name,
+            "OPTIONS": dict(SQLITE_OPTIONS),
+            "CONN_MAX_AGE": conn_max_age,
+        }
+    if parts.scheme in ("postgres", "postgresql"):
+        return {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": parts.path.lstrip("/"),
+            "USER": unquote(parts.username or ""),
+            "PASSWORD": unquote(parts.password or ""),
+            "HOST": parts.hostname or "",
+            "PORT": str(parts.port or ""),
+            "CONN_MAX_AGE": conn_max_age,
+        }
+    # The scheme only: the URL may carry a password.
+    raise ValueError(f"DATABASE_URL is postgres://... or sqlite:///PATH, not {parts.scheme}://...")
+
 
 SECRET_KEY = "bench-not-secret"  # noqa: S105
 DEBUG = False
@@ -20,14 +53,8 @@ TIME_ZONE = "UTC"
 INSTALLED_APPS = ["django_tasks_db"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DATABASES = {
-    "default": {
-        "ENGINE": "django.db.backends.postgresql",
-        "NAME": _url.path.lstrip("/"),
-        "USER": unquote(_url.username or ""),
-        "PASSWORD": unquote(_url.password or ""),
-        "HOST": _url.hostname or "",
-        "PORT": str(_url.port or ""),
-        "CONN_MAX_AGE": int(os.environ.get("TASKS_DB_CONN_MAX_AGE", "600")),
-    }
+    "default": database(
+        os.environ["DATABASE_URL"], int(os.environ.get("TASKS_DB_CONN_MAX_AGE", "600"))
+    )
 }
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}

@@ -86,14 +86,19 @@ class Command(BaseCommand):
 
     @staticmethod
     def _configure_logging(verbosity: int) -> None:
-        """Log to stderr unless the project's LOGGING already handles django_jobs."""
-        root = logging.getLogger("django_jobs")
+        """Log to stderr unless the project's LOGGING already handles django_jobs.
+
+        A handler on ``django_jobs`` or on any logger above it (the root logger,
+        say) means the project's configuration prints the records: adding one
+        here too would print each line twice.
+        """
+        logger = logging.getLogger("django_jobs")
         level = {0: logging.WARNING, 1: logging.INFO}.get(verbosity, logging.DEBUG)
-        if root.handlers:
+        if logger.hasHandlers():
             return
         handler = logging.StreamHandler()
         handler.setFormatter(
             logging.Formatter("%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
         )
-        root.addHandler(handler)
-        root.setLevel(level)
+        logger.addHandler(handler)
+        logger.setLevel(level)

@@ -15,7 +15,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from django_jobs.recurring import enqueue_due
+from django_jobs.maintenance.scheduler import enqueue_due
 
 WAIT_SECONDS = 60
 

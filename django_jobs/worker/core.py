@@ -1,8 +1,9 @@
-"""The worker: claims due jobs, runs them, takes back expired leases.
+"""The worker: claims due jobs, runs them, writes their outcomes.
 
-``Worker.run_once(now)`` is one tick, run on the calling thread; tests call it
-directly. ``Worker.run(stop_event)`` serves with threads until the event is
-set (see :mod:`django_jobs.serving`).
+``Worker.run_once(now)`` is one tick, run on the calling thread; tests call
+it directly. ``Worker.run(stop_event)`` serves with threads until the event
+is set (see :mod:`.server`). Every database call goes through the driver
+(:mod:`django_jobs.db`) and has a deadline.
 """
 
 from __future__ import annotations
@@ -13,28 +14,29 @@ import random
 import secrets
 import socket
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
 from django.db import DatabaseError, connections, router
 
-from .claims import ClaimedJob, Claimer, get_claimer
-from .clock import Clock, DatabaseClock
-from .conf import settings
-from .deadlines import deadline
-from .exceptions import UnknownJob
-from .execution import HandlerResult, execute, make_context, record_result, run_handler
+from ..clock import Clock, DatabaseClock
+from ..conf import settings
+from ..db import ROW_ERRORS, ClaimedJob, DatabaseBusy, Driver, get_driver
+from ..db.outage import with_backoff
+from ..deadlines import deadline
+from ..exceptions import UnknownJob
+from ..maintenance.rescuer import dead_letter_exhausted, reclaim_expired_leases
+from ..maintenance.scheduler import enqueue_due
+from ..models import AttemptOutcome, Job, JobStatus
+from ..outcomes import HandlerResult, Settlement, decide, released
+from ..registry import get_definition
+from ..retry_policy import RetryPolicy
+from .execution import log_lease_lost, log_outcome, make_context, run_handler
 from .inflight import InFlight, Pairs
-from .leases import dead_letter_exhausted, reclaim_expired_leases, release_leases, renew_leases
-from .models import AttemptOutcome, Job, JobStatus
-from .recurring import enqueue_due
-from .registration import sweep_workers
-from .registry import get_definition
-from .retries import RetryPolicy
-from .retrying import with_backoff
-from .serving import Server
+from .processes import sweep_workers
+from .settler import Outcome, Settler
 
 logger = logging.getLogger(__name__)
 
@@ -97,13 +99,15 @@ class Worker:
         self.queues = normalise_queues(queues)
         self.using = using or router.db_for_write(Job)
         self.clock: Clock = clock or DatabaseClock(self.using)
-        self.claimer: Claimer = get_claimer(self.using)
+        self.driver: Driver = get_driver(self.using)
         self.owner = owner or make_owner()
         self.rng = rng
         self.burst = burst
         self.force_event = threading.Event()
         self.lease_seconds = float(settings.LEASE_SECONDS)
         self.call_timeout_seconds = settings.call_timeout_seconds()
+        self.policy = RetryPolicy.from_settings()
+        self.settler = Settler(self.write_outcomes)
         self.inflight = InFlight(
             self.owner,
             self.lease_seconds,
@@ -121,65 +125,132 @@ class Worker:
         result = TickResult(fired=enqueue_due(now, using=self.using))
         result.reclaimed = self.maintain(now)
         for name, count in self.queues.items():
-            for claimed in self.claim(name, now, count):
-                result.claimed += 1
-                result.record(self.execute(claimed))
+            claimed = self.claim(name, now, count)
+            result.claimed += len(claimed)
+            done = [Outcome(job, run_handler(job, make_context(job))) for job in claimed]
+            for status in self.write_outcomes(done):
+                result.record(status)
         return result
 
     def maintain(self, now: datetime) -> int:
         """Take back expired leases; dead-letter pending jobs with no attempt left."""
         with self.deadline("the maintenance pass"):
-            reclaimed = reclaim_expired_leases(self.claimer, now)
-            dead_letter_exhausted(self.claimer, now)
+            reclaimed = reclaim_expired_leases(self.driver, now)
+            dead_letter_exhausted(self.driver, now)
             sweep_workers(now, self.lease_seconds, self.using)
         return reclaimed
 
     def deadline(self, what: str, seconds: float | None = None) -> Any:
-        """A deadline for one database call of this worker (see :mod:`.deadlines`)."""
+        """A deadline for one database call of this worker (see :mod:`django_jobs.deadlines`)."""
         return deadline(seconds or self.call_timeout_seconds, self.using, what)
 
     def claim(self, queue: str, now: datetime, limit: int) -> list[ClaimedJob]:
         with self.deadline("the claim"):
-            claimed = self.claimer.claim(queue, self.owner, now, self.lease_seconds, limit)
-        for job in claimed:
-            logger.debug(
-                "job %s #%s claimed, attempt %s",
-                job.name,
-                job.id,
-                job.attempt,
-                extra={"event": "job_claimed", "job_id": job.id, "attempt": job.attempt},
-            )
+            claimed = self.driver.claim(queue, self.owner, now, self.lease_seconds, limit)
+        if claimed and logger.isEnabledFor(logging.DEBUG):
+            for job in claimed:
+                logger.debug(
+                    "job %s #%s claimed, attempt %s",
+                    job.name,
+                    job.id,
+                    job.attempt,
+                    extra={"event": "job_claimed", "job_id": job.id, "attempt": job.attempt},
+                )
         return claimed
 
     def claim_now(self, queue: str, limit: int) -> list[ClaimedJob]:
         return self.claim(queue, self.clock.now(), limit)
 
     def execute(self, claimed: ClaimedJob) -> JobStatus | None:
-        """Run a claimed job on this thread, without a heartbeat, and settle it."""
-        return execute(claimed, self.claimer, self.clock, RetryPolicy.from_settings(), self.rng)
+        """Run a claimed job on this thread, without a heartbeat, and record its outcome."""
+        return self.record(claimed, run_handler(claimed, make_context(claimed)))
 
     def record(self, claimed: ClaimedJob, result: HandlerResult) -> JobStatus | None:
-        """Settle an attempt, retrying through a brief database outage for up to a lease.
+        """Write one attempt's outcome now; the job's new status, or None if the lease was lost."""
+        [status] = self.write_outcomes([Outcome(claimed, result)])
+        return status
 
-        A release at shutdown retries no longer than the grace period: if it
-        cannot be written, the lease runs out as after a crash.
+    def write_outcomes(self, outcomes: Sequence[Outcome]) -> list[JobStatus | None]:
+        """Decide and write ``outcomes`` in one batch, through a brief outage.
+
+        Retries for up to a lease (a release at shutdown: up to the grace
+        period); if it still cannot write, the leases run out as after a
+        crash. Each job leaves the held set once its outcome is written.
         """
-        policy = RetryPolicy.from_settings()
-        patience = float(settings.LEASE_SECONDS)
-        if result.outcome == AttemptOutcome.RELEASED:
+        if not outcomes:
+            return []
+        decided = self.decide(outcomes, self.clock.now())
+        patience = self.lease_seconds
+        if all(o.result.outcome == AttemptOutcome.RELEASED for o in outcomes):
             patience = min(patience, float(settings.SHUTDOWN_GRACE_SECONDS))
+        try:
+            lost = self.settle(decided, patience)
+        finally:
+            self.release_held(outcomes)
+        return self.written(outcomes, decided, lost)
 
-        def write() -> JobStatus | None:
-            with self.deadline(f"recording job #{claimed.id}"):
-                return record_result(claimed, result, self.claimer, self.clock, policy, self.rng)
+    def decide(self, outcomes: Sequence[Outcome], now: datetime) -> list[Settlement]:
+        return [decide(o.claimed, o.result, now, self.policy, self.rng) for o in outcomes]
+
+    def release_held(self, outcomes: Sequence[Outcome]) -> None:
+        """Their outcomes are written (or given up on): the jobs leave the held set."""
+        for outcome in outcomes:
+            if outcome.held is not None:
+                self.inflight.settled(outcome.held)
+
+    def claim_and_settle(self, queue: str, limit: int) -> list[ClaimedJob]:
+        """Claim for ``queue``, writing the outcomes that wait in the settler in the same
+        statement. If that fails, the outcomes go back to the settler, which writes them
+        through the outage; a refused row makes the claim go again row by row."""
+        carried = self.settler.take()
+        if not carried:
+            return self.claim_now(queue, limit)
+        now = self.clock.now()
+        decided = self.decide(carried, now)
+        try:
+            with self.deadline("the claim"):
+                claimed, lost = self.driver.claim_and_settle(
+                    queue, self.owner, now, self.lease_seconds, limit, decided
+                )
+        except DatabaseBusy:
+            self.settler.give_back(carried)
+            return []
+        except ROW_ERRORS:
+            self.settler.give_back(carried)
+            return self.claim(queue, now, limit)
+        except BaseException:
+            self.settler.give_back(carried)
+            raise
+        self.release_held(carried)
+        self.written(carried, decided, lost)
+        return claimed
+
+    def written(
+        self, outcomes: Sequence[Outcome], decided: Sequence[Settlement], lost: list[Settlement]
+    ) -> list[JobStatus | None]:
+        """Log each written outcome; the jobs' new statuses, None where the lease was lost."""
+        lost_pairs = {s.pair for s in lost}
+        statuses: list[JobStatus | None] = []
+        for outcome, settled in zip(outcomes, decided, strict=True):
+            if settled.pair in lost_pairs:
+                log_lease_lost(settled)
+                statuses.append(None)
+            else:
+                log_outcome(outcome.claimed, outcome.result, settled)
+                statuses.append(settled.status)
+        return statuses
+
+    def settle(self, settlements: Sequence[Settlement], patience: float) -> list[Settlement]:
+        def write() -> list[Settlement]:
+            with self.deadline(f"recording {len(settlements)} outcome(s)"):
+                return self.driver.settle(settlements)
 
         return with_backoff(write, give_up_after=patience, using=self.using)
 
     def renew(self, pairs: Pairs, now: datetime, timeout: float) -> tuple[set[int], datetime]:
         """The heartbeat's renewal, cut off after ``timeout`` (its give-up point)."""
         with self.deadline("the lease renewal", timeout):
-            return renew_leases(
-                self.claimer,
+            return self.driver.renew(
                 self.owner,
                 pairs,
                 now,
@@ -190,13 +261,17 @@ class Worker:
     def release(self, pairs: Pairs, now: datetime) -> set[int]:
         """Hand held jobs back at shutdown, in one write bounded by the grace period."""
         grace = max(1.0, float(settings.SHUTDOWN_GRACE_SECONDS))
+        settlements = [released(job_id, self.owner, attempt, now) for job_id, attempt in pairs]
         with self.deadline("handing jobs back", grace):
-            return release_leases(self.claimer, self.owner, pairs, now)
+            lost = {s.pair for s in self.driver.settle(settlements)}
+        return {s.job_id for s in settlements if s.pair not in lost}
 
     def execute_held(self, claimed: ClaimedJob) -> JobStatus | None:
-        """Run a claimed job while the heartbeat keeps its lease; settle it if still ours.
+        """Run a claimed job while the heartbeat keeps its lease, then hand its outcome over.
 
-        The job leaves the set of held jobs however its handler ends.
+        The job stays held until its outcome is written. With the settler
+        running, this returns None at once (the status is not known yet);
+        without it, the outcome is written here and its status returned.
         """
         ctx = make_context(claimed)
         try:
@@ -211,7 +286,11 @@ class Worker:
             still_ours = self.inflight.finish(held)
         if not still_ours:
             return None
-        return self.record(claimed, result)
+        if self.settler.running:
+            self.settler.submit(Outcome(claimed, result, held))
+            return None
+        [status] = self.write_outcomes([Outcome(claimed, result, held)])
+        return status
 
     def timeout_for(self, claimed: ClaimedJob) -> float | None:
         """The job's ``@job(timeout=...)``, else its queue's ``timeout`` option."""
@@ -229,6 +308,8 @@ class Worker:
         Setting :attr:`force_event` as well stops the wait for running
         handlers; their jobs' leases then run out as after a crash.
         """
+        from .server import Server
+
         Server(self).run(stop_event)
 
     def maintain_now(self) -> int:

@@ -1,5 +1,6 @@
-"""One conformance suite for whichever claimer the database under test uses."""
+"""One conformance suite for the driver of the database under test: claim, settle, renew."""
 
+import dataclasses
 import threading
 from contextlib import ExitStack
 from datetime import timedelta
@@ -8,7 +9,7 @@ import pytest
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
-from django_jobs.claims import get_claimer
+from django_jobs.db import get_driver
 from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import START
 from tests.triggers import refusing
@@ -16,10 +17,11 @@ from tests.triggers import refusing
 pytestmark = pytest.mark.django_db
 
 LEASE = 60
+STATEMENTS_PER_CLAIM = {"postgresql": 1, "sqlite": 5}
 
 
 def claim(limit=1, queue="default", owner="w1", now=START):
-    return get_claimer().claim(queue, owner, now, LEASE, limit)
+    return get_driver().claim(queue, owner, now, LEASE, limit)
 
 
 def test_claim_takes_a_due_job_and_starts_its_attempt(make_job):
@@ -74,30 +76,15 @@ def test_claim_attempt_numbers_continue_after_earlier_attempts(make_job):
     assert Attempt.objects.get(job=job).number == 5
 
 
+@pytest.mark.django_db(transaction=True)  # outside a transaction, as a worker claims
 @pytest.mark.parametrize("batch", [1, 10])
 def test_claim_query_count_does_not_grow_with_the_batch(make_job, django_assert_num_queries, batch):
     for _ in range(batch):
         make_job()
-    # begin, read, one UPDATE ... RETURNING, one INSERT of the attempts, commit
-    with django_assert_num_queries(5):
+    # PostgreSQL: one statement that selects, marks running and inserts the attempts.
+    # SQLite: begin, read, one UPDATE ... RETURNING, one INSERT of the attempts, commit.
+    with django_assert_num_queries(STATEMENTS_PER_CLAIM[connection.vendor]):
         assert len(claim(limit=batch)) == batch
-
-
-def test_claim_without_update_returning_reads_the_numbers_back(
-    make_job, monkeypatch, django_assert_num_queries
-):
-    """Databases without UPDATE ... RETURNING (SQLite before 3.35) read the claimed rows back."""
-    reset = make_job()
-    Attempt.objects.create(job=reset, number=2, owner="old", started_at=START, outcome="failed")
-    fresh = make_job()
-    claimer = get_claimer()
-    monkeypatch.setattr(type(claimer), "update_returns_rows", False)
-    with django_assert_num_queries(6):
-        claimed = claimer.claim("default", "w1", START, LEASE, 5)
-    assert [(c.id, c.attempt, c.attempts_used) for c in claimed] == [
-        (reset.pk, 3, 1),
-        (fresh.pk, 1, 1),
-    ]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -155,14 +142,11 @@ def test_claim_plan_seeks_the_partial_index_without_a_sort(make_job):
     for n in range(20):
         make_job(priority=n % 3)
         make_job(queue="other")
-    claimer = get_claimer()
-    sql, params = claimer.candidate_sql("default", START, 5)
-    if connection.features.has_select_for_update_skip_locked:
-        sql += " FOR UPDATE SKIP LOCKED"
+    sql, params = get_driver().claim_statement("default", "w1", START, LEASE, 5)
     plan = _plan(sql, params)
     assert "django_jobs_claim_idx" in plan, plan
     assert "Sort" not in plan and "TEMP B-TREE" not in plan, plan
-    assert "Seq Scan" not in plan and "SCAN django_jobs_job" not in plan, plan
+    assert "Seq Scan on django_jobs_job" not in plan and "SCAN django_jobs_job" not in plan, plan
 
 
 def test_claim_update_probes_the_attempt_index_without_a_scan(make_job):
@@ -177,7 +161,11 @@ def test_claim_update_probes_the_attempt_index_without_a_scan(make_job):
         for n in (1, 2)
     )
     ids = [make_job().pk for _ in range(5)]
-    sql, params = get_claimer().mark_running_sql(ids, "default", "w1", START, START)
+    driver = get_driver()
+    if connection.vendor == "postgresql":  # the claim's one statement numbers the attempts
+        sql, params = driver.claim_statement("default", "w1", START, LEASE, 5)
+    else:
+        sql, params = driver.mark_running_sql(ids, "default", "w1", START, START)
     plan = _plan(sql, params)
     assert "django_jobs_attempt" in plan, plan
     for table in ("django_jobs_job", "django_jobs_attempt"):
@@ -186,7 +174,7 @@ def test_claim_update_probes_the_attempt_index_without_a_scan(make_job):
 
 def test_claim_sends_the_statement_whose_plan_is_checked(make_job):
     make_job()
-    sql, _ = get_claimer().candidate_sql("default", START, 1)
+    sql, _ = get_driver().claim_statement("default", "w1", START, LEASE, 1)
     with CaptureQueriesContext(connection) as context:
         claim()
     head = sql.split(" WHERE")[0]
@@ -199,7 +187,7 @@ def test_claim_sends_the_statement_whose_plan_is_checked(make_job):
 def test_guarded_update_skips_a_row_that_changed_since_it_was_read(make_job):
     """The UPDATE repeats every condition of the read: a stale candidate is not claimed."""
     make_job()
-    claimer = get_claimer()
+    claimer = get_driver()
     [stale_row] = claimer.read_candidates("default", START, 1)
     [first] = claim(owner="w1")
     expires = START + timedelta(seconds=LEASE)
@@ -294,7 +282,7 @@ def test_claim_skips_a_row_that_cannot_be_claimed_and_takes_the_others(
     bad = make_job(priority=10)  # first in claim order
     good = [make_job() for _ in range(3)]
     refuse_attempts(bad.pk)
-    with caplog.at_level("WARNING", logger="django_jobs.claims.base"):
+    with caplog.at_level("WARNING", logger="django_jobs.db.base"):
         assert [c.id for c in claim(limit=1)] == [good[0].pk]
         assert [c.id for c in claim(limit=5)] == [good[1].pk, good[2].pk]
     failed = [r.job_id for r in caplog.records if getattr(r, "event", "") == "job_claim_failed"]
@@ -341,3 +329,92 @@ def test_claim_pending_row_with_a_lease_owner_does_not_stall_the_rows_behind(mak
     behind = make_job()
     assert [c.id for c in claim(limit=1)] == [stale.pk]
     assert [c.id for c in claim(limit=1)] == [behind.pk]
+
+
+# -- settle, renew, claim and settle: every write after the claim is fenced -------
+
+STATEMENTS_PER_SETTLE = {"postgresql": 1, "sqlite": 4}  # SQLite: begin, jobs, attempts, commit
+
+
+def succeeded(job, now=START, **changes):
+    from django_jobs.models import AttemptOutcome
+    from django_jobs.outcomes import HandlerResult, decide
+    from django_jobs.retry_policy import RetryPolicy
+
+    job = dataclasses.replace(job, **changes)
+    return decide(job, HandlerResult(AttemptOutcome.SUCCEEDED), now, RetryPolicy())
+
+
+def test_driver_settle_batch_writes_the_others_and_returns_the_one_fenced_out(make_job):
+    for _ in range(3):
+        make_job()
+    first, second, third = claim(limit=3)
+    fenced_out = succeeded(second, owner="someone-else")
+    lost = get_driver().settle([succeeded(first), fenced_out, succeeded(third)])
+    assert lost == [fenced_out]
+    statuses = dict(Job.objects.values_list("id", "status"))
+    assert statuses == {first.id: "succeeded", second.id: "running", third.id: "succeeded"}
+    outcomes = dict(Attempt.objects.values_list("job_id", "outcome"))
+    assert outcomes == {first.id: "succeeded", second.id: None, third.id: "succeeded"}
+
+
+def test_driver_settle_a_stale_attempt_changes_nothing(make_job):
+    make_job()
+    [job] = claim()
+    stale = succeeded(job, attempt=job.attempt - 1)
+    assert get_driver().settle([stale]) == [stale]
+    assert Job.objects.get(pk=job.id).status == JobStatus.RUNNING
+
+
+@pytest.mark.django_db(transaction=True)  # outside a transaction, as the settler writes
+@pytest.mark.parametrize("batch", [1, 20])
+def test_driver_settle_batch_costs_the_same_statements_for_1_or_20(
+    make_job, django_assert_num_queries, batch
+):
+    for _ in range(batch):
+        make_job()
+    settlements = [succeeded(job) for job in claim(limit=batch)]
+    with django_assert_num_queries(STATEMENTS_PER_SETTLE[connection.vendor]):
+        assert get_driver().settle(settlements) == []
+    assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == batch
+
+
+@pytest.mark.django_db(transaction=True)
+def test_driver_claim_and_settle_writes_both_in_one_statement_on_postgresql(
+    make_job, django_assert_num_queries
+):
+    for _ in range(6):
+        make_job()
+    done = [succeeded(job) for job in claim(limit=3)]
+    statements = {"postgresql": 1, "sqlite": 7}[connection.vendor]
+    with django_assert_num_queries(statements):
+        claimed, lost = get_driver().claim_and_settle("default", "w1", START, LEASE, 3, done)
+    assert lost == [] and len(claimed) == 3
+    assert {c.id for c in claimed}.isdisjoint(s.job_id for s in done)
+    assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 3
+    assert Job.objects.filter(status=JobStatus.RUNNING).count() == 3
+
+
+def test_driver_claim_and_settle_returns_the_settlements_fenced_out(make_job):
+    for _ in range(2):
+        make_job()
+    [job] = claim()
+    fenced_out = succeeded(job, owner="someone-else")
+    claimed, lost = get_driver().claim_and_settle("default", "w1", START, LEASE, 1, [fenced_out])
+    assert lost == [fenced_out] and len(claimed) == 1
+    assert Job.objects.get(pk=job.id).status == JobStatus.RUNNING
+
+
+def test_driver_renew_extends_only_the_leases_still_held(make_job):
+    for _ in range(3):
+        make_job()
+    mine, stale, other = claim(limit=3)
+    driver = get_driver()
+    later = START + timedelta(seconds=10)
+    held = [mine.pair, (stale.id, stale.attempt - 1), other.pair]
+    renewed, expires = driver.renew("w1", held[:2], later, LEASE)
+    assert renewed == {mine.id} and expires == later + timedelta(seconds=LEASE)
+    assert driver.renew("someone-else", [other.pair], later, LEASE)[0] == set()
+    expiries = dict(Job.objects.values_list("id", "lease_expires_at"))
+    assert expiries[mine.id] == expires
+    assert expiries[stale.id] == expiries[other.id] == START + timedelta(seconds=LEASE)

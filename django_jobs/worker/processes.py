@@ -7,7 +7,7 @@ import socket
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 
-from .models import Worker
+from ..models import Worker
 
 
 def register_worker(owner: str, queues: Iterable[str], now: datetime, using: str) -> None:

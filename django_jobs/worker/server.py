@@ -1,12 +1,21 @@
 """Serving with threads: what ``Worker.run`` does.
 
-One dispatcher thread per queue claims as many due jobs as it has idle
-handler threads, in one statement, and hands them over; a heartbeat thread
-renews leases and does nothing else, so that no other database call can
-delay its give-up check; the main thread runs the maintenance pass, the
-recurring scheduler loop and keeps the worker's registration fresh. On
-stop: cancel running handlers, wait the grace period, hand back what is
-left in one write.
+- One dispatcher thread per queue claims as many due jobs as it has idle
+  handler threads, in one statement, and hands them over. When some of its
+  threads are still busy it gathers the ones that free up for a moment
+  (``GATHER_SECONDS``), so that claims are not one job at a time; it never
+  holds more jobs than it has threads. It sleeps until a thread frees up,
+  the waker says its queue has new jobs, or the poll interval passes.
+- Handler threads run the jobs and hand their results to the settler, which
+  writes them in batches (:mod:`.settler`).
+- The heartbeat thread renews leases and does nothing else, so that no other
+  database call can delay its give-up check.
+- On PostgreSQL the waker listens for new jobs (:mod:`.waker`).
+- The main thread runs the maintenance pass and the recurring scheduler, and
+  keeps the worker's registration fresh.
+
+On stop: cancel running handlers, wait the grace period, flush the settler,
+hand back what is still running in one write.
 """
 
 from __future__ import annotations
@@ -23,18 +32,22 @@ from typing import TYPE_CHECKING
 from django.db import connections
 from django.db.models import F, Q
 
-from .claims import ClaimedJob
-from .conf import settings
-from .dbconnections import tidy_connections
-from .deadlines import apply_connect_timeout
-from .models import Job, JobStatus
-from .recurring import enqueue_due
-from .registration import refresh_worker, register_worker, unregister_worker
+from ..conf import settings
+from ..db import ClaimedJob
+from ..deadlines import apply_connect_timeout
+from ..maintenance.scheduler import enqueue_due
+from ..models import Job, JobStatus
+from .connections import tidy_connections
+from .processes import refresh_worker, register_worker, unregister_worker
+from .waker import Waker
 
 if TYPE_CHECKING:
-    from .worker import Worker
+    from .core import Worker
 
 logger = logging.getLogger(__name__)
+
+# How long a dispatcher waits for more of its busy threads to free up before it claims.
+GATHER_SECONDS = 0.002
 
 
 @dataclass
@@ -44,8 +57,14 @@ class QueueState:
     name: str
     threads: int
     busy: int = 0
-    inbox: queue_module.Queue[ClaimedJob | None] = field(default_factory=queue_module.Queue)
+    inbox: queue_module.SimpleQueue[ClaimedJob | None] = field(
+        default_factory=queue_module.SimpleQueue
+    )
     changed: threading.Condition = field(default_factory=threading.Condition)
+    woken: threading.Event = field(default_factory=threading.Event)  # new jobs, says the waker
+
+    def wake(self) -> None:
+        self.woken.set()
 
 
 class Server:
@@ -65,14 +84,19 @@ class Server:
         w.guarded(self.register)
         heartbeat_stop = threading.Event()
         heartbeat = start_thread("heartbeat", self.keep_leases, heartbeat_stop)
+        w.settler.start()
         threads = self.start_threads(stop_event)
+        waker = Waker(w.using, self.states, wake=self.wake)
+        waker.start()  # False where LISTEN is off or unavailable: the dispatchers poll
         try:
             self.main_loop(stop_event)
         finally:
             stop_event.set()
             for state in self.states.values():
+                state.wake()
                 with state.changed:
                     state.changed.notify_all()
+            waker.stop()
             self.shut_down(threads)
             heartbeat_stop.set()
             heartbeat.join(5)
@@ -81,6 +105,10 @@ class Server:
                 w.guarded(self.unregister)
             connections.close_all()
             logger.info("worker %s stopped", w.owner, extra={"event": "worker_stopped"})
+
+    def wake(self, queue: str) -> None:
+        """The waker's callback: new jobs on ``queue``."""
+        self.states[queue].wake()
 
     def start_threads(self, stop_event: threading.Event) -> list[threading.Thread]:
         threads = []
@@ -150,11 +178,20 @@ class Server:
             )
 
     def shut_down(self, threads: list[threading.Thread]) -> None:
-        """Cancel running handlers, wait up to the grace period, hand back what is left."""
+        """Cancel running handlers, wait up to the grace period, flush the settler,
+        hand back what is still running."""
         w = self.worker
         w.inflight.cancel_all()
         grace = float(settings.SHUTDOWN_GRACE_SECONDS)
-        if not self.join(threads, time.monotonic() + grace) and not w.force_event.is_set():
+        all_ended = self.join(threads, time.monotonic() + grace)
+        if w.force_event.is_set():
+            return
+        if not w.settler.stop(grace + w.call_timeout_seconds):
+            logger.warning(
+                "outcomes still being written at shutdown; their leases will run out",
+                extra={"event": "worker_error"},
+            )
+        if not all_ended:
             released = w.inflight.release_all(w.clock.now())
             if released:
                 logger.warning(
@@ -196,23 +233,35 @@ class Server:
         poll = float(settings.POLL_SECONDS)
         try:
             while not stop_event.is_set():
-                with state.changed:
-                    while state.busy >= state.threads and not stop_event.is_set():
-                        state.changed.wait(poll)
-                    free = state.threads - state.busy
+                free = self.wait_for_threads(state, stop_event, poll)
                 if stop_event.is_set():
                     break
-                jobs = w.guarded(partial(w.claim_now, state.name, free)) or []
+                state.woken.clear()
+                jobs = w.guarded(partial(w.claim_and_settle, state.name, free)) or []
                 with state.changed:
                     state.busy += len(jobs)
                 for job in jobs:
                     state.inbox.put(job)
-                if len(jobs) < free:
-                    stop_event.wait(poll)
+                if len(jobs) < free:  # the queue ran dry: sleep until woken or the next poll
+                    state.woken.wait(poll)
         finally:
             for _ in range(state.threads):
                 state.inbox.put(None)
             connections.close_all()
+
+    def wait_for_threads(self, state: QueueState, stop_event: threading.Event, poll: float) -> int:
+        """Wait until a thread is free, then gather more for a moment; return how many."""
+        with state.changed:
+            while state.busy >= state.threads and not stop_event.is_set():
+                state.changed.wait(poll)
+            if state.busy:
+                until = time.monotonic() + GATHER_SECONDS
+                while state.busy and not stop_event.is_set():
+                    left = until - time.monotonic()
+                    if left <= 0:
+                        break
+                    state.changed.wait(left)
+            return state.threads - state.busy
 
     def serve(self, state: QueueState) -> None:
         """A handler thread: run the jobs the dispatcher hands over."""

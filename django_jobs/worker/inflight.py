@@ -1,6 +1,8 @@
 """The jobs a worker process is running: their leases, deadlines and hand-back.
 
-One heartbeat thread per process calls :meth:`InFlight.beat`, which renews
+A job is held from its claim until its outcome is durably written (or its
+attempt is over): while the settler has its outcome queued, its lease is
+still renewed. One heartbeat thread per process calls :meth:`InFlight.beat`, which renews
 every due lease in one statement, gives up leases that could not be renewed
 in time (cancelling their handlers), and times out handlers past their
 ``timeout``. A job whose attempt is over (given up, timed out, released) has
@@ -23,12 +25,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from .claims import ClaimedJob
-from .context import JobContext
-from .deadlines import OffThread
-from .execution import HandlerResult
+from ..context import JobContext
+from ..db import ClaimedJob
+from ..deadlines import OffThread
+from ..models import AttemptOutcome
+from ..outcomes import HandlerResult
 from .heartbeat import LeaseKeeper, Renewal
-from .models import AttemptOutcome
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +62,8 @@ class Held:
     ctx: JobContext
     keeper: LeaseKeeper
     timeout_at: datetime | None
-    over: bool = False
+    over: bool = False  # the attempt ended on the heartbeat's side (given up, timed out)
+    returned: bool = False  # the handler returned: its outcome waits for the settler
 
 
 class InFlight:
@@ -81,7 +84,8 @@ class InFlight:
         self.renew = renew
         self.release = release
         self.defer = defer
-        self.renewer = OffThread("django-jobs-renew")
+        # One long-lived connection for every renewal, on a thread of its own.
+        self.renewer = OffThread("django-jobs-renew", keep_connections=True)
         self.stopping = False
         self._held: dict[tuple[int, int], Held] = {}
         self._lock = threading.Lock()
@@ -95,16 +99,22 @@ class InFlight:
         timeout_at = now + timedelta(seconds=timeout) if timeout else None
         held = Held(claimed, ctx, keeper, timeout_at)
         with self._lock:
-            self._held[(claimed.id, claimed.attempt)] = held
+            self._held[claimed.pair] = held
             if self.stopping:
                 ctx.cancel()  # claimed just before a stop: the handler starts cancelled
         return held
 
     def finish(self, held: Held) -> bool:
-        """The handler returned: True if its result is still this worker's to record."""
+        """The handler returned: True if its result is still this worker's to record.
+
+        The job stays held, its lease renewed, until :meth:`settled`.
+        """
         with self._lock:
-            self._held.pop((held.claimed.id, held.claimed.attempt), None)
-            over, held.over = held.over, True
+            over = held.over
+            if over:
+                self._held.pop(held.claimed.pair, None)
+            else:
+                held.returned = True
         if over:
             logger.warning(
                 "job #%s attempt %s: handler returned after its attempt was over; result dropped",
@@ -114,13 +124,19 @@ class InFlight:
             )
         return not over
 
+    def settled(self, held: Held) -> None:
+        """Its outcome is written (or given up on): the job is no longer held."""
+        with self._lock:
+            held.over = True
+            self._held.pop(held.claimed.pair, None)
+
     def _end(self, held: Held) -> bool:
         """Mark an attempt over from the heartbeat side; False if the handler beat us to it."""
         with self._lock:
             if held.over:
                 return False
             held.over = True
-            self._held.pop((held.claimed.id, held.claimed.attempt), None)
+            self._held.pop(held.claimed.pair, None)
         held.ctx.cancel()
         return True
 
@@ -141,7 +157,9 @@ class InFlight:
         for h in held:
             if not h.over and not h.keeper.check(now):
                 self._give_up(h, "its lease could not be renewed in time")
-            elif h.timeout_at is not None and now >= h.timeout_at and self._end(h):
+            elif (
+                h.timeout_at is not None and not h.returned and now >= h.timeout_at and self._end(h)
+            ):
                 self._time_out(h)
 
     def _renew(self, due: list[Held], now: datetime) -> datetime:
@@ -214,7 +232,8 @@ class InFlight:
 
         One write for all of them; if it fails, their leases run out as after a crash.
         """
-        ended = [held for held in self.snapshot() if self._end(held)]
+        running = [held for held in self.snapshot() if not held.returned]
+        ended = [held for held in running if self._end(held)]
         if not ended or self.release is None:
             return 0
         pairs = [(held.claimed.id, held.claimed.attempt) for held in ended]

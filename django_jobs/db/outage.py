@@ -1,4 +1,4 @@
-"""Retry a database write through a brief outage, with capped backoff."""
+"""Ride out a brief database outage: retry a write with capped backoff."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from django.db import InterfaceError, OperationalError, connections
+
+from ..retry_policy import RetryPolicy, backoff_seconds
 
 logger = logging.getLogger(__name__)
 
@@ -37,8 +39,10 @@ def with_backoff(
     is up.
     """
     deadline = monotonic() + give_up_after
-    wait = first_wait
+    policy = RetryPolicy(base_seconds=first_wait, max_seconds=max_wait, jitter=0.0)
+    tries = 0
     while True:
+        tries += 1
         try:
             return write()
         except PASSING as exc:
@@ -46,6 +50,7 @@ def with_backoff(
             left = deadline - monotonic()
             if left <= 0:
                 raise
+            wait = backoff_seconds(tries, policy)
             logger.warning(
                 "database write failed (%s: %s); retrying in %.1fs",
                 type(exc).__name__,
@@ -54,4 +59,3 @@ def with_backoff(
                 extra={"event": "write_retry"},
             )
             sleep(min(wait, left))
-            wait = min(wait * 2, max_wait)

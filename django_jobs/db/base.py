@@ -1,0 +1,395 @@
+"""The database seam: every statement on a job's hot path, behind one interface.
+
+A :class:`Driver` claims due jobs (marks them running and starts their
+attempts), settles many attempts at once (each row fenced on id, owner and
+attempt), renews all of a process's leases in one statement, reads the
+database's clock and, where the database has it, sends wake-ups. Each
+database has its driver (:mod:`.postgresql`, :mod:`.sqlite`); this module
+holds what they share. Raw SQL lives here and in those modules only, with
+parameters bound and identifiers quoted; the ORM serves everything off the
+hot path.
+
+When a claim's write is refused (``IntegrityError``, ``DataError``: a row
+edited by hand, say), the claim is tried again one row at a time, each in
+its own savepoint, so that row is logged and skipped while the others are
+claimed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+from django.core.checks import CheckMessage
+from django.db import DataError, IntegrityError, connections, transaction
+
+from ..models import Attempt, Job, JobStatus
+from ..records import ClaimedJob, Settlement
+
+logger = logging.getLogger(__name__)
+
+CANDIDATE_COLUMNS = ("id", "name", "queue", "payload", "attempt", "attempts_used", "max_attempts")
+
+# Errors that concern the data of one row, not the database: the claim skips that row.
+ROW_ERRORS = (IntegrityError, DataError)
+
+Pairs = Sequence[tuple[int, int]]
+
+
+class DatabaseBusy(Exception):
+    """The database could not take the write lock in time: nothing was written."""
+
+
+class Candidate(NamedTuple):
+    """A due row as the claim's read returns it (the columns of ``CANDIDATE_COLUMNS``)."""
+
+    id: int
+    name: str
+    queue: str
+    payload: Any
+    attempt: int
+    attempts_used: int
+    max_attempts: int
+
+
+def lease_end(now: datetime, lease_seconds: float) -> datetime:
+    return now + timedelta(seconds=lease_seconds)
+
+
+class Driver:
+    """The hot-path statements for one database alias."""
+
+    def __init__(self, using: str = "default") -> None:
+        self.using = using
+        self._quoted: dict[str, str] = {}
+        self._texts: dict[str, str] = {}
+
+    @property
+    def connection(self) -> Any:
+        return connections[self.using]
+
+    def qn(self, name: str) -> str:
+        """``name`` quoted for this database (remembered: it is on every statement's path)."""
+        quoted = self._quoted.get(name)
+        if quoted is None:
+            quoted = self._quoted[name] = str(self.connection.ops.quote_name(name))
+        return quoted
+
+    def text(self, key: str, build: Callable[[], str]) -> str:
+        """A statement's text, built once: the hot path only binds its parameters."""
+        text = self._texts.get(key)
+        if text is None:
+            text = self._texts[key] = build()
+        return text
+
+    @property
+    def job_table(self) -> str:
+        return self.qn(Job._meta.db_table)
+
+    @property
+    def attempt_table(self) -> str:
+        return self.qn(Attempt._meta.db_table)
+
+    def adapt(self, value: datetime | None) -> Any:
+        return None if value is None else self.connection.ops.adapt_datetimefield_value(value)
+
+    @contextmanager
+    def write_transaction(self) -> Iterator[None]:
+        """A transaction for a group of writes on the jobs tables."""
+        with transaction.atomic(using=self.using):
+            yield
+
+    def hot_cursor(self) -> Any:
+        """The cursor for hot-path statements (a driver may prepare them)."""
+        return self.connection.cursor()
+
+    def check_configuration(self) -> list[CheckMessage]:
+        """System-check messages about how the database is set up for jobs."""
+        return []
+
+    def database_now(self) -> datetime | None:
+        """The database server's clock (None if it cannot be read)."""
+        raise NotImplementedError
+
+    def notify(self, queues: Iterable[str]) -> None:
+        """Wake the workers of ``queues`` when the caller's transaction commits (if supported)."""
+
+    def insert_jobs(self, rows: Sequence[Job], now: datetime, notify: bool) -> None:
+        """Insert new jobs (without a unique key) on the caller's connection; set their ids.
+
+        With ``notify``, the workers of the queues that got a job due at
+        ``now`` are woken when the caller's transaction commits.
+        """
+        Job.objects.using(self.using).bulk_create(rows)
+        if notify:
+            self.notify(row.queue for row in rows if row.run_at <= now)
+
+    # -- claiming -------------------------------------------------------------
+
+    def due_condition(self, queue: str, now: datetime, table: str = "") -> tuple[str, list[Any]]:
+        """What makes a row claimable: the candidate read and the claim's write share it.
+
+        The status is a literal so that the planner can match the partial
+        claim index whatever the driver does with parameters.
+        """
+        qn = self.qn
+        t = f"{table}." if table else ""
+        sql = (
+            f"{t}{qn('status')} = '{JobStatus.PENDING.value}'"
+            f" AND {t}{qn('queue')} = %s AND {t}{qn('run_at')} <= %s"
+            f" AND {t}{qn('attempts_used')} < {t}{qn('max_attempts')}"
+        )
+        return sql, [queue, self.adapt(now)]
+
+    @property
+    def claim_order(self) -> str:
+        qn = self.qn
+        return f"{qn('priority')} DESC, {qn('run_at')} ASC, {qn('id')} ASC"
+
+    def candidate_sql(self, queue: str, now: datetime, limit: int) -> tuple[str, list[Any]]:
+        """The statement that reads due jobs, in claim order."""
+        columns = ", ".join(self.qn(column) for column in CANDIDATE_COLUMNS)
+        due, params = self.due_condition(queue, now)
+        sql = f"SELECT {columns} FROM {self.job_table} WHERE {due} ORDER BY {self.claim_order}"
+        return sql + " LIMIT %s", [*params, int(limit)]
+
+    def claim_statement(
+        self, queue: str, owner: str, now: datetime, lease_seconds: float, limit: int
+    ) -> tuple[str, list[Any]]:
+        """The statement that finds the claim's rows (the one whose plan matters)."""
+        sql, params = self.candidate_sql(queue, now, limit)
+        return sql + self.lock_suffix, params
+
+    def next_attempt_sql(self, table: str) -> str:
+        """The claimed row's new attempt number.
+
+        It follows both the job's counter and its highest attempt row, so a
+        job whose counter was reset by hand does not reuse a number: an index
+        probe on (job_id, number) that finds nothing in the common case.
+        """
+        qn, attempts = self.qn, self.attempt_table
+        return (
+            f"COALESCE((SELECT MAX(a.{qn('number')}) FROM {attempts} a"
+            f" WHERE a.{qn('job_id')} = {table}.{qn('id')}"
+            f" AND a.{qn('number')} > {table}.{qn('attempt')}), {table}.{qn('attempt')}) + 1"
+        )
+
+    def claim(
+        self, queue: str, owner: str, now: datetime, lease_seconds: float, limit: int = 1
+    ) -> list[ClaimedJob]:
+        """Take up to ``limit`` due jobs of ``queue``; the claim commits before returning."""
+        expires = lease_end(now, lease_seconds)
+        try:
+            return self.claim_batch(queue, owner, now, expires, limit)
+        except ROW_ERRORS:
+            return self.claim_row_by_row(queue, owner, now, expires, limit)
+
+    def claim_and_settle(
+        self,
+        queue: str,
+        owner: str,
+        now: datetime,
+        lease_seconds: float,
+        limit: int,
+        settlements: Sequence[Settlement],
+    ) -> tuple[list[ClaimedJob], list[Settlement]]:
+        """Settle ``settlements`` and claim in one transaction: one commit for both.
+
+        Returns the claimed jobs and the settlements whose lease was lost. A
+        refused row (``ROW_ERRORS``) rolls both back: the caller settles
+        apart and claims again, row by row.
+        """
+        if not settlements:
+            return self.claim(queue, owner, now, lease_seconds, limit), []
+        expires = lease_end(now, lease_seconds)
+        with self.write_transaction():
+            lost = self.settle_rows(settlements)
+            claimed = self.claim_rows(queue, owner, now, expires, limit)
+        return claimed, lost
+
+    def claim_batch(
+        self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
+    ) -> list[ClaimedJob]:
+        """The claim in one transaction: read, mark running, start the attempts."""
+        with self.write_transaction():
+            return self.claim_rows(queue, owner, now, expires, limit)
+
+    def claim_rows(
+        self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
+    ) -> list[ClaimedJob]:
+        """The claim's statements, inside the caller's transaction."""
+        rows = self.read_candidates(queue, now, limit)
+        return self.take(rows, queue, owner, now, expires) if rows else []
+
+    def read_candidates(self, queue: str, now: datetime, limit: int) -> list[Candidate]:
+        sql, params = self.candidate_sql(queue, now, limit)
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql + self.lock_suffix, params)
+            return [Candidate(*row) for row in cursor.fetchall()]
+
+    # Appended to the candidate read inside a claim: how the database keeps two claims apart.
+    lock_suffix = ""
+
+    def claim_row_by_row(
+        self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
+    ) -> list[ClaimedJob]:
+        """The claim after a refused write: each row in a savepoint, a refused one skipped.
+
+        The read asks for as many more rows as were skipped, so rows that
+        cannot be claimed never hide the rows behind them.
+        """
+        claimed: list[ClaimedJob] = []
+        skipped: set[int] = set()
+        with self.write_transaction():
+            while len(claimed) < limit:
+                wanted = limit - len(claimed)
+                asked = wanted + len(skipped)
+                read = self.read_candidates(queue, now, asked)
+                rows = [row for row in read if row.id not in skipped][:wanted]
+                for row in rows:
+                    taken = self.take_one(row, queue, owner, now, expires)
+                    claimed.extend(taken)
+                    if not taken:
+                        skipped.add(row.id)
+                if not rows or len(read) < asked:
+                    break
+        return claimed
+
+    def take_one(
+        self, row: Candidate, queue: str, owner: str, now: datetime, expires: datetime
+    ) -> list[ClaimedJob]:
+        """Claim one row in a savepoint; log and skip it if the database refuses."""
+        try:
+            with transaction.atomic(using=self.using):
+                return self.take([row], queue, owner, now, expires)
+        except ROW_ERRORS as exc:
+            logger.warning(
+                "job #%s cannot be claimed, skipped: %s: %s",
+                row.id,
+                type(exc).__name__,
+                exc,
+                extra={"event": "job_claim_failed", "job_id": row.id},
+            )
+            return []
+
+    def take(
+        self,
+        rows: Sequence[Candidate],
+        queue: str,
+        owner: str,
+        now: datetime,
+        expires: datetime,
+    ) -> list[ClaimedJob]:
+        """Mark ``rows`` running if they are still due and start their attempts.
+
+        Runs inside the claim's transaction. Returns the rows it claimed, in
+        the order given.
+        """
+        started = self.mark_running([row.id for row in rows], queue, owner, now, expires)
+        claimed = [
+            ClaimedJob(
+                id=row.id,
+                name=row.name,
+                queue=row.queue,
+                raw_payload=row.payload,
+                attempt=started[row.id][0],
+                attempts_used=started[row.id][1],
+                max_attempts=row.max_attempts,
+                owner=owner,
+                lease_expires_at=expires,
+            )
+            for row in rows
+            if row.id in started
+        ]
+        if claimed:
+            self.start_attempts(claimed, now)
+        return claimed
+
+    def mark_running(
+        self, ids: Sequence[int], queue: str, owner: str, now: datetime, expires: datetime
+    ) -> dict[int, tuple[int, int]]:
+        """One UPDATE, guarded by the read's conditions; job id -> (attempt, attempts_used)."""
+        sql, params = self.mark_running_sql(ids, queue, owner, now, expires)
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql, params)
+            return {job_id: (attempt, used) for job_id, attempt, used in cursor.fetchall()}
+
+    def mark_running_sql(
+        self, ids: Sequence[int], queue: str, owner: str, now: datetime, expires: datetime
+    ) -> tuple[str, list[Any]]:
+        qn, job = self.qn, self.job_table
+        due, due_params = self.due_condition(queue, now)
+        placeholders = ", ".join(["%s"] * len(ids))
+        sql = (
+            f"UPDATE {job} SET {qn('status')} = '{JobStatus.RUNNING.value}',"
+            f" {qn('lease_owner')} = %s, {qn('lease_expires_at')} = %s, {qn('started_at')} = %s,"
+            f" {qn('attempt')} = {self.next_attempt_sql(job)},"
+            f" {qn('attempts_used')} = {qn('attempts_used')} + 1"
+            f" WHERE {qn('id')} IN ({placeholders}) AND {due}"
+            f" RETURNING {qn('id')}, {qn('attempt')}, {qn('attempts_used')}"
+        )
+        return sql, [owner, self.adapt(expires), self.adapt(now), *ids, *due_params]
+
+    def start_attempts(self, claimed: Sequence[ClaimedJob], now: datetime) -> None:
+        """Insert the attempt rows of ``claimed``, in one statement."""
+        qn = self.qn
+        columns = ", ".join(qn(c) for c in ("job_id", "number", "owner", "started_at", "error"))
+        values = ", ".join(["(%s, %s, %s, %s, '')"] * len(claimed))
+        params: list[Any] = []
+        for job in claimed:
+            params += [job.id, job.attempt, job.owner, self.adapt(now)]
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"INSERT INTO {self.attempt_table} ({columns}) VALUES {values}", params)
+
+    # -- after the claim: every write fenced by owner and attempt --------------
+
+    def settle(self, settlements: Sequence[Settlement]) -> list[Settlement]:
+        """Write many attempts' ends at once; return those whose lease was lost.
+
+        Each job row changes only while it is running under the
+        settlement's owner and attempt; its open attempt row is closed with
+        the outcome. A settlement fenced out changes nothing and is returned.
+        """
+        if not settlements:
+            return []
+        with self.write_transaction():
+            return self.settle_rows(settlements)
+
+    def settle_rows(self, settlements: Sequence[Settlement]) -> list[Settlement]:
+        """The settle's statements, inside the caller's transaction."""
+        raise NotImplementedError
+
+    def renew(
+        self,
+        owner: str,
+        held: Pairs,
+        now: datetime,
+        lease_seconds: float,
+        give_up_seconds: float = 0.0,
+    ) -> tuple[set[int], datetime]:
+        """Extend the leases of ``held`` (job id, attempt) pairs in one statement.
+
+        Fenced like every lease write, and only while the lease stands more
+        than ``give_up_seconds`` (the heartbeat's margin) past ``now``: a
+        lease that has lapsed, or reached the point where its worker gives it
+        up, is never extended again. Returns the ids whose lease was extended
+        (the others were lost) and the new expiry.
+        """
+        expires = lease_end(now, lease_seconds)
+        if not held:
+            return set(), expires
+        sql, params = self.renew_sql(owner, held, now, expires, give_up_seconds)
+        with self.hot_cursor() as cursor:
+            cursor.execute(sql, params)
+            return {row[0] for row in cursor.fetchall()}, expires
+
+    def renew_sql(
+        self, owner: str, held: Pairs, now: datetime, expires: datetime, give_up_seconds: float
+    ) -> tuple[str, list[Any]]:
+        raise NotImplementedError
+
+    def running_guard(self, table: str) -> str:
+        return f"{table}.{self.qn('status')} = '{JobStatus.RUNNING.value}'"

@@ -1,0 +1,240 @@
+"""Wake-ups on PostgreSQL: NOTIFY when a job is enqueued, LISTEN in each worker.
+
+:func:`notify` sends the names of the queues that just got due jobs on the
+caller's connection, so inside ``transaction.atomic()`` PostgreSQL delivers
+them only on commit, and never for a transaction that rolls back. A worker
+process runs one waker (:mod:`django_jobs.worker.waker`): a thread that
+listens on a connection of its own (a :class:`Listener`) and wakes the
+dispatcher of each notified queue, so an idle worker picks a new job up at
+once instead of at its next poll. Polling stays: it is the fallback while
+the listening connection is down, and the only path when LISTEN is off
+(``DJANGO_JOBS["LISTEN"]``), on other databases, or behind a pooler that
+does not deliver notifications (detected with a probe at every connection).
+
+The channel name is fixed and versioned; the payload is the queue's name
+alone, and an empty payload is the probe's.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from django.db import connections
+
+from ..conf import settings
+from ..retry_policy import RetryPolicy, backoff_seconds
+
+if TYPE_CHECKING:
+    import psycopg
+
+logger = logging.getLogger(__name__)
+
+CHANNEL = "django_jobs_v1"
+
+# How long a listener waits for its own probe before it concludes that
+# notifications are not delivered (a transaction-mode pooler).
+PROBE_SECONDS = 2.0
+# Reconnection after a lost connection: 1 s, 2 s, 4 s, ... at most 30 s.
+FIRST_BACKOFF_SECONDS = 1.0
+MAX_BACKOFF_SECONDS = 30.0
+# The listening connection's own bounds, merged under the database's OPTIONS:
+# libpq's connect timeout, and TCP keepalives so a dead peer is noticed.
+CONNECTION_DEFAULTS: dict[str, Any] = {
+    "connect_timeout": 10,
+    "keepalives": 1,
+    "keepalives_idle": 10,
+    "keepalives_interval": 5,
+    "keepalives_count": 3,
+}
+
+
+def supports_notify(using: str) -> bool:
+    """Whether the database behind ``using`` has LISTEN/NOTIFY."""
+    return connections[using].vendor == "postgresql"
+
+
+def notify(using: str, queues: Iterable[str]) -> None:
+    """Wake the workers of ``queues``: one statement on the caller's connection.
+
+    Inside a transaction, the notifications go out when it commits. Does
+    nothing on databases without NOTIFY, or with ``DJANGO_JOBS["LISTEN"]`` off.
+    """
+    if not settings.LISTEN or not supports_notify(using):
+        return
+    from . import get_driver
+
+    get_driver(using).notify(queues)
+
+
+def psycopg_can_listen() -> bool:
+    """Whether psycopg 3.2 or newer (``notifies(timeout=...)``) is installed."""
+    try:
+        import psycopg
+    except ImportError:
+        return False
+    major, minor = (int(part) for part in psycopg.__version__.split(".")[:2])
+    return (major, minor) >= (3, 2)
+
+
+def first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class Listener:
+    """One connection of its own that LISTENs on :data:`CHANNEL`.
+
+    :meth:`wait` returns the queue names notified within its timeout. After
+    an error the connection is closed and reopened by a later :meth:`wait`,
+    after a backoff; until then :meth:`wait` only sleeps. Each connection
+    first sends itself a probe: if it does not come back (a pooler in
+    transaction mode delivers no notifications), :attr:`delivering` turns
+    False and the listener gives up for good.
+    """
+
+    def __init__(
+        self,
+        using: str = "default",
+        *,
+        probe_seconds: float = PROBE_SECONDS,
+        first_backoff: float = FIRST_BACKOFF_SECONDS,
+        max_backoff: float = MAX_BACKOFF_SECONDS,
+        stopping: threading.Event | None = None,
+    ) -> None:
+        self.using = using
+        self.probe_seconds = probe_seconds
+        self.first_backoff = first_backoff
+        self.max_backoff = max_backoff
+        # Set to cut short the sleeps and the probe's wait (the waker's stop).
+        self.stopping = stopping or threading.Event()
+        self.delivering = True
+        self.failures = 0
+        self._connection: psycopg.Connection[Any] | None = None
+        self._retry_at = 0.0
+        self._early: set[str] = set()  # notified while the probe was awaited
+
+    @property
+    def backend_pid(self) -> int | None:
+        """The server process of the listening connection, if it is open."""
+        return self._connection.info.backend_pid if self._connection is not None else None
+
+    def connection_params(self) -> dict[str, Any]:
+        """The Django database's connection parameters, in autocommit, with our bounds."""
+        params = {**CONNECTION_DEFAULTS, **connections[self.using].get_connection_params()}
+        params["autocommit"] = True
+        return params
+
+    def wait(self, timeout: float) -> set[str]:
+        """The queue names notified within ``timeout`` seconds, and all arrived before.
+
+        An empty set on timeout, and while disconnected or given up (then it
+        sleeps ``timeout``). Opening a connection, with its probe, may take longer.
+        """
+        if self._connection is None and not self._connect():
+            self.stopping.wait(timeout)
+            return set()
+        assert self._connection is not None  # noqa: S101 (for the type checker)
+        names, self._early = self._early, set()
+        try:
+            names |= self._receive(self._connection, 0 if names else timeout)
+        except Exception as exc:  # noqa: BLE001 (psycopg or socket: the connection is gone)
+            self._close_connection()
+            self._failed("lost its connection", exc)
+        return names
+
+    def close(self) -> None:
+        self._close_connection()
+
+    def _receive(self, connection: psycopg.Connection[Any], timeout: float) -> set[str]:
+        # It returns at the first notification, with every other one read with it.
+        batch = connection.notifies(timeout=timeout, stop_after=1)
+        names = {notice.payload for notice in batch if notice.channel == CHANNEL}
+        names.discard("")  # probes, this listener's or another worker's
+        return names
+
+    def _connect(self) -> bool:
+        if not self.delivering or time.monotonic() < self._retry_at or self.stopping.is_set():
+            return False
+        import psycopg
+        from psycopg import sql
+
+        params = self.connection_params()
+        connection = None
+        try:
+            connection = psycopg.connect(**params)
+            connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(CHANNEL)))
+            delivered = self._probe(connection, params)
+        except Exception as exc:  # noqa: BLE001 (psycopg or socket: retried after a backoff)
+            close_quietly(connection)
+            self._failed("could not connect", exc)
+            return False
+        if not delivered:
+            close_quietly(connection)
+            if not self.stopping.is_set():
+                self._give_up()
+            return False
+        self._connection = connection
+        if self.failures:
+            logger.info("LISTEN connection restored", extra={"event": "listen_restored"})
+        self.failures = 0
+        return True
+
+    def _probe(self, connection: psycopg.Connection[Any], params: dict[str, Any]) -> bool:
+        """Notify the channel from another connection; True once it arrives here."""
+        import psycopg
+
+        with psycopg.connect(**params) as sender:
+            sender.execute("SELECT pg_notify(%s, '')", [CHANNEL])
+        deadline = time.monotonic() + self.probe_seconds
+        while not self.stopping.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            for notice in connection.notifies(timeout=min(remaining, 0.2)):
+                if notice.payload == "":
+                    return True
+                self._early.add(notice.payload)
+        return False
+
+    def _give_up(self) -> None:
+        self.delivering = False
+        logger.warning(
+            "LISTEN is not delivered on database %r (e.g. behind a transaction-mode pooler): "
+            "the worker polls every POLL_SECONDS (%ss). Set DJANGO_JOBS['LISTEN'] = False "
+            "to skip this check.",
+            self.using,
+            settings.POLL_SECONDS,
+            extra={"event": "listen_undelivered"},
+        )
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        self.failures += 1
+        policy = RetryPolicy(self.first_backoff, self.max_backoff, jitter=0.0)
+        delay = backoff_seconds(self.failures, policy)
+        self._retry_at = time.monotonic() + delay
+        # One warning per outage; the retries that fail too are logged at DEBUG.
+        level = logging.WARNING if self.failures == 1 else logging.DEBUG
+        logger.log(
+            level,
+            "LISTEN connection %s (%s); polling until it reconnects, next try in %ss",
+            what,
+            first_line(exc),
+            delay,
+            extra={"event": "listen_lost", "failures": self.failures},
+        )
+
+    def _close_connection(self) -> None:
+        connection, self._connection = self._connection, None
+        close_quietly(connection)
+
+
+def close_quietly(connection: psycopg.Connection[Any] | None) -> None:
+    if connection is not None:
+        try:
+            connection.close()
+        except Exception:  # noqa: BLE001, S110 (closing a broken connection)
+            pass

@@ -1,0 +1,318 @@
+"""The PostgreSQL driver: one statement, one round trip, per claim and per settle batch.
+
+- The claim selects due rows with ``FOR UPDATE SKIP LOCKED``, marks them
+  running and inserts their attempt rows in one statement of data-modifying
+  ``WITH`` queries. It commits on its own (autocommit), so no transaction is
+  ever left open between two round trips: a worker cut off mid-claim leaves
+  nothing locked on the server.
+- A settle batch is one ``UPDATE ... FROM unnest(...)`` over the job rows,
+  fenced on id, owner and attempt, that closes the attempt rows of the jobs
+  it matched in the same statement. The lease renewal is one fenced UPDATE.
+- The statements' texts do not depend on how many rows they carry (arrays,
+  not lists of placeholders), so the server plans them alike.
+- The hot-path statements are prepared on the server once per connection
+  (``DJANGO_JOBS["PREPARED_STATEMENTS"]``, on by default): planning them
+  costs more than running them. Django leaves its own statements
+  unprepared, for the sake of transaction-mode poolers; turn this off
+  behind a pooler that cannot keep prepared statements (PgBouncer before
+  1.21, or without ``max_prepared_statements``).
+- ``notify`` sends ``pg_notify`` on the caller's connection: inside a
+  transaction it is delivered only on commit.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from functools import partial
+from typing import Any
+
+from django.db import transaction
+
+from ..conf import settings
+from ..models import Job, JobStatus
+from ..outcomes import Settlement
+from .base import CANDIDATE_COLUMNS, ClaimedJob, Driver, Pairs, lease_end
+from .notify import CHANNEL
+
+
+class PostgresDriver(Driver):
+    lock_suffix = " FOR UPDATE SKIP LOCKED"
+
+    def __init__(self, using: str = "default") -> None:
+        super().__init__(using)
+        self.prepare = bool(settings.PREPARED_STATEMENTS)
+
+    @contextmanager
+    def hot_cursor(self) -> Iterator[Any]:
+        """A Django cursor whose statements are bound and prepared on the server.
+
+        Wrapped like Django's own cursors, so query logging and
+        ``execute_wrapper`` see its statements.
+        """
+        from django.db.backends.postgresql import base as backend
+
+        connection = self.connection
+        connection.ensure_connection()
+        raw: Any = backend.ServerBindingCursor(connection.connection)  # type: ignore[call-arg]
+        if self.prepare:
+            raw.execute = partial(raw.execute, prepare=True)
+        cursor = connection._prepare_cursor(raw)
+        try:
+            yield cursor
+        finally:
+            cursor.close()
+
+    def database_now(self) -> datetime | None:
+        # CURRENT_TIMESTAMP is the start of the transaction; clock_timestamp() is now.
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT clock_timestamp()")
+            (value,) = cursor.fetchone()
+        return value if isinstance(value, datetime) else None
+
+    def notify(self, queues: Iterable[str]) -> None:
+        """One statement on the caller's connection: delivered when its transaction commits."""
+        names = sorted(set(queues))
+        if names:
+            with self.hot_cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_notify(%s, q) FROM unnest(%s::text[]) AS q", [CHANNEL, names]
+                )
+
+    def execute(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """Run one hot-path statement; a savepoint inside a transaction, so a refused row
+        leaves the caller's transaction usable; else its own transaction: one round trip."""
+        if self.connection.in_atomic_block:
+            with transaction.atomic(using=self.using), self.hot_cursor() as cursor:
+                cursor.execute(sql, params)
+                return list(cursor.fetchall())
+        with self.hot_cursor() as cursor:
+            cursor.execute(sql, params)
+            return list(cursor.fetchall())
+
+    def insert_jobs(self, rows: Sequence[Job], now: datetime, notify: bool) -> None:
+        """One statement: the rows in order, and the NOTIFY of the queues with a job due."""
+        if not rows:
+            return
+        qn, job = self.qn, self.job_table
+        columns = ", ".join(
+            qn(c)
+            for c in (
+                "name",
+                "queue",
+                "payload",
+                "status",
+                "priority",
+                "run_at",
+                "attempt",
+                "attempts_used",
+                "max_attempts",
+                "last_error",
+                "created_at",
+            )
+        )
+        sql = (
+            f"WITH r AS (INSERT INTO {job} ({columns})"
+            f" SELECT v.name, v.queue, v.payload::jsonb, '{JobStatus.PENDING.value}', v.priority,"
+            " v.run_at, 0, 0, v.max_attempts, '', v.created_at"
+            " FROM unnest(%s::text[], %s::text[], %s::text[], %s::integer[], %s::timestamptz[],"
+            " %s::integer[], %s::timestamptz[]) WITH ORDINALITY"
+            " AS v(name, queue, payload, priority, run_at, max_attempts, created_at, n)"
+            f" ORDER BY v.n RETURNING {qn('id')}, {qn('queue')}, {qn('run_at')})"
+            f" SELECT {qn('id')} FROM r"
+        )
+        params: list[Any] = [
+            [row.name for row in rows],
+            [row.queue for row in rows],
+            [None if row.payload is None else json.dumps(row.payload) for row in rows],
+            [row.priority for row in rows],
+            [row.run_at for row in rows],
+            [row.max_attempts for row in rows],
+            [row.created_at for row in rows],
+        ]
+        if notify:  # a volatile call in a lateral subquery: run once per distinct due queue
+            sql += (
+                f" UNION ALL SELECT NULL FROM (SELECT DISTINCT {qn('queue')} AS q FROM r"
+                f" WHERE {qn('run_at')} <= %s) d, LATERAL (SELECT pg_notify(%s, d.q)) n"
+            )
+            params += [now, CHANNEL]
+        with self.hot_cursor() as cursor:
+            cursor.execute(sql, params)
+            ids = [job_id for (job_id,) in cursor.fetchall() if job_id is not None]
+        for row, job_id in zip(rows, ids, strict=True):
+            row.pk = job_id
+            row._state.adding = False
+            row._state.db = self.using
+
+    def claim_batch(
+        self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
+    ) -> list[ClaimedJob]:
+        sql, params = self.claim_sql(queue, owner, now, expires, limit)
+        return self.claimed_rows(self.execute(sql, params), owner, expires)
+
+    def claim_and_settle(
+        self,
+        queue: str,
+        owner: str,
+        now: datetime,
+        lease_seconds: float,
+        limit: int,
+        settlements: Sequence[Settlement],
+    ) -> tuple[list[ClaimedJob], list[Settlement]]:
+        """Settle ``settlements`` and claim, in one statement: one round trip, one commit."""
+        if not settlements:
+            return self.claim(queue, owner, now, lease_seconds, limit), []
+        expires = lease_end(now, lease_seconds)
+        settle_ctes, settle_params = self.settle_ctes(settlements)
+        claim_ctes, claim_params = self.claim_ctes(queue, owner, now, expires, limit)
+        sql = self.text(
+            "claim_and_settle",
+            lambda: (
+                f"WITH {settle_ctes}, {claim_ctes}"
+                f" SELECT 1, {self.claimed_columns} FROM marked"
+                " UNION ALL SELECT 0, id, NULL, NULL, NULL, attempt, NULL, NULL, NULL, NULL"
+                " FROM settled"
+            ),
+        )
+        rows = self.execute(sql, [*settle_params, *claim_params])
+        written = {(row[1], row[5]) for row in rows if row[0] == 0}
+        claimed = self.claimed_rows([row[1:] for row in rows if row[0] == 1], owner, expires)
+        return claimed, [s for s in settlements if s.pair not in written]
+
+    def claimed_rows(
+        self, rows: list[tuple[Any, ...]], owner: str, expires: datetime
+    ) -> list[ClaimedJob]:
+        rows.sort(key=lambda row: (-row[7], row[8], row[0]))  # claim order, without a Sort node
+        return [
+            ClaimedJob(
+                id=row[0],
+                name=row[1],
+                queue=row[2],
+                raw_payload=row[3],
+                attempt=row[4],
+                attempts_used=row[5],
+                max_attempts=row[6],
+                owner=owner,
+                lease_expires_at=expires,
+            )
+            for row in rows
+        ]
+
+    @property
+    def claimed_columns(self) -> str:
+        columns = (*CANDIDATE_COLUMNS, "priority", "run_at")
+        return ", ".join(self.qn(column) for column in columns)
+
+    def claim_statement(
+        self, queue: str, owner: str, now: datetime, lease_seconds: float, limit: int
+    ) -> tuple[str, list[Any]]:
+        return self.claim_sql(queue, owner, now, lease_end(now, lease_seconds), limit)
+
+    def claim_sql(
+        self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
+    ) -> tuple[str, list[Any]]:
+        ctes, params = self.claim_ctes(queue, owner, now, expires, limit)
+        return self.text(
+            "claim", lambda: f"WITH {ctes} SELECT {self.claimed_columns} FROM marked"
+        ), params
+
+    def claim_ctes(
+        self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
+    ) -> tuple[str, list[Any]]:
+        """``picked`` (due rows, locked), ``marked`` (running, this owner's), ``started``."""
+        due, due_params = self.due_condition(queue, now)
+        stamp = [owner, self.adapt(expires), self.adapt(now)]
+        params = [*due_params, int(limit), *stamp, owner, self.adapt(now)]
+        return self.text("claim_ctes", lambda: self.claim_ctes_text(due)), params
+
+    def claim_ctes_text(self, due: str) -> str:
+        qn, job, attempts = self.qn, self.job_table, self.attempt_table
+        columns = ", ".join(f"j.{qn(c)}" for c in (*CANDIDATE_COLUMNS, "priority", "run_at"))
+        sql = (
+            f"picked AS (SELECT {qn('id')} FROM {job} WHERE {due}"
+            f" ORDER BY {self.claim_order} LIMIT %s FOR UPDATE SKIP LOCKED),"
+            f" marked AS (UPDATE {job} j SET {qn('status')} = '{JobStatus.RUNNING.value}',"
+            f" {qn('lease_owner')} = %s, {qn('lease_expires_at')} = %s, {qn('started_at')} = %s,"
+            f" {qn('attempt')} = {self.next_attempt_sql('j')},"
+            f" {qn('attempts_used')} = j.{qn('attempts_used')} + 1"
+            f" FROM picked WHERE j.{qn('id')} = picked.{qn('id')}"
+            f" RETURNING {columns}),"
+            f" started AS (INSERT INTO {attempts}"
+            f" ({qn('job_id')}, {qn('number')}, {qn('owner')}, {qn('started_at')}, {qn('error')})"
+            f" SELECT {qn('id')}, {qn('attempt')}, %s, %s, '' FROM marked)"
+        )
+        return sql
+
+    def settle(self, settlements: Sequence[Settlement]) -> list[Settlement]:
+        if not settlements:
+            return []
+        ctes, params = self.settle_ctes(settlements)
+        sql = self.text("settle", lambda: f"WITH {ctes} SELECT id, attempt FROM settled")
+        rows = self.execute(sql, params)
+        written = {(job_id, attempt) for job_id, attempt in rows}
+        return [s for s in settlements if s.pair not in written]
+
+    def settle_ctes(self, settlements: Sequence[Settlement]) -> tuple[str, list[Any]]:
+        """``v`` (the settlements), ``settled`` (the job rows they fenced in), ``closed``."""
+        return self.text("settle_ctes", self.settle_ctes_text), self.settle_params(settlements)
+
+    def settle_ctes_text(self) -> str:
+        qn, job, attempts = self.qn, self.job_table, self.attempt_table
+        return (
+            "v AS (SELECT * FROM unnest(%s::bigint[], %s::text[], %s::integer[],"
+            " %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[], %s::integer[],"
+            " %s::text[], %s::text[], %s::timestamptz[])"
+            " AS v(id, owner, attempt, status, run_at, finished_at, last_error, give_back,"
+            " outcome, error, ended_at)),"
+            f" settled AS (UPDATE {job} j SET {qn('status')} = v.status,"
+            f" {qn('run_at')} = COALESCE(v.run_at, j.{qn('run_at')}),"
+            f" {qn('finished_at')} = COALESCE(v.finished_at, j.{qn('finished_at')}),"
+            f" {qn('last_error')} = COALESCE(v.last_error, j.{qn('last_error')}),"
+            f" {qn('attempts_used')} = j.{qn('attempts_used')} - v.give_back,"
+            f" {qn('lease_owner')} = NULL, {qn('lease_expires_at')} = NULL"
+            f" FROM v WHERE j.{qn('id')} = v.id AND j.{qn('lease_owner')} = v.owner"
+            f" AND j.{qn('attempt')} = v.attempt AND {self.running_guard('j')}"
+            " RETURNING v.id, v.attempt, v.outcome, v.error, v.ended_at),"
+            f" closed AS (UPDATE {attempts} a SET {qn('outcome')} = settled.outcome,"
+            f" {qn('finished_at')} = settled.ended_at, {qn('error')} = settled.error"
+            f" FROM settled WHERE a.{qn('job_id')} = settled.id"
+            f" AND a.{qn('number')} = settled.attempt AND a.{qn('outcome')} IS NULL)"
+        )
+
+    def settle_params(self, settlements: Sequence[Settlement]) -> list[list[Any]]:
+        columns: list[list[Any]] = [[] for _ in range(11)]
+        for s in settlements:
+            row = (
+                s.job_id,
+                s.owner,
+                s.attempt,
+                str(s.status),
+                s.run_at,
+                s.finished_at,
+                s.last_error,
+                int(s.give_back),
+                str(s.outcome),
+                s.error,
+                s.ended_at,
+            )
+            for column, value in zip(columns, row, strict=True):
+                column.append(value)
+        return columns
+
+    def renew_sql(
+        self, owner: str, held: Pairs, now: datetime, expires: datetime, give_up_seconds: float
+    ) -> tuple[str, list[Any]]:
+        qn, job = self.qn, self.job_table
+        sql = (
+            f"UPDATE {job} j SET {qn('lease_expires_at')} = %s"
+            " FROM unnest(%s::bigint[], %s::integer[]) AS h(id, attempt)"
+            f" WHERE j.{qn('id')} = h.id AND j.{qn('attempt')} = h.attempt"
+            f" AND j.{qn('lease_owner')} = %s AND {self.running_guard('j')}"
+            f" AND j.{qn('lease_expires_at')} > %s::timestamptz + %s * interval '1 second'"
+            f" RETURNING j.{qn('id')}"
+        )
+        ids = [job_id for job_id, _ in held]
+        numbers = [attempt for _, attempt in held]
+        return sql, [expires, ids, numbers, owner, now, float(give_up_seconds)]

@@ -1,0 +1,198 @@
+"""The SQLite driver: no row locks, so guarded updates under the write lock.
+
+Every write transaction takes the write lock up front (``BEGIN IMMEDIATE``):
+a deferred transaction that reads and then writes gets "database is locked"
+at once whatever the busy timeout, while an immediate one waits its turn.
+The claim reads its candidates and marks them running by one UPDATE whose
+WHERE repeats every condition of the read (``Driver.due_condition``); a row
+that no longer matches changes nothing and is skipped. A settle batch is one
+``UPDATE ... FROM (VALUES ...)`` fenced on id, owner and attempt, then one
+UPDATE of the attempt rows it matched, in one transaction: one commit for
+the whole batch. RETURNING and UPDATE FROM need SQLite 3.35 or newer.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from typing import Any
+
+from django.core.checks import CheckMessage, Error, Warning
+from django.db import OperationalError, transaction
+
+from ..outcomes import Settlement
+from .base import ClaimedJob, DatabaseBusy, Driver, Pairs
+
+logger = logging.getLogger(__name__)
+
+MINIMUM_SQLITE = (3, 35, 0)
+
+
+class SQLiteDriver(Driver):
+    @contextmanager
+    def write_transaction(self) -> Iterator[None]:
+        connection = self.connection
+        if connection.in_atomic_block:
+            with transaction.atomic(using=self.using):
+                yield
+            return
+        connection.ensure_connection()
+        saved = connection.transaction_mode
+        connection.transaction_mode = "IMMEDIATE"
+        try:
+            with transaction.atomic(using=self.using):
+                connection.transaction_mode = saved
+                yield
+        finally:
+            connection.transaction_mode = saved
+
+    def check_configuration(self) -> list[CheckMessage]:
+        messages: list[CheckMessage] = []
+        if sqlite3.sqlite_version_info < MINIMUM_SQLITE:
+            messages.append(
+                Error(
+                    f"django-jobs needs SQLite 3.35 or newer (UPDATE ... RETURNING); "
+                    f"this Python has {sqlite3.sqlite_version}.",
+                    hint="Use a Python built against a newer SQLite.",
+                    id="django_jobs.E030",
+                )
+            )
+        options = self.connection.settings_dict.get("OPTIONS") or {}
+        if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
+            messages.append(
+                Warning(
+                    "SQLite transactions are DEFERRED: a view that reads and then enqueues a "
+                    "job inside transaction.atomic() can get 'database is locked' while a "
+                    "worker writes.",
+                    hint="Set DATABASES[...]['OPTIONS'] = {'transaction_mode': 'IMMEDIATE', "
+                    "'timeout': 20}.",
+                    id="django_jobs.W001",
+                )
+            )
+        return messages
+
+    def database_now(self) -> datetime | None:
+        # SQLite reads this host's clock, at millisecond resolution.
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
+            (value,) = cursor.fetchone()
+        return datetime.strptime(value, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=timezone.utc)
+
+    def claim(
+        self, queue: str, owner: str, now: datetime, lease_seconds: float, limit: int = 1
+    ) -> list[ClaimedJob]:
+        try:
+            return super().claim(queue, owner, now, lease_seconds, limit)
+        except OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
+            logger.info(
+                "database is locked; nothing claimed this tick", extra={"event": "claim_busy"}
+            )
+            return []
+
+    def claim_and_settle(
+        self,
+        queue: str,
+        owner: str,
+        now: datetime,
+        lease_seconds: float,
+        limit: int,
+        settlements: Sequence[Settlement],
+    ) -> tuple[list[ClaimedJob], list[Settlement]]:
+        try:
+            return super().claim_and_settle(queue, owner, now, lease_seconds, limit, settlements)
+        except OperationalError as exc:
+            if "locked" not in str(exc):
+                raise
+            raise DatabaseBusy(str(exc)) from exc
+
+    def settle_rows(self, settlements: Sequence[Settlement]) -> list[Settlement]:
+        if not settlements:
+            return []
+        qn, job = self.qn, self.job_table
+        columns = (
+            "id, owner, attempt, status, run_at, finished_at, last_error, give_back,"
+            " outcome, error, ended_at"
+        )
+        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(settlements))
+        params: list[Any] = []
+        for s in settlements:
+            params += [
+                s.job_id,
+                s.owner,
+                s.attempt,
+                str(s.status),
+                self.adapt(s.run_at),
+                self.adapt(s.finished_at),
+                s.last_error,
+                int(s.give_back),
+                str(s.outcome),
+                s.error,
+                self.adapt(s.ended_at),
+            ]
+        update_jobs = (
+            f"WITH v({columns}) AS (VALUES {values})"
+            f" UPDATE {job} SET {qn('status')} = v.status,"
+            f" {qn('run_at')} = COALESCE(v.run_at, {job}.{qn('run_at')}),"
+            f" {qn('finished_at')} = COALESCE(v.finished_at, {job}.{qn('finished_at')}),"
+            f" {qn('last_error')} = COALESCE(v.last_error, {job}.{qn('last_error')}),"
+            f" {qn('attempts_used')} = {job}.{qn('attempts_used')} - v.give_back,"
+            f" {qn('lease_owner')} = NULL, {qn('lease_expires_at')} = NULL"
+            f" FROM v WHERE {job}.{qn('id')} = v.id AND {job}.{qn('lease_owner')} = v.owner"
+            f" AND {job}.{qn('attempt')} = v.attempt AND {self.running_guard(job)}"
+            f" RETURNING {job}.{qn('id')}, {job}.{qn('attempt')}"
+        )
+        with self.connection.cursor() as cursor:
+            cursor.execute(update_jobs, params)
+            written = {(job_id, attempt) for job_id, attempt in cursor.fetchall()}
+            done = [s for s in settlements if s.pair in written]
+            if done:
+                self.close_attempts(cursor, done)
+        return [s for s in settlements if s.pair not in written]
+
+    def close_attempts(self, cursor: Any, done: Sequence[Settlement]) -> None:
+        qn, attempts = self.qn, self.attempt_table
+        values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(done))
+        params: list[Any] = []
+        for s in done:
+            params += [s.job_id, s.attempt, str(s.outcome), s.error, self.adapt(s.ended_at)]
+        cursor.execute(
+            f"WITH v(job_id, number, outcome, error, ended_at) AS (VALUES {values})"
+            f" UPDATE {attempts} SET {qn('outcome')} = v.outcome,"
+            f" {qn('finished_at')} = v.ended_at, {qn('error')} = v.error"
+            f" FROM v WHERE {attempts}.{qn('job_id')} = v.job_id"
+            f" AND {attempts}.{qn('number')} = v.number AND {attempts}.{qn('outcome')} IS NULL",
+            params,
+        )
+
+    def renew_sql(
+        self, owner: str, held: Pairs, now: datetime, expires: datetime, give_up_seconds: float
+    ) -> tuple[str, list[Any]]:
+        from datetime import timedelta
+
+        qn, job = self.qn, self.job_table
+        pairs = ", ".join(["(%s, %s)"] * len(held))
+        sql = (
+            f"UPDATE {job} SET {qn('lease_expires_at')} = %s"
+            f" WHERE ({qn('id')}, {qn('attempt')}) IN (VALUES {pairs})"
+            f" AND {qn('lease_owner')} = %s AND {self.running_guard(job)}"
+            f" AND {qn('lease_expires_at')} > %s RETURNING {qn('id')}"
+        )
+        flat = [value for pair in held for value in pair]
+        margin = now + timedelta(seconds=give_up_seconds)
+        return sql, [self.adapt(expires), *flat, owner, self.adapt(margin)]
+
+    def renew(
+        self,
+        owner: str,
+        held: Pairs,
+        now: datetime,
+        lease_seconds: float,
+        give_up_seconds: float = 0.0,
+    ) -> tuple[set[int], datetime]:
+        with self.write_transaction():
+            return super().renew(owner, held, now, lease_seconds, give_up_seconds)

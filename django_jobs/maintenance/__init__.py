@@ -1,0 +1,1 @@
+"""Services on their own intervals: the rescuer and the scheduler."""

@@ -1,0 +1,120 @@
+"""What the end of an attempt means for its job: one pure function, no database.
+
+:func:`decide` turns a claimed job and its handler's result into a
+:class:`Settlement`: the job's next status, when it runs again, what is
+recorded on the attempt. The database driver only writes what was decided
+(:meth:`django_jobs.db.base.Driver.settle`), fenced by owner and attempt.
+"""
+
+from __future__ import annotations
+
+import random
+import traceback
+from dataclasses import dataclass
+from datetime import datetime
+
+from .models import AttemptOutcome, JobStatus
+from .payloads import decode_payload
+from .records import ClaimedJob, Settlement
+from .redaction import masker
+from .retry_policy import RetryPolicy, next_run_at
+from .text import storable_text
+
+ERROR_LIMIT = 2000
+RELEASED_ERROR = "Released: the worker stopped before the handler finished"
+
+
+def error_text(exc: BaseException, limit: int | None = ERROR_LIMIT) -> str:
+    """Exception type and message, no stack trace, storable, capped at 2,000 characters."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = "<the exception's message could not be read>"
+    text = f"{type(exc).__name__}: {message}" if message else type(exc).__name__
+    return storable_text(text)[:limit]
+
+
+@dataclass(frozen=True)
+class HandlerResult:
+    """How a handler ended: the attempt's outcome and, for a failure, its error."""
+
+    outcome: AttemptOutcome
+    error: str = ""
+    traceback: str = ""  # for the log; payload values masked like ``error``
+
+    @classmethod
+    def from_exception(
+        cls, outcome: AttemptOutcome, exc: BaseException, raw_payload: object
+    ) -> HandlerResult:
+        """The attempt's end, with the secrets of the payload as stored masked.
+
+        ``raw_payload`` is the column's value as claimed, not the handler's
+        copy: a secret the handler popped or changed is still masked.
+        """
+        mask = masker(_stored_payload(raw_payload))
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        error = mask(error_text(exc, limit=None))[:ERROR_LIMIT]
+        return cls(outcome, error, storable_text(mask(trace)))
+
+
+def _stored_payload(raw_payload: object) -> object:
+    try:
+        return decode_payload(raw_payload)
+    except Exception:
+        return None  # not decodable: nothing of it is in the error either
+
+
+def decide(
+    claimed: ClaimedJob,
+    result: HandlerResult,
+    now: datetime,
+    policy: RetryPolicy,
+    rng: random.Random | None = None,
+) -> Settlement:
+    """What ``result`` means for ``claimed`` at ``now``.
+
+    Succeeded finishes the job. A failure or a timeout makes it due again
+    after the policy's backoff, or dead-letters it when no attempt is left.
+    Released hands it back due now and gives its attempt back. Cancelled
+    finishes it without a retry.
+    """
+    error = result.error[:ERROR_LIMIT]
+
+    def settled(status: JobStatus, **changes: object) -> Settlement:
+        return Settlement(
+            claimed.id,
+            claimed.owner,
+            claimed.attempt,
+            result.outcome,
+            status,
+            now,
+            error,
+            **changes,  # type: ignore[arg-type]
+        )
+
+    outcome = result.outcome
+    if outcome == AttemptOutcome.SUCCEEDED:
+        return settled(JobStatus.SUCCEEDED, finished_at=now, last_error="")
+    if outcome == AttemptOutcome.RELEASED:
+        return settled(JobStatus.PENDING, run_at=now, give_back=True)
+    if outcome == AttemptOutcome.CANCELLED:
+        return settled(JobStatus.CANCELLED, finished_at=now, last_error=error)
+    retry_at = next_run_at(claimed.attempts_used, claimed.max_attempts, now, policy, rng)
+    if retry_at is None:
+        return settled(JobStatus.DEAD_LETTERED, finished_at=now, last_error=error)
+    return settled(JobStatus.PENDING, run_at=retry_at, last_error=error)
+
+
+def released(job_id: int, owner: str, attempt: int, now: datetime) -> Settlement:
+    """A job handed back at shutdown, its handler still running: due now, attempt given back."""
+    return Settlement(
+        job_id,
+        owner,
+        attempt,
+        AttemptOutcome.RELEASED,
+        JobStatus.PENDING,
+        now,
+        RELEASED_ERROR,
+        run_at=now,
+        give_back=True,
+    )

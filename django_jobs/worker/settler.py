@@ -1,0 +1,145 @@
+"""The settler: writes attempts' outcomes in batches, each row still fenced.
+
+Handler threads hand their results over and go back to work at once. A
+job stays held, its lease renewed, until its outcome is durably written.
+Outcomes are written one of two ways, whichever comes first:
+
+- a dispatcher about to claim takes what is waiting (:meth:`Settler.take`)
+  and settles it in the claim's own statement: under load, one round trip
+  and one commit carry a batch of outcomes and the next batch of jobs;
+- otherwise the settler's thread writes what has waited ``linger_seconds``
+  (an idle queue, or outcomes a failed claim gave back), in one statement.
+
+On a stop, :meth:`Settler.stop` writes what is queued before the worker
+hands back what is still running. Without a started thread
+(``Worker.run_once``, tests), :meth:`submit` writes on the calling thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from django.db import connections
+
+from ..db import ClaimedJob
+from ..outcomes import HandlerResult
+
+if TYPE_CHECKING:
+    from .inflight import Held
+
+logger = logging.getLogger(__name__)
+
+MAX_BATCH = 500
+# How long an outcome waits for a claim to carry it before the settler writes it itself.
+LINGER_SECONDS = 0.005
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A result waiting to be written; ``held`` is its entry in the held set, if any."""
+
+    claimed: ClaimedJob
+    result: HandlerResult
+    held: Held | None = None
+
+
+Writer = Callable[[Sequence[Outcome]], object]
+
+
+class Settler:
+    def __init__(
+        self, write: Writer, max_batch: int = MAX_BATCH, linger_seconds: float = LINGER_SECONDS
+    ) -> None:
+        self.write = write
+        self.max_batch = max_batch
+        self.linger_seconds = linger_seconds
+        self._pending: deque[tuple[float, Outcome]] = deque()
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="django-jobs-settler", daemon=True)
+        self._thread.start()
+
+    def submit(self, outcome: Outcome) -> None:
+        if not self.running:
+            self.write([outcome])
+            return
+        with self._cond:
+            self._pending.append((time.monotonic(), outcome))
+            if len(self._pending) == 1:
+                self._cond.notify()
+
+    def take(self, limit: int | None = None) -> list[Outcome]:
+        """Take up to ``limit`` waiting outcomes, for a claim to settle in its statement."""
+        limit = self.max_batch if limit is None else limit
+        with self._cond:
+            taken: list[Outcome] = []
+            while self._pending and len(taken) < limit:
+                taken.append(self._pending.popleft()[1])
+            return taken
+
+    def give_back(self, outcomes: list[Outcome]) -> None:
+        """Outcomes a claim could not write: the settler's thread writes them at once."""
+        if not self.running:
+            self.write(outcomes)
+            return
+        with self._cond:
+            self._pending.extendleft((0.0, outcome) for outcome in reversed(outcomes))
+            self._cond.notify()
+
+    def stop(self, timeout: float) -> bool:
+        """Write what is queued, then end the thread; False if it did not end in ``timeout``."""
+        thread = self._thread
+        if thread is None:
+            return True
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        thread.join(timeout)
+        return not thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            while (batch := self._next_batch()) is not None:
+                self._write(batch)
+        finally:
+            connections.close_all()
+
+    def _next_batch(self) -> list[Outcome] | None:
+        """Wait until the oldest outcome has lingered (or a stop); None once stopped and empty."""
+        with self._cond:
+            while True:
+                if self._pending:
+                    age = time.monotonic() - self._pending[0][0]
+                    if self._stopping or age >= self.linger_seconds:
+                        batch: list[Outcome] = []
+                        while self._pending and len(batch) < self.max_batch:
+                            batch.append(self._pending.popleft()[1])
+                        return batch
+                    self._cond.wait(self.linger_seconds - age)
+                elif self._stopping:
+                    return None
+                else:
+                    self._cond.wait()
+
+    def _write(self, batch: list[Outcome]) -> None:
+        try:
+            self.write(batch)
+        except Exception:  # the writer logs what it can; the settler must go on
+            logger.exception(
+                "could not record %s outcome(s); their leases will run out",
+                len(batch),
+                extra={"event": "worker_error"},
+            )

@@ -1,0 +1,83 @@
+"""The waker: a thread that wakes a queue's dispatcher when a job is enqueued on it.
+
+It listens through a :class:`~django_jobs.db.notify.Listener` (PostgreSQL's
+LISTEN, on a connection of its own). A notification is only an early look:
+claims, leases and delivery are the same without it, and the dispatchers
+still poll.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+
+from ..conf import settings
+from ..db.notify import Listener, psycopg_can_listen, supports_notify
+
+logger = logging.getLogger(__name__)
+
+# How long one wait of the waker thread lasts: its loop ends this soon after stop().
+WAKER_WAIT_SECONDS = 0.5
+
+
+class Waker:
+    """A daemon thread that calls ``wake(queue)`` when a job is enqueued on a served queue.
+
+    ``start()`` does nothing (and returns False) where LISTEN is unavailable
+    or turned off; the thread ends by itself when its listener finds that
+    notifications are not delivered. Either way the dispatchers poll.
+    """
+
+    def __init__(
+        self,
+        using: str,
+        queues: Iterable[str],
+        wake: Callable[[str], object],
+        *,
+        listener: Listener | None = None,
+        wait_seconds: float = WAKER_WAIT_SECONDS,
+    ) -> None:
+        self.using = using
+        self.queues = frozenset(queues)
+        self.wake = wake
+        self.listener = listener or Listener(using)
+        self.wait_seconds = wait_seconds
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> bool:
+        """Start listening; False (and no thread) where LISTEN is not used."""
+        if not settings.LISTEN or not supports_notify(self.using):
+            return False
+        if not psycopg_can_listen():
+            logger.info(
+                "LISTEN needs psycopg 3.2 or newer: the worker polls every POLL_SECONDS",
+                extra={"event": "listen_unavailable"},
+            )
+            return False
+        self._thread = threading.Thread(target=self._run, name="django-jobs-waker", daemon=True)
+        self._thread.start()
+        return True
+
+    def stop(self, timeout: float = 2.0) -> None:
+        self.listener.stopping.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def is_alive(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def _run(self) -> None:
+        listener = self.listener
+        try:
+            while not listener.stopping.is_set() and listener.delivering:
+                for queue in sorted(listener.wait(self.wait_seconds) & self.queues):
+                    self._wake(queue)
+        finally:
+            listener.close()
+
+    def _wake(self, queue: str) -> None:
+        try:
+            self.wake(queue)
+        except Exception:
+            logger.exception("waking queue %r failed", queue, extra={"event": "wake_failed"})

@@ -1,0 +1,293 @@
+"""Wake-ups: NOTIFY from schedule_job(s), a Listener of its own, the Waker thread.
+
+The LISTEN tests need PostgreSQL; the pooler test runs a real PgBouncer in
+transaction mode, which scripts/test installs.
+"""
+
+import copy
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.db import connection, connections, transaction
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from django_jobs import JobSpec, schedule_job, schedule_jobs
+from django_jobs.db.notify import CHANNEL, Listener, notify
+from django_jobs.worker.waker import Waker
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+# scripts/test installs PgBouncer and sets this, so that CI never skips the pooler test quietly.
+PGBOUNCER_REQUIRED = os.environ.get("JOBS_TEST_PGBOUNCER") == "required"
+PGBOUNCER = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
+
+
+@pytest.fixture
+def listener() -> Iterator[Listener]:
+    listening = Listener("default", first_backoff=0.05)
+    try:
+        assert listening.wait(0) == set()  # connected and probed: LISTEN is in place
+        assert listening.backend_pid is not None
+        yield listening
+    finally:
+        listening.close()
+
+
+def received(listener: Listener, timeout: float = 0.3) -> set[str]:
+    """Everything ``listener`` gets within ``timeout`` seconds."""
+    names: set[str] = set()
+    deadline = time.monotonic() + timeout
+    while (remaining := deadline - time.monotonic()) > 0:
+        names |= listener.wait(remaining)
+    return names
+
+
+# -- notify: what is sent, and when ------------------------------------------------
+
+
+@pytest.mark.listen_notify
+def test_notify_scheduled_job_wakes_a_waker_within_the_bound():
+    woken: dict[str, float] = {}
+    done = threading.Event()
+
+    def wake(queue: str) -> None:
+        woken[queue] = time.monotonic()
+        done.set()
+
+    waker = Waker("default", ["default"], wake)
+    assert waker.start()
+    try:
+        wait_until(lambda: waker.listener.backend_pid is not None, timeout=5)
+        started = time.monotonic()
+        schedule_job("tests.ok")
+        assert done.wait(2.0), "no wake-up within 2 s"
+        assert woken["default"] - started < 2.0
+    finally:
+        waker.stop()
+    assert not waker.is_alive()
+
+
+@pytest.mark.listen_notify
+def test_notify_rolled_back_enqueue_delivers_nothing(listener):
+    with pytest.raises(RuntimeError), transaction.atomic():
+        schedule_job("tests.ok")
+        raise RuntimeError("roll back")
+    schedule_job("tests.emails")  # committed: arrives, so the listener was listening
+    assert received(listener) == {"emails"}
+
+
+@pytest.mark.listen_notify
+def test_notify_inside_a_transaction_is_delivered_on_commit(listener):
+    with transaction.atomic():
+        schedule_job("tests.ok")
+        assert received(listener, 0.2) == set()
+    assert received(listener) == {"default"}
+
+
+@pytest.mark.listen_notify
+def test_notify_schedule_jobs_on_two_queues_delivers_both_names(listener):
+    schedule_jobs([{"job": "tests.ok"}, {"job": "tests.emails"}, {"job": "tests.ok"}])
+    assert received(listener) == {"default", "emails"}
+
+
+@pytest.mark.listen_notify
+def test_notify_future_job_sends_nothing(listener):
+    later = timezone.now() + timedelta(minutes=5)
+    schedule_job("tests.ok", run_at=later)
+    schedule_jobs([JobSpec("tests.ok", delay=timedelta(seconds=30))])
+    assert received(listener) == set()
+
+
+@pytest.mark.listen_notify
+def test_notify_existing_unique_key_sends_nothing(listener):
+    first = schedule_job("tests.ok", unique_key="one")
+    assert received(listener) == {"default"}
+    assert schedule_job("tests.ok", unique_key="one").pk == first.pk
+    assert [job.pk for job in schedule_jobs([JobSpec("tests.ok", unique_key="one")])] == [first.pk]
+    assert received(listener) == set()
+
+
+@pytest.mark.listen_notify
+def test_notify_setting_off_sends_nothing(listener, settings):
+    settings.DJANGO_JOBS = {**settings.DJANGO_JOBS, "LISTEN": False}
+    schedule_job("tests.ok")
+    schedule_jobs([{"job": "tests.emails"}])
+    assert received(listener) == set()
+
+
+@pytest.mark.listen_notify
+def test_notify_rides_in_the_insert_of_the_job():
+    with CaptureQueriesContext(connection) as one:
+        schedule_job("tests.ok")
+    [insert] = [q["sql"] for q in one.captured_queries if "SAVEPOINT" not in q["sql"]]
+    assert "INSERT" in insert and "pg_notify" in insert
+    with CaptureQueriesContext(connection) as many:
+        schedule_jobs([{"job": "tests.ok"} for _ in range(20)] + [{"job": "tests.emails"}])
+    notifies = [q for q in many.captured_queries if "pg_notify" in q["sql"]]
+    assert len(notifies) == 1
+
+
+@pytest.mark.without_listen_notify
+def test_notify_is_a_no_op_without_listen_notify():
+    with CaptureQueriesContext(connection) as context:
+        notify("default", ["default", "emails"])
+        schedule_job("tests.ok")
+    assert not [q for q in context.captured_queries if "notify" in q["sql"]]
+    assert not Waker("default", ["default"], lambda queue: None).start()
+
+
+# -- the listener and the waker ------------------------------------------------------
+
+
+@pytest.mark.listen_notify
+def test_listener_ignores_empty_payloads(listener):
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_notify(%s, '')", [CHANNEL])  # another worker's probe
+    assert received(listener) == set()
+
+
+@pytest.mark.listen_notify
+def test_listener_drains_everything_already_arrived(listener):
+    for queue in ("a", "b", "c"):
+        notify("default", [queue])
+    time.sleep(0.1)  # all three have arrived before the wait
+    started = time.monotonic()
+    assert listener.wait(5.0) == {"a", "b", "c"}
+    assert time.monotonic() - started < 1.0  # it returns at once, not at its timeout
+
+
+@pytest.mark.listen_notify
+def test_listener_reconnects_after_its_connection_is_killed(listener, caplog):
+    old_pid = listener.backend_pid
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [old_pid])
+    with caplog.at_level(logging.WARNING, logger="django_jobs.db.notify"):
+        wait_until(lambda: listener.wait(0.1) == set() and listener.backend_pid is None, 5)
+    [warning] = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert warning.event == "listen_lost" and warning.exc_info is None
+    assert "lost its connection" in warning.getMessage()
+    wait_until(lambda: listener.wait(0.05) == set() and listener.backend_pid is not None, 5)
+    assert listener.backend_pid != old_pid
+    schedule_job("tests.ok")
+    assert received(listener) == {"default"}
+
+
+@pytest.mark.listen_notify
+def test_waker_wakes_only_the_queues_it_serves():
+    woken: list[str] = []
+    waker = Waker("default", ["emails"], woken.append)
+    assert waker.start()
+    try:
+        wait_until(lambda: waker.listener.backend_pid is not None, timeout=5)
+        schedule_jobs([{"job": "tests.ok"}, {"job": "tests.emails"}])
+        wait_until(lambda: woken, timeout=2)
+        time.sleep(0.1)
+    finally:
+        waker.stop()
+    assert woken == ["emails"]
+
+
+@pytest.mark.listen_notify
+def test_waker_stops_within_a_second_and_closes_its_connection():
+    waker = Waker("default", ["default"], lambda queue: None)
+    assert waker.start()
+    wait_until(lambda: waker.listener.backend_pid is not None, timeout=5)
+    pid = waker.listener.backend_pid
+    started = time.monotonic()
+    waker.stop()
+    assert not waker.is_alive() and time.monotonic() - started < 1.0
+    wait_until(lambda: not listening(pid), timeout=5)
+
+
+def listening(pid: int) -> bool:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE pid = %s", [pid])
+        return bool(cursor.fetchone()[0])
+
+
+@pytest.mark.listen_notify
+def test_waker_does_not_start_with_the_setting_off(settings):
+    settings.DJANGO_JOBS = {**settings.DJANGO_JOBS, "LISTEN": False}
+    waker = Waker("default", ["default"], lambda queue: None)
+    assert not waker.start() and not waker.is_alive()
+
+
+# -- behind a pooler in transaction mode ----------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def pgbouncer_alias(tmp_path: Path) -> Iterator[str]:
+    """A database alias that reaches the test database through PgBouncer, transaction mode."""
+    if not Path(PGBOUNCER).exists():
+        if PGBOUNCER_REQUIRED:
+            raise AssertionError(f"{PGBOUNCER} is missing")
+        pytest.skip("pgbouncer is missing (apt-get install pgbouncer)")
+    default = connections["default"].settings_dict
+    port = free_port()
+    (tmp_path / "users.txt").write_text(f'"{default["USER"]}" ""\n')
+    (tmp_path / "pgbouncer.ini").write_text(
+        "[databases]\n"
+        f"* = host={default['HOST']} port={default['PORT']}\n"
+        "[pgbouncer]\n"
+        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+        f"auth_type = trust\nauth_file = {tmp_path / 'users.txt'}\n"
+        "pool_mode = transaction\n"
+    )
+    # It reads its files first, then (as root) drops to the server's user.
+    user = ["-u", "postgres"] if os.geteuid() == 0 else []
+    log = open(tmp_path / "pgbouncer.log", "wb")  # noqa: SIM115
+    process = subprocess.Popen(
+        [PGBOUNCER, *user, str(tmp_path / "pgbouncer.ini")], stdout=log, stderr=subprocess.STDOUT
+    )
+    log.close()
+    alias = "through_pgbouncer"
+    connections.settings[alias] = {**copy.deepcopy(default), "PORT": str(port)}
+    try:
+        wait_until(lambda: port_open(port) or process.poll() is not None, timeout=10)
+        assert process.poll() is None, (tmp_path / "pgbouncer.log").read_text()
+        yield alias
+    finally:
+        del connections[alias]
+        del connections.settings[alias]
+        os.kill(process.pid, signal.SIGTERM)
+        process.wait(10)
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.mark.listen_notify
+def test_waker_behind_a_transaction_pooler_detects_it_and_stops(pgbouncer_alias, caplog):
+    woken: list[str] = []
+    waker = Waker(pgbouncer_alias, ["default"], woken.append)
+    with caplog.at_level(logging.WARNING, logger="django_jobs.db.notify"):
+        assert waker.start()
+        try:
+            wait_until(lambda: not waker.is_alive(), timeout=10)
+        finally:
+            waker.stop()
+    assert waker.listener.delivering is False
+    [warning] = caplog.records
+    assert warning.event == "listen_undelivered"
+    assert "LISTEN is not delivered" in warning.getMessage()
+    assert "polls every POLL_SECONDS" in warning.getMessage()

@@ -1,0 +1,71 @@
+"""The threaded runtime: batch claims within the free threads, one statement per claim cycle."""
+
+import threading
+
+import pytest
+from django.db import connection
+from django.db.models import Count
+
+from django_jobs import schedule_jobs
+from django_jobs.clock import SystemClock
+from django_jobs.models import Job, JobStatus
+from django_jobs.worker import Worker
+from tests.conftest import wait_until
+
+FAST = {"POLL_SECONDS": 0.02, "MAINTENANCE_SECONDS": 0.1, "RETRY_BASE_SECONDS": 0}
+
+# One claim cycle of the dispatcher: the claim carries the outcomes that wait.
+# PostgreSQL: one statement. SQLite: begin, settle jobs and attempts, read, mark running,
+# insert the attempts, commit.
+STATEMENTS_PER_CYCLE = {"postgresql": 1, "sqlite": 7}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runtime_never_holds_more_jobs_than_it_has_threads(settings):
+    settings.DJANGO_JOBS = {**FAST, "QUEUES": {"default": {"workers": 2}}}
+    schedule_jobs([{"job": "tests.sleepy", "payload": {"seconds": 0.05}}] * 12)
+    worker = Worker(clock=SystemClock())
+    stop = threading.Event()
+    thread = threading.Thread(target=worker.run, args=(stop,))
+    most = 0
+
+    def all_done() -> bool:
+        nonlocal most
+        counts = dict(Job.objects.values_list("status").annotate(n=Count("id")))
+        most = max(most, counts.get(JobStatus.RUNNING, 0))
+        return counts.get(JobStatus.SUCCEEDED, 0) == 12
+
+    thread.start()
+    try:
+        wait_until(all_done, timeout=20, interval=0.005)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert 1 <= most <= 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_runtime_claim_cycle_costs_one_statement_whatever_the_batch(
+    settings, django_assert_num_queries
+):
+    settings.DJANGO_JOBS = {**FAST, "QUEUES": {"default": {"workers": 4}}}
+    schedule_jobs([{"job": "tests.ok"}] * 12)
+    w = Worker(clock=SystemClock())
+    w.settler.linger_seconds = 60  # only the claims write the outcomes
+    w.settler.start()
+    try:
+        claimed = w.claim_and_settle("default", 4)
+        for cycle in (1, 2):
+            for job in claimed:
+                w.execute_held(job)  # its outcome waits in the settler
+            with django_assert_num_queries(STATEMENTS_PER_CYCLE[connection.vendor]):
+                claimed = w.claim_and_settle("default", 4)  # 4 outcomes out, 4 jobs in
+            assert len(claimed) == 4
+            assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 4 * cycle
+        for job in claimed:
+            w.execute_held(job)
+        assert w.settler.stop(10)  # the stop writes what is left
+    finally:
+        w.inflight.close()
+    assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 12
+    assert w.inflight.snapshot() == []

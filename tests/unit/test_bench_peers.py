@@ -1,0 +1,232 @@
+"""bench/peers.py's choices of database and systems, and the django-tasks-db project's settings."""
+
+import re
+import sqlite3
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests.unit.bench_modules import load_bench_module
+
+peers = load_bench_module("peers")
+common = load_bench_module("peers/common")
+
+
+@pytest.fixture
+def tasks_db_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> ModuleType:
+    """bench/peers/tasks_db_project/settings.py, loaded as db_worker loads it."""
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'tasks.sqlite3'}")
+    monkeypatch.delenv("TASKS_DB_CONN_MAX_AGE", raising=False)
+    return load_bench_module("peers/tasks_db_project/settings")
+
+
+def names(chosen: list[Any]) -> list[str]:
+    return [peer.name for peer in chosen]
+
+
+# -- options ------------------------------------------------------------------------
+
+
+def test_peers_options_default_to_postgresql_and_take_sqlite_wal() -> None:
+    assert peers.parse_options([]).database == "postgresql"
+    assert not peers.parse_options([]).sqlite
+    sqlite = peers.parse_options(["--database", "sqlite-wal", "--jobs", "2000"])
+    assert sqlite.database == "sqlite-wal"
+    assert sqlite.sqlite
+    assert sqlite.jobs == 2000
+
+
+def test_peers_options_refuse_an_unknown_database(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        peers.parse_options(["--database", "sqlite"])
+
+    assert exit_info.value.code == 2
+    assert "argument --database: invalid choice: 'sqlite'" in capsys.readouterr().err
+
+
+def test_peers_options_refuse_procrastinate_alone_on_sqlite(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        peers.parse_options(["--database", "sqlite-wal", "--only", "procrastinate"])
+
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "procrastinate runs on PostgreSQL only, not with --database sqlite-wal" in err
+
+
+def test_peers_on_sqlite_skip_procrastinate_and_run_the_others() -> None:
+    ran, skipped = peers.choose_peers(peers.parse_options(["--database", "sqlite-wal"]))
+
+    assert names(ran) == ["django-jobs", "django-tasks-db"]
+    assert names(skipped) == ["procrastinate"]
+
+
+def test_peers_on_postgresql_run_every_system_or_the_one_asked_for() -> None:
+    ran, skipped = peers.choose_peers(peers.parse_options([]))
+    only, none_skipped = peers.choose_peers(peers.parse_options(["--only", "procrastinate"]))
+
+    assert names(ran) == ["django-jobs", "django-tasks-db", "procrastinate"]
+    assert skipped == []
+    assert names(only) == ["procrastinate"]
+    assert none_skipped == []
+
+
+# -- the SQLite files -----------------------------------------------------------------
+
+
+def test_peers_sqlite_database_is_a_new_file_in_wal_mode(tmp_path: Path) -> None:
+    path = tmp_path / "bench_django_jobs.sqlite3"
+
+    url = peers.create_sqlite_database(path)
+
+    assert url == f"sqlite:///{path}"
+    assert url.startswith("sqlite:////")  # an absolute path, as django-environ reads it
+    connection = sqlite3.connect(path)
+    try:
+        assert connection.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    finally:
+        connection.close()
+    with pytest.raises(peers.BenchError, match="exists already"):
+        peers.create_sqlite_database(path)
+
+
+def test_peers_sqlite_database_goes_in_the_peer_s_directory(tmp_path: Path) -> None:
+    options = peers.parse_options(["--database", "sqlite-wal"])
+    peer = peers.PEERS_BY_NAME["django-tasks-db"]
+
+    url = peers.prepare_database(peer, options, None, tmp_path)
+
+    assert url == f"sqlite:///{tmp_path / 'bench_tasks_db.sqlite3'}"
+
+
+def test_peers_sqlite_description_names_the_journal_mode(tmp_path: Path) -> None:
+    path = tmp_path / "bench.sqlite3"
+    peers.create_sqlite_database(path)
+    connection = sqlite3.connect(path)
+    try:
+        described = common.describe_sqlite(connection.cursor())
+    finally:
+        connection.close()
+
+    assert described == f"SQLite {sqlite3.sqlite_version} (journal_mode=wal, synchronous=FULL)"
+
+
+def test_peers_sqlite_report_describes_the_files_once_when_they_agree() -> None:
+    same = "SQLite 3.40.1 (journal_mode=wal, synchronous=FULL)"
+    other = "SQLite 3.45.0 (journal_mode=wal, synchronous=FULL)"
+    agreeing = [{"system": "django-jobs", "database": same}, {"system": "b", "database": same}]
+    differing = [{"system": "django-jobs", "database": same}, {"system": "b", "database": other}]
+
+    assert peers.sqlite_description(agreeing) == f"{same}, a file per system"
+    assert peers.sqlite_description(differing) == f"django-jobs: {same}; b: {other}"
+    assert peers.sqlite_description([]) == "SQLite in WAL mode"
+
+
+def test_peers_report_says_the_database_and_what_was_skipped(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    options = peers.parse_options(["--database", "sqlite-wal", "--jobs", "2000"])
+    database = "SQLite 3.40.1 (journal_mode=wal, synchronous=FULL)"
+    result = {
+        "system": "django-jobs",
+        "workers": "1 runjobs process, --workers 2",
+        "bulk_api": "schedule_jobs()",
+        "bulk_rate": 12000.0,
+        "one_by_one_rate": 2000.0,
+        "drain_rate": 3000.0,
+        "drain_start_up_seconds": 0.4,
+        "pickup_p50": 0.5,
+        "pickup_p90": 0.9,
+        "versions": {"python": "3.11.7"},
+        "database": database,
+    }
+    _, skipped = peers.choose_peers(options)
+
+    peers.print_report([result], peers.sqlite_description([result]), options, skipped)
+
+    lines = capsys.readouterr().out.splitlines()
+    assert re.fullmatch(rf"{re.escape(database)}, a file per system; \d+ cpus", lines[1])
+    assert lines[-1] == "procrastinate: skipped, it runs on PostgreSQL only"
+
+
+# -- the django-tasks-db project's settings --------------------------------------------
+
+
+def test_tasks_db_settings_open_sqlite_as_a_worker_would(
+    tasks_db_settings: ModuleType, tmp_path: Path
+) -> None:
+    assert tasks_db_settings.DATABASES == {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(tmp_path / "tasks.sqlite3"),
+            "OPTIONS": {"transaction_mode": "IMMEDIATE", "timeout": 20},
+            "CONN_MAX_AGE": 600,
+        }
+    }
+
+
+def test_tasks_db_settings_read_a_sqlite_url_s_path(tasks_db_settings: ModuleType) -> None:
+    absolute = tasks_db_settings.database("sqlite:////tmp/bench/tasks.sqlite3", 0)
+    relative = tasks_db_settings.database("sqlite:///tasks.sqlite3", 0)
+    quoted = tasks_db_settings.database("sqlite:////tmp/a%20b/tasks.sqlite3", 0)
+
+    assert absolute["NAME"] == "/tmp/bench/tasks.sqlite3"  # noqa: S108
+    assert relative["NAME"] == "tasks.sqlite3"
+    assert quoted["NAME"] == "/tmp/a b/tasks.sqlite3"  # noqa: S108
+    assert absolute["CONN_MAX_AGE"] == 0
+
+
+def test_tasks_db_settings_take_the_bench_s_sqlite_url(
+    tasks_db_settings: ModuleType, tmp_path: Path
+) -> None:
+    path = tmp_path / "bench_tasks_db.sqlite3"
+
+    entry = tasks_db_settings.database(peers.create_sqlite_database(path), 600)
+
+    assert entry["NAME"] == str(path)
+
+
+def test_tasks_db_settings_keep_the_connection_as_told(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'tasks.sqlite3'}")
+    monkeypatch.setenv("TASKS_DB_CONN_MAX_AGE", "0")
+
+    settings = load_bench_module("peers/tasks_db_project/settings")
+
+    assert settings.DATABASES["default"]["CONN_MAX_AGE"] == 0
+
+
+def test_tasks_db_settings_keep_postgresql_urls(tasks_db_settings: ModuleType) -> None:
+    entry = tasks_db_settings.database("postgres://bench:p%40ss@127.0.0.1:5433/bench_tasks_db", 600)
+
+    assert entry == {
+        "ENGINE": "django.db.backends.postgresql",
+        "NAME": "bench_tasks_db",
+        "USER": "bench",
+        "PASSWORD": "p@ss",
+        "HOST": "127.0.0.1",
+        "PORT": "5433",
+        "CONN_MAX_AGE": 600,
+    }
+    assert "OPTIONS" not in entry
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///", "sqlite://host/tasks.sqlite3"])
+def test_tasks_db_settings_refuse_a_sqlite_url_without_a_file(
+    tasks_db_settings: ModuleType, url: str
+) -> None:
+    with pytest.raises(ValueError, match=r"a SQLite DATABASE_URL is sqlite:///PATH, a file"):
+        tasks_db_settings.database(url, 600)
+
+
+def test_tasks_db_settings_refuse_other_databases_without_showing_the_url(
+    tasks_db_settings: ModuleType,
+) -> None:
+    with pytest.raises(ValueError, match=r"not mysql://\.\.\.$") as error:
+        tasks_db_settings.database("mysql://bench:hunter2@127.0.0.1/bench", 600)
+
+    assert "hunter2" not in str(error.value)
