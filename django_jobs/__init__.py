@@ -10,6 +10,7 @@ from .exceptions import (
     JobCancelled,
     JobsError,
     PayloadError,
+    ResultError,
     ScheduleError,
     UnknownJob,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "JobSpec",
     "JobsError",
     "PayloadError",
+    "ResultError",
     "ScheduleError",
     "UnknownJob",
     "add_recurring_job",

@@ -15,6 +15,10 @@ class PayloadError(JobsError, ValueError):
     """A payload that is not strict JSON, or is too large."""
 
 
+class ResultError(PayloadError):
+    """A handler returned a value that cannot be stored as the job's result (not JSON)."""
+
+
 class JobCancelled(JobsError):
     """Raised by ``JobContext.raise_if_cancelled()`` once the attempt is cancelled."""
 

@@ -41,6 +41,7 @@ class HandlerResult:
     outcome: AttemptOutcome
     error: str = ""
     traceback: str = ""  # for the log; payload values masked like ``error``
+    result: str | None = None  # a success's return value, as JSON text (None: no value)
 
     @classmethod
     def from_exception(
@@ -94,7 +95,7 @@ def decide(
 
     outcome = result.outcome
     if outcome == AttemptOutcome.SUCCEEDED:
-        return settled(JobStatus.SUCCEEDED, finished_at=now, last_error="")
+        return settled(JobStatus.SUCCEEDED, finished_at=now, last_error="", result=result.result)
     if outcome == AttemptOutcome.RELEASED:
         return settled(JobStatus.PENDING, run_at=now, give_back=True)
     if outcome == AttemptOutcome.CANCELLED:

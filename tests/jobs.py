@@ -90,3 +90,17 @@ def csv_error(ctx: JobContext, payload: Any) -> None:
 def sleepy(ctx: JobContext, payload: Any) -> None:
     """Runs for ``payload["seconds"]``, or until cancelled."""
     ctx.wait(payload["seconds"])
+
+
+# -- results -------------------------------------------------------------------
+
+
+@job("tests.returns", max_attempts=1)
+def returns(ctx: JobContext, payload: Any) -> Any:
+    """Returns what its payload says: a JSON value, or ``"object"`` for one that is not."""
+    value = payload.get("value")
+    if value == "object":
+        return object()
+    if value == "nan":
+        return {"ratio": float("nan")}
+    return value

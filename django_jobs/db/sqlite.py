@@ -116,9 +116,9 @@ class SQLiteDriver(Driver):
         qn, job = self.qn, self.job_table
         columns = (
             "id, owner, attempt, status, run_at, finished_at, last_error, give_back,"
-            " outcome, error, ended_at"
+            " outcome, error, ended_at, result"
         )
-        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(settlements))
+        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(settlements))
         params: list[Any] = []
         for s in settlements:
             params += [
@@ -133,6 +133,7 @@ class SQLiteDriver(Driver):
                 str(s.outcome),
                 s.error,
                 self.adapt(s.ended_at),
+                s.result,
             ]
         update_jobs = (
             f"WITH v({columns}) AS (VALUES {values})"
@@ -141,6 +142,7 @@ class SQLiteDriver(Driver):
             f" {qn('finished_at')} = COALESCE(v.finished_at, {job}.{qn('finished_at')}),"
             f" {qn('last_error')} = COALESCE(v.last_error, {job}.{qn('last_error')}),"
             f" {qn('attempts_used')} = {job}.{qn('attempts_used')} - v.give_back,"
+            f" {qn('result')} = COALESCE(v.result, {job}.{qn('result')}),"
             f" {qn('lease_owner')} = NULL, {qn('lease_expires_at')} = NULL"
             f" FROM v WHERE {job}.{qn('id')} = v.id AND {job}.{qn('lease_owner')} = v.owner"
             f" AND {job}.{qn('attempt')} = v.attempt AND {self.running_guard(job)}"
