@@ -8,6 +8,7 @@ from .context import JobContext
 from .exceptions import (
     DuplicateJobName,
     JobCancelled,
+    JobNotCancellable,
     JobsError,
     PayloadError,
     ResultError,
@@ -22,6 +23,7 @@ __all__ = [
     "DuplicateJobName",
     "JobCancelled",
     "JobContext",
+    "JobNotCancellable",
     "JobSpec",
     "JobsError",
     "PayloadError",
@@ -29,6 +31,7 @@ __all__ = [
     "ScheduleError",
     "UnknownJob",
     "add_recurring_job",
+    "cancel_job",
     "job",
     "remove_recurring_job",
     "retry_job",
@@ -37,7 +40,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .control import retry_job
+    from .control import cancel_job, retry_job
     from .recurring import add_recurring_job, remove_recurring_job
     from .scheduling import JobSpec, schedule_job, schedule_jobs
 
@@ -46,6 +49,7 @@ _LAZY = {
     "schedule_jobs": "scheduling",
     "JobSpec": "scheduling",
     "retry_job": "control",
+    "cancel_job": "control",
     "add_recurring_job": "recurring",
     "remove_recurring_job": "recurring",
 }

@@ -106,6 +106,14 @@ def decide(
     return settled(JobStatus.PENDING, run_at=retry_at, last_error=error)
 
 
+def cancelled(claimed: ClaimedJob) -> HandlerResult:
+    """The end of an attempt whose job ``cancel_job()`` stopped while it ran."""
+    return HandlerResult(
+        AttemptOutcome.CANCELLED,
+        f"Cancelled: cancel_job() stopped attempt {claimed.attempt} while it ran",
+    )
+
+
 def released(job_id: int, owner: str, attempt: int, now: datetime) -> Settlement:
     """A job handed back at shutdown, its handler still running: due now, attempt given back."""
     return Settlement(

@@ -104,3 +104,10 @@ def returns(ctx: JobContext, payload: Any) -> Any:
     if value == "nan":
         return {"ratio": float("nan")}
     return value
+
+
+@job("tests.patient", max_attempts=3)
+def patient(ctx: JobContext, payload: Any) -> None:
+    """Waits up to ``payload["seconds"]``, stopping as soon as it is cancelled."""
+    ctx.wait(payload["seconds"])
+    ctx.raise_if_cancelled()

@@ -24,7 +24,7 @@ from django.core.checks import CheckMessage, Error, Warning
 from django.db import OperationalError, transaction
 
 from ..outcomes import Settlement
-from .base import ClaimedJob, DatabaseBusy, Driver, Pairs
+from .base import ClaimedJob, DatabaseBusy, Driver, Pairs, Renewal
 
 logger = logging.getLogger(__name__)
 
@@ -182,7 +182,8 @@ class SQLiteDriver(Driver):
             f"UPDATE {job} SET {qn('lease_expires_at')} = %s"
             f" WHERE ({qn('id')}, {qn('attempt')}) IN (VALUES {pairs})"
             f" AND {qn('lease_owner')} = %s AND {self.running_guard(job)}"
-            f" AND {qn('lease_expires_at')} > %s RETURNING {qn('id')}"
+            f" AND {qn('lease_expires_at')} > %s"
+            f" RETURNING {qn('id')}, {qn('cancel_requested_at')} IS NOT NULL"
         )
         flat = [value for pair in held for value in pair]
         margin = now + timedelta(seconds=give_up_seconds)
@@ -195,6 +196,6 @@ class SQLiteDriver(Driver):
         now: datetime,
         lease_seconds: float,
         give_up_seconds: float = 0.0,
-    ) -> tuple[set[int], datetime]:
+    ) -> Renewal:
         with self.write_transaction():
             return super().renew(owner, held, now, lease_seconds, give_up_seconds)
