@@ -395,7 +395,8 @@ class Driver:
         with self.hot_cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
-        return Renewal({row[0] for row in rows}, expires, {row[0] for row in rows if row[1]})
+        requested = {row[0] for row in rows if row[1] is not None}
+        return Renewal({row[0] for row in rows}, expires, requested)
 
     def renew_sql(
         self, owner: str, held: Pairs, now: datetime, expires: datetime, give_up_seconds: float

@@ -313,7 +313,7 @@ class PostgresDriver(Driver):
             f" WHERE j.{qn('id')} = h.id AND j.{qn('attempt')} = h.attempt"
             f" AND j.{qn('lease_owner')} = %s AND {self.running_guard('j')}"
             f" AND j.{qn('lease_expires_at')} > %s::timestamptz + %s * interval '1 second'"
-            f" RETURNING j.{qn('id')}, j.{qn('cancel_requested_at')} IS NOT NULL"
+            f" RETURNING j.{qn('id')}, j.{qn('cancel_requested_at')}"
         )
         ids = [job_id for job_id, _ in held]
         numbers = [attempt for _, attempt in held]

@@ -183,7 +183,9 @@ class SQLiteDriver(Driver):
             f" WHERE ({qn('id')}, {qn('attempt')}) IN (VALUES {pairs})"
             f" AND {qn('lease_owner')} = %s AND {self.running_guard(job)}"
             f" AND {qn('lease_expires_at')} > %s"
-            f" RETURNING {qn('id')}, {qn('cancel_requested_at')} IS NOT NULL"
+            # The column itself: SQLite 3.40 answers 1 for `cancel_requested_at IS NOT NULL`
+            # in this RETURNING even where the column is NULL.
+            f" RETURNING {qn('id')}, {qn('cancel_requested_at')}"
         )
         flat = [value for pair in held for value in pair]
         margin = now + timedelta(seconds=give_up_seconds)
