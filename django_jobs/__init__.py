@@ -8,8 +8,10 @@ from .context import JobContext
 from .exceptions import (
     DuplicateJobName,
     JobCancelled,
+    JobNotCancellable,
     JobsError,
     PayloadError,
+    ResultError,
     ScheduleError,
     UnknownJob,
 )
@@ -21,12 +23,15 @@ __all__ = [
     "DuplicateJobName",
     "JobCancelled",
     "JobContext",
+    "JobNotCancellable",
     "JobSpec",
     "JobsError",
     "PayloadError",
+    "ResultError",
     "ScheduleError",
     "UnknownJob",
     "add_recurring_job",
+    "cancel_job",
     "job",
     "remove_recurring_job",
     "retry_job",
@@ -35,7 +40,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .control import retry_job
+    from .control import cancel_job, retry_job
     from .recurring import add_recurring_job, remove_recurring_job
     from .scheduling import JobSpec, schedule_job, schedule_jobs
 
@@ -44,6 +49,7 @@ _LAZY = {
     "schedule_jobs": "scheduling",
     "JobSpec": "scheduling",
     "retry_job": "control",
+    "cancel_job": "control",
     "add_recurring_job": "recurring",
     "remove_recurring_job": "recurring",
 }

@@ -12,9 +12,9 @@ from django.http import HttpRequest
 from django.utils import timezone
 from django.utils.text import Truncator
 
-from .control import retry_job
+from .control import cancel_job, retry_job
 from .cron import get_zone, validate_cron
-from .exceptions import JobsError
+from .exceptions import JobNotCancellable, JobsError
 from .models import Attempt, DeadLetter, Job, JobStatus, RecurringJob, Worker
 from .payloads import encode_payload
 from .recurring import change_schedule, check_schedule_options, first_run_at
@@ -77,8 +77,42 @@ class RetryActionMixin:
         return request.user.has_perm(RETRY_PERMISSION)
 
 
+class CancelActionMixin:
+    @admin.action(description="Cancel selected jobs", permissions=["cancel"])
+    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        cancelled = requested = skipped = 0
+        for job_id in queryset.values_list("id", flat=True):
+            try:
+                job = cancel_job(job_id)
+            except (JobNotCancellable, Job.DoesNotExist):
+                skipped += 1
+                continue
+            if job.status == JobStatus.CANCELLED:
+                cancelled += 1
+            else:
+                requested += 1
+        if cancelled:
+            self.message_user(request, f"{cancelled} job(s) cancelled.", messages.SUCCESS)  # type: ignore[attr-defined]
+        if requested:
+            self.message_user(  # type: ignore[attr-defined]
+                request,
+                f"{requested} running job(s) asked to stop: their workers cancel them at "
+                "their next heartbeat.",
+                messages.SUCCESS,
+            )
+        if skipped:
+            self.message_user(  # type: ignore[attr-defined]
+                request, f"{skipped} job(s) skipped: already finished.", messages.WARNING
+            )
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(RETRY_PERMISSION)
+
+
 @admin.register(Job)
-class JobAdmin(MaskedPayloadMixin, RetryActionMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+class JobAdmin(
+    MaskedPayloadMixin, RetryActionMixin, CancelActionMixin, ReadOnlyAdminMixin, admin.ModelAdmin
+):
     list_display = (
         "id",
         "name",
@@ -95,7 +129,7 @@ class JobAdmin(MaskedPayloadMixin, RetryActionMixin, ReadOnlyAdminMixin, admin.M
     date_hierarchy = "created_at"
     fields = readonly_fields = JOB_FIELDS
     inlines = [AttemptInline]
-    actions = ["retry_selected"]
+    actions = ["retry_selected", "cancel_selected"]
     list_select_related = False
 
     @admin.display(description="attempts")

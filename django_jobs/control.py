@@ -9,6 +9,7 @@ from django.db import IntegrityError, router
 from django.utils import timezone
 
 from .db import get_driver
+from .exceptions import JobNotCancellable
 from .models import Job, JobStatus
 
 logger = logging.getLogger(__name__)
@@ -44,3 +45,46 @@ def retry_job(job_id: int, *, now: datetime | None = None, using: str | None = N
     if changed:
         logger.info("job #%s retried", job_id, extra={"event": "job_retried", "job_id": job_id})
     return bool(changed)
+
+
+CANCEL_TRIES = 5
+
+
+def cancel_job(job_id: int, *, now: datetime | None = None, using: str | None = None) -> Job:
+    """Cancel a job; return its row as it is now.
+
+    A pending job is cancelled at once and never runs. A running job gets a
+    cancel request: its worker's next heartbeat sets ``ctx.cancelled``, and
+    unless the handler still succeeds, the attempt is recorded ``cancelled``
+    and the job is not retried. A finished job raises
+    :class:`~django_jobs.exceptions.JobNotCancellable`, an unknown id
+    ``Job.DoesNotExist``.
+    """
+    driver = get_driver(using or router.db_for_write(Job))
+    now = now or timezone.now()
+    jobs = Job.objects.using(driver.using)
+    for _ in range(CANCEL_TRIES):  # the job may move between the guarded updates: look again
+        with driver.write_transaction():
+            if jobs.filter(id=job_id, status=JobStatus.PENDING).update(
+                status=JobStatus.CANCELLED,
+                finished_at=now,
+                cancel_requested_at=now,
+                last_error="Cancelled: cancel_job() before it ran",
+                lease_owner=None,
+                lease_expires_at=None,
+            ):
+                logger.info(
+                    "job #%s cancelled", job_id, extra={"event": "job_cancelled", "job_id": job_id}
+                )
+                return jobs.get(id=job_id)
+            if jobs.filter(id=job_id, status=JobStatus.RUNNING).update(cancel_requested_at=now):
+                logger.info(
+                    "job #%s: cancel requested; its worker stops it at its next heartbeat",
+                    job_id,
+                    extra={"event": "job_cancel_requested", "job_id": job_id},
+                )
+                return jobs.get(id=job_id)
+        job = jobs.get(id=job_id)
+        if job.status not in (JobStatus.PENDING, JobStatus.RUNNING):
+            raise JobNotCancellable(f"job #{job_id} is {job.status}: there is nothing to cancel")
+    raise JobNotCancellable(f"job #{job_id} kept changing; try again")

@@ -15,6 +15,14 @@ class PayloadError(JobsError, ValueError):
     """A payload that is not strict JSON, or is too large."""
 
 
+class ResultError(PayloadError):
+    """A handler returned a value that cannot be stored as the job's result (not JSON)."""
+
+
+class JobNotCancellable(JobsError):
+    """``cancel_job()`` on a job that has finished: there is nothing to cancel."""
+
+
 class JobCancelled(JobsError):
     """Raised by ``JobContext.raise_if_cancelled()`` once the attempt is cancelled."""
 

@@ -55,6 +55,12 @@ class Job(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     unique_key = models.CharField(max_length=255, null=True, blank=True)
     last_error = models.TextField(blank=True, default="")
+    cancel_requested_at = models.DateTimeField(
+        null=True, blank=True, help_text="When cancel_job() asked the job's worker to stop it."
+    )
+    result = models.JSONField(
+        null=True, blank=True, help_text="The handler's return value, once it succeeded."
+    )
     created_at = models.DateTimeField(default=tz.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

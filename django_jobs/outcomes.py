@@ -41,6 +41,7 @@ class HandlerResult:
     outcome: AttemptOutcome
     error: str = ""
     traceback: str = ""  # for the log; payload values masked like ``error``
+    result: str | None = None  # a success's return value, as JSON text (None: no value)
 
     @classmethod
     def from_exception(
@@ -94,7 +95,7 @@ def decide(
 
     outcome = result.outcome
     if outcome == AttemptOutcome.SUCCEEDED:
-        return settled(JobStatus.SUCCEEDED, finished_at=now, last_error="")
+        return settled(JobStatus.SUCCEEDED, finished_at=now, last_error="", result=result.result)
     if outcome == AttemptOutcome.RELEASED:
         return settled(JobStatus.PENDING, run_at=now, give_back=True)
     if outcome == AttemptOutcome.CANCELLED:
@@ -103,6 +104,14 @@ def decide(
     if retry_at is None:
         return settled(JobStatus.DEAD_LETTERED, finished_at=now, last_error=error)
     return settled(JobStatus.PENDING, run_at=retry_at, last_error=error)
+
+
+def cancelled(claimed: ClaimedJob) -> HandlerResult:
+    """The end of an attempt whose job ``cancel_job()`` stopped while it ran."""
+    return HandlerResult(
+        AttemptOutcome.CANCELLED,
+        f"Cancelled: cancel_job() stopped attempt {claimed.attempt} while it ran",
+    )
 
 
 def released(job_id: int, owner: str, attempt: int, now: datetime) -> Settlement:

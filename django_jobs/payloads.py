@@ -28,13 +28,13 @@ def _kind(value: Any) -> str:
     return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
 
 
-def check_payload(payload: Any) -> None:
+def check_payload(payload: Any, what: str = "payload") -> None:
     """Raise :class:`PayloadError` naming the path of the first value that is not strict JSON.
 
     Walks the payload without recursion, so a deep payload gets an answer
-    rather than a ``RecursionError``.
+    rather than a ``RecursionError``. ``what`` names the value's root in the message.
     """
-    stack: list[tuple[Any, str, int] | int] = [(payload, "payload", 1)]
+    stack: list[tuple[Any, str, int] | int] = [(payload, what, 1)]
     open_containers: set[int] = set()  # the ids of the containers around the value
     while stack:
         entry = stack.pop()
@@ -79,17 +79,20 @@ def _children(
     return children
 
 
-def encode_payload(payload: Any) -> str:
-    """Serialise ``payload`` to JSON text, or raise :class:`PayloadError`."""
-    check_payload(payload)
+def encode_payload(payload: Any, what: str = "payload") -> str:
+    """Serialise ``payload`` to JSON text, or raise :class:`PayloadError`.
+
+    A handler's return value goes through the same rules (``what`` names it).
+    """
+    check_payload(payload, what)
     try:
         text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
     except (TypeError, ValueError) as exc:  # a type that passed the walk but does not encode
-        raise PayloadError(f"payload is not strict JSON: {exc}") from None
+        raise PayloadError(f"{what} is not strict JSON: {exc}") from None
     limit = int(settings.MAX_PAYLOAD_BYTES)
     size = len(text.encode("utf-8"))
     if size > limit:
-        raise PayloadError(f"payload is {size} bytes, over MAX_PAYLOAD_BYTES ({limit})")
+        raise PayloadError(f"{what} is {size} bytes, over MAX_PAYLOAD_BYTES ({limit})")
     return text
 
 

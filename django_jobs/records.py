@@ -53,6 +53,7 @@ class Settlement:
     finished_at: datetime | None = None
     last_error: str | None = None
     give_back: bool = False  # released: the attempt is not charged
+    result: str | None = None  # succeeded: the return value as JSON text; None keeps the column
 
     @property
     def pair(self) -> tuple[int, int]:

@@ -90,3 +90,24 @@ def csv_error(ctx: JobContext, payload: Any) -> None:
 def sleepy(ctx: JobContext, payload: Any) -> None:
     """Runs for ``payload["seconds"]``, or until cancelled."""
     ctx.wait(payload["seconds"])
+
+
+# -- results -------------------------------------------------------------------
+
+
+@job("tests.returns", max_attempts=1)
+def returns(ctx: JobContext, payload: Any) -> Any:
+    """Returns what its payload says: a JSON value, or ``"object"`` for one that is not."""
+    value = payload.get("value")
+    if value == "object":
+        return object()
+    if value == "nan":
+        return {"ratio": float("nan")}
+    return value
+
+
+@job("tests.patient", max_attempts=3)
+def patient(ctx: JobContext, payload: Any) -> None:
+    """Waits up to ``payload["seconds"]``, stopping as soon as it is cancelled."""
+    ctx.wait(payload["seconds"])
+    ctx.raise_if_cancelled()

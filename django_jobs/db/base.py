@@ -39,6 +39,15 @@ ROW_ERRORS = (IntegrityError, DataError)
 Pairs = Sequence[tuple[int, int]]
 
 
+class Renewal(NamedTuple):
+    """What a renewal statement answers: the leases extended, their new end, and which of
+    those jobs ``cancel_job()`` asked to stop."""
+
+    renewed: set[int]
+    expires: datetime
+    cancel_requested: set[int]
+
+
 class DatabaseBusy(Exception):
     """The database could not take the write lock in time: nothing was written."""
 
@@ -369,22 +378,25 @@ class Driver:
         now: datetime,
         lease_seconds: float,
         give_up_seconds: float = 0.0,
-    ) -> tuple[set[int], datetime]:
+    ) -> Renewal:
         """Extend the leases of ``held`` (job id, attempt) pairs in one statement.
 
         Fenced like every lease write, and only while the lease stands more
         than ``give_up_seconds`` (the heartbeat's margin) past ``now``: a
         lease that has lapsed, or reached the point where its worker gives it
         up, is never extended again. Returns the ids whose lease was extended
-        (the others were lost) and the new expiry.
+        (the others were lost), the new expiry, and the renewed jobs with a
+        cancel request: the heartbeat's statement carries them back.
         """
         expires = lease_end(now, lease_seconds)
         if not held:
-            return set(), expires
+            return Renewal(set(), expires, set())
         sql, params = self.renew_sql(owner, held, now, expires, give_up_seconds)
         with self.hot_cursor() as cursor:
             cursor.execute(sql, params)
-            return {row[0] for row in cursor.fetchall()}, expires
+            rows = cursor.fetchall()
+        requested = {row[0] for row in rows if row[1] is not None}
+        return Renewal({row[0] for row in rows}, expires, requested)
 
     def renew_sql(
         self, owner: str, held: Pairs, now: datetime, expires: datetime, give_up_seconds: float

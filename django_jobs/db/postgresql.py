@@ -263,14 +263,15 @@ class PostgresDriver(Driver):
         return (
             "v AS (SELECT * FROM unnest(%s::bigint[], %s::text[], %s::integer[],"
             " %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[], %s::integer[],"
-            " %s::text[], %s::text[], %s::timestamptz[])"
+            " %s::text[], %s::text[], %s::timestamptz[], %s::text[])"
             " AS v(id, owner, attempt, status, run_at, finished_at, last_error, give_back,"
-            " outcome, error, ended_at)),"
+            " outcome, error, ended_at, result)),"
             f" settled AS (UPDATE {job} j SET {qn('status')} = v.status,"
             f" {qn('run_at')} = COALESCE(v.run_at, j.{qn('run_at')}),"
             f" {qn('finished_at')} = COALESCE(v.finished_at, j.{qn('finished_at')}),"
             f" {qn('last_error')} = COALESCE(v.last_error, j.{qn('last_error')}),"
             f" {qn('attempts_used')} = j.{qn('attempts_used')} - v.give_back,"
+            f" {qn('result')} = COALESCE(v.result::jsonb, j.{qn('result')}),"
             f" {qn('lease_owner')} = NULL, {qn('lease_expires_at')} = NULL"
             f" FROM v WHERE j.{qn('id')} = v.id AND j.{qn('lease_owner')} = v.owner"
             f" AND j.{qn('attempt')} = v.attempt AND {self.running_guard('j')}"
@@ -282,7 +283,7 @@ class PostgresDriver(Driver):
         )
 
     def settle_params(self, settlements: Sequence[Settlement]) -> list[list[Any]]:
-        columns: list[list[Any]] = [[] for _ in range(11)]
+        columns: list[list[Any]] = [[] for _ in range(12)]
         for s in settlements:
             row = (
                 s.job_id,
@@ -296,6 +297,7 @@ class PostgresDriver(Driver):
                 str(s.outcome),
                 s.error,
                 s.ended_at,
+                s.result,
             )
             for column, value in zip(columns, row, strict=True):
                 column.append(value)
@@ -311,7 +313,7 @@ class PostgresDriver(Driver):
             f" WHERE j.{qn('id')} = h.id AND j.{qn('attempt')} = h.attempt"
             f" AND j.{qn('lease_owner')} = %s AND {self.running_guard('j')}"
             f" AND j.{qn('lease_expires_at')} > %s::timestamptz + %s * interval '1 second'"
-            f" RETURNING j.{qn('id')}"
+            f" RETURNING j.{qn('id')}, j.{qn('cancel_requested_at')}"
         )
         ids = [job_id for job_id, _ in held]
         numbers = [attempt for _, attempt in held]

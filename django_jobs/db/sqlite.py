@@ -24,7 +24,7 @@ from django.core.checks import CheckMessage, Error, Warning
 from django.db import OperationalError, transaction
 
 from ..outcomes import Settlement
-from .base import ClaimedJob, DatabaseBusy, Driver, Pairs
+from .base import ClaimedJob, DatabaseBusy, Driver, Pairs, Renewal
 
 logger = logging.getLogger(__name__)
 
@@ -116,9 +116,9 @@ class SQLiteDriver(Driver):
         qn, job = self.qn, self.job_table
         columns = (
             "id, owner, attempt, status, run_at, finished_at, last_error, give_back,"
-            " outcome, error, ended_at"
+            " outcome, error, ended_at, result"
         )
-        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(settlements))
+        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(settlements))
         params: list[Any] = []
         for s in settlements:
             params += [
@@ -133,6 +133,7 @@ class SQLiteDriver(Driver):
                 str(s.outcome),
                 s.error,
                 self.adapt(s.ended_at),
+                s.result,
             ]
         update_jobs = (
             f"WITH v({columns}) AS (VALUES {values})"
@@ -141,6 +142,7 @@ class SQLiteDriver(Driver):
             f" {qn('finished_at')} = COALESCE(v.finished_at, {job}.{qn('finished_at')}),"
             f" {qn('last_error')} = COALESCE(v.last_error, {job}.{qn('last_error')}),"
             f" {qn('attempts_used')} = {job}.{qn('attempts_used')} - v.give_back,"
+            f" {qn('result')} = COALESCE(v.result, {job}.{qn('result')}),"
             f" {qn('lease_owner')} = NULL, {qn('lease_expires_at')} = NULL"
             f" FROM v WHERE {job}.{qn('id')} = v.id AND {job}.{qn('lease_owner')} = v.owner"
             f" AND {job}.{qn('attempt')} = v.attempt AND {self.running_guard(job)}"
@@ -180,7 +182,10 @@ class SQLiteDriver(Driver):
             f"UPDATE {job} SET {qn('lease_expires_at')} = %s"
             f" WHERE ({qn('id')}, {qn('attempt')}) IN (VALUES {pairs})"
             f" AND {qn('lease_owner')} = %s AND {self.running_guard(job)}"
-            f" AND {qn('lease_expires_at')} > %s RETURNING {qn('id')}"
+            f" AND {qn('lease_expires_at')} > %s"
+            # The column itself: SQLite 3.40 answers 1 for `cancel_requested_at IS NOT NULL`
+            # in this RETURNING even where the column is NULL.
+            f" RETURNING {qn('id')}, {qn('cancel_requested_at')}"
         )
         flat = [value for pair in held for value in pair]
         margin = now + timedelta(seconds=give_up_seconds)
@@ -193,6 +198,6 @@ class SQLiteDriver(Driver):
         now: datetime,
         lease_seconds: float,
         give_up_seconds: float = 0.0,
-    ) -> tuple[set[int], datetime]:
+    ) -> Renewal:
         with self.write_transaction():
             return super().renew(owner, held, now, lease_seconds, give_up_seconds)

@@ -71,6 +71,7 @@ UNLEASED_FIELDS = (
     "attempt",
     "attempts_used",
     "max_attempts",
+    "cancel_requested_at",
 )
 
 
@@ -123,6 +124,8 @@ def reclaim_row(driver: Driver, row: Any, now: datetime) -> bool:
         if exhausted
         else {"status": JobStatus.PENDING, "run_at": now, "last_error": error}
     )
+    if row.cancel_requested_at is not None:  # cancel_job() asked: it does not run again
+        values = {"status": JobStatus.CANCELLED, "finished_at": now, "last_error": error}
     owned = (
         Q(lease_owner__isnull=True) if row.lease_owner is None else Q(lease_owner=row.lease_owner)
     )
@@ -153,7 +156,11 @@ def reclaim_row(driver: Driver, row: Any, now: datetime) -> bool:
             "job #%s: %s; %s",
             row.id,
             error,
-            "dead-lettered" if exhausted else "due again",
+            "cancelled"
+            if row.cancel_requested_at is not None
+            else "dead-lettered"
+            if exhausted
+            else "due again",
             extra={"event": "job_lease_expired", "job_id": row.id, "attempt": row.attempt},
         )
     return bool(changed)

@@ -24,13 +24,14 @@ from django.db import DatabaseError, connections, router
 from ..clock import Clock, DatabaseClock
 from ..conf import settings
 from ..db import ROW_ERRORS, ClaimedJob, DatabaseBusy, Driver, get_driver
+from ..db.base import Renewal
 from ..db.outage import with_backoff
 from ..deadlines import deadline
 from ..exceptions import UnknownJob
 from ..maintenance.rescuer import dead_letter_exhausted, reclaim_expired_leases
 from ..maintenance.scheduler import enqueue_due
 from ..models import AttemptOutcome, Job, JobStatus
-from ..outcomes import HandlerResult, Settlement, decide, released
+from ..outcomes import HandlerResult, Settlement, cancelled, decide, released
 from ..registry import get_definition
 from ..retry_policy import RetryPolicy
 from .execution import log_lease_lost, log_outcome, make_context, run_handler
@@ -247,7 +248,7 @@ class Worker:
 
         return with_backoff(write, give_up_after=patience, using=self.using)
 
-    def renew(self, pairs: Pairs, now: datetime, timeout: float) -> tuple[set[int], datetime]:
+    def renew(self, pairs: Pairs, now: datetime, timeout: float) -> Renewal:
         """The heartbeat's renewal, cut off after ``timeout`` (its give-up point)."""
         with self.deadline("the lease renewal", timeout):
             return self.driver.renew(
@@ -286,6 +287,8 @@ class Worker:
             still_ours = self.inflight.finish(held)
         if not still_ours:
             return None
+        if held.cancel_requested and result.outcome != AttemptOutcome.SUCCEEDED:
+            result = cancelled(claimed)
         if self.settler.running:
             self.settler.submit(Outcome(claimed, result, held))
             return None

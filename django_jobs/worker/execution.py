@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import logging
+from typing import Any
 
 from ..context import JobContext
 from ..db import ClaimedJob
-from ..exceptions import JobCancelled
+from ..exceptions import JobCancelled, PayloadError, ResultError
 from ..models import AttemptOutcome, JobStatus
 from ..outcomes import HandlerResult, Settlement
-from ..payloads import decode_payload
+from ..payloads import decode_payload, encode_payload
 from ..registry import get_definition
 
 logger = logging.getLogger(__name__)
@@ -36,16 +37,27 @@ def run_handler(claimed: ClaimedJob, ctx: JobContext) -> HandlerResult:
     try:
         definition = get_definition(claimed.name)
         ctx.payload = decode_payload(claimed.raw_payload)
-        definition.func(ctx, ctx.payload)
+        value = definition.func(ctx, ctx.payload)
+        if value is None:
+            return SUCCEEDED
+        result = stored_result(value)
     except JobCancelled as exc:
         outcome = AttemptOutcome.RELEASED if ctx.cancelled else AttemptOutcome.FAILED
         return _ended(claimed, outcome, exc)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the handler's, not ours
         return _ended(claimed, AttemptOutcome.FAILED, exc)
-    return SUCCEEDED
+    return HandlerResult(AttemptOutcome.SUCCEEDED, result=result)
 
 
 SUCCEEDED = HandlerResult(AttemptOutcome.SUCCEEDED)
+
+
+def stored_result(value: Any) -> str:
+    """A handler's return value as JSON text, or :class:`ResultError` saying why it is not."""
+    try:
+        return encode_payload(value, what="the return value")
+    except PayloadError as exc:
+        raise ResultError(f"the handler's return value cannot be stored: {exc}") from None
 
 
 def _ended(claimed: ClaimedJob, outcome: AttemptOutcome, exc: BaseException) -> HandlerResult:

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from ..context import JobContext
 from ..db import ClaimedJob
@@ -37,7 +38,8 @@ logger = logging.getLogger(__name__)
 Pairs = list[tuple[int, int]]
 Recorder = Callable[[ClaimedJob, HandlerResult], object]
 # renew(pairs, now, timeout) -> (ids renewed, new expiry); timeout: seconds it may take.
-Renewer = Callable[[Pairs, datetime, float], tuple[set[int], datetime]]
+# A driver's Renewal, or (renewed, expires) for a renewer that carries no cancel requests.
+Renewer = Callable[[Pairs, datetime, float], tuple[Any, ...]]
 # release(pairs, now) -> ids handed back
 Releaser = Callable[[Pairs, datetime], set[int]]
 
@@ -64,6 +66,7 @@ class Held:
     timeout_at: datetime | None
     over: bool = False  # the attempt ended on the heartbeat's side (given up, timed out)
     returned: bool = False  # the handler returned: its outcome waits for the settler
+    cancel_requested: bool = False  # cancel_job() asked: the attempt ends cancelled
 
 
 class InFlight:
@@ -188,14 +191,30 @@ class InFlight:
                 if not h.keeper.record(Renewal.FAILED, after):
                     self._give_up(h, "its lease could not be renewed in time")
             return after
-        renewed, expires = result
+        renewed, expires = result[0], result[1]
+        cancel_requested: set[int] = result[2] if len(result) > 2 else set()
         for h in due:
             if h.claimed.id in renewed:
                 h.keeper.record(Renewal.RENEWED, now, expires)
+                if h.claimed.id in cancel_requested:
+                    self._request_cancel(h)
             else:
                 h.keeper.record(Renewal.REFUSED, after)
                 self._give_up(h, "another worker holds its lease, or it lapsed")
         return after
+
+    def _request_cancel(self, held: Held) -> None:
+        """``cancel_job()`` asked for it: cancel the handler; its attempt ends cancelled."""
+        if held.cancel_requested:
+            return
+        held.cancel_requested = True
+        held.ctx.cancel()
+        logger.info(
+            "job #%s attempt %s: cancel requested; handler cancelled",
+            held.claimed.id,
+            held.claimed.attempt,
+            extra={"event": "job_cancel_requested", "job_id": held.claimed.id},
+        )
 
     def _give_up(self, held: Held, why: str) -> None:
         if self._end(held):

@@ -344,3 +344,53 @@ def test_admin_recurring_enable_restarts_from_now(admin_client, minutely):
         admin_client.post(changelist, {"action": "enable", ACTION_CHECKBOX_NAME: [minutely.pk]})
     schedule = RecurringJob.objects.get()
     assert (schedule.enabled, schedule.next_run_at) == (True, at(30.5))
+
+
+def post_cancel(client: Client, jobs: list[Job]) -> Any:
+    return client.post(
+        reverse("admin:django_jobs_job_changelist"),
+        {
+            "action": "cancel_selected",
+            "index": "0",
+            "select_across": "0",
+            ACTION_CHECKBOX_NAME: [str(job.pk) for job in jobs],
+        },
+        follow=True,
+    )
+
+
+def test_admin_cancel_action_cancels_pending_asks_running_and_skips_finished(
+    admin_client: Client, make_job: Callable[..., Job]
+) -> None:
+    pending = make_job()
+    running = make_job(status=JobStatus.RUNNING, lease_owner="w1", attempt=1, attempts_used=1)
+    finished = make_job(status=JobStatus.SUCCEEDED)
+    response = post_cancel(admin_client, [pending, running, finished])
+    assert messages_of(response) == [
+        ("success", "1 job(s) cancelled."),
+        (
+            "success",
+            "1 running job(s) asked to stop: their workers cancel them at their next heartbeat.",
+        ),
+        ("warning", "1 job(s) skipped: already finished."),
+    ]
+    statuses = dict(Job.objects.values_list("id", "status"))
+    assert statuses == {
+        pending.pk: JobStatus.CANCELLED,
+        running.pk: JobStatus.RUNNING,
+        finished.pk: JobStatus.SUCCEEDED,
+    }
+    assert Job.objects.get(pk=running.pk).cancel_requested_at is not None
+
+
+def test_admin_cancel_action_needs_the_change_permission(
+    client: Client, django_user_model: Any, make_job: Callable[..., Job]
+) -> None:
+    from django.contrib.auth.models import Permission
+
+    viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
+    viewer.user_permissions.add(Permission.objects.get(codename="view_job"))
+    client.force_login(viewer)
+    job = make_job()
+    post_cancel(client, [job])
+    assert Job.objects.get(pk=job.pk).status == JobStatus.PENDING

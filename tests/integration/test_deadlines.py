@@ -60,7 +60,7 @@ def test_renewal_never_extends_a_lease_past_its_give_up_point(worker, clock, mak
     beat = w.inflight.beat_seconds
     # Just past the give-up point (a beat before the lease's end): refused.
     late = claimed.lease_expires_at - timedelta(seconds=beat - 0.001)
-    renewed, _ = w.driver.renew(w.owner, pairs, late, lease, give_up_seconds=beat)
+    renewed, _, _ = w.driver.renew(w.owner, pairs, late, lease, give_up_seconds=beat)
     assert renewed == set()
     # Past the lease's end: refused, even with no margin.
     lapsed = claimed.lease_expires_at + timedelta(seconds=1)
@@ -68,7 +68,7 @@ def test_renewal_never_extends_a_lease_past_its_give_up_point(worker, clock, mak
     assert Job.objects.get(pk=claimed.id).lease_expires_at == claimed.lease_expires_at
     # Before it: renewed.
     early = claimed.lease_expires_at - timedelta(seconds=beat + 1)
-    renewed, expires = w.driver.renew(w.owner, pairs, early, lease, give_up_seconds=beat)
+    renewed, expires, _ = w.driver.renew(w.owner, pairs, early, lease, give_up_seconds=beat)
     assert renewed == {claimed.id}
     assert Job.objects.get(pk=claimed.id).lease_expires_at == expires
 

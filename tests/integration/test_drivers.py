@@ -412,8 +412,9 @@ def test_driver_renew_extends_only_the_leases_still_held(make_job):
     driver = get_driver()
     later = START + timedelta(seconds=10)
     held = [mine.pair, (stale.id, stale.attempt - 1), other.pair]
-    renewed, expires = driver.renew("w1", held[:2], later, LEASE)
+    renewed, expires, cancel_requested = driver.renew("w1", held[:2], later, LEASE)
     assert renewed == {mine.id} and expires == later + timedelta(seconds=LEASE)
+    assert cancel_requested == set()
     assert driver.renew("someone-else", [other.pair], later, LEASE)[0] == set()
     expiries = dict(Job.objects.values_list("id", "lease_expires_at"))
     assert expiries[mine.id] == expires
