@@ -62,8 +62,16 @@ def resolve(using: str | None, now: datetime | None) -> tuple[str, datetime]:
     return using or router.db_for_read(Job), now or timezone.now()
 
 
-def queue_stats(using: str | None = None, *, now: datetime | None = None) -> list[QueueStats]:
-    """Per queue (the configured ones, and any other that has jobs), sorted by name."""
+def queue_stats(
+    using: str | None = None,
+    *,
+    now: datetime | None = None,
+    workers: Iterable[LiveWorker] | None = None,
+) -> list[QueueStats]:
+    """Per queue (the configured ones, and any other that has jobs), sorted by name.
+
+    ``workers`` (else ``live_workers()``) tell which queues are served.
+    """
     using, now = resolve(using, now)
     by_queue: dict[str, QueueStats] = {name: QueueStats(name) for name in settings.QUEUES}
 
@@ -97,7 +105,9 @@ def queue_stats(using: str | None = None, *, now: datetime | None = None) -> lis
     )
     for by_status in finished:
         setattr(stats_for(by_status["queue"]), by_status["status"], by_status["n"])
-    served = {queue for worker in live_workers(using, now) for queue in worker.queues}
+    if workers is None:
+        workers = live_workers(using, now)
+    served = {queue for worker in workers for queue in worker.queues}
     for stats in by_queue.values():
         stats.served = stats.queue in served
     return [by_queue[name] for name in sorted(by_queue)]

@@ -91,8 +91,8 @@ class Command(BaseCommand):
 
     def handle_status(self, options: dict[str, Any]) -> None:
         now = timezone.now()
-        queues = queue_stats(self.using, now=now)
         workers = live_workers(self.using, now)
+        queues = queue_stats(self.using, now=now, workers=workers)
         document = {
             "now": now,
             "queues": [
