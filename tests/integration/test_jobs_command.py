@@ -66,6 +66,7 @@ def test_jobs_status_splits_pending_into_due_scheduled_and_retrying(make_job: Ma
     finished(make_job, JobStatus.SUCCEEDED)
     finished(make_job, JobStatus.DEAD_LETTERED)
     finished(make_job, JobStatus.CANCELLED, queue="emails")
+    make_job(queue="emails", run_at=START + HOUR)
     queues = by_queue(jobs_json("status"))
     assert {key: queues["default"][key] for key in list(queues["default"])[:9]} == {
         "queue": "default",
@@ -80,7 +81,8 @@ def test_jobs_status_splits_pending_into_due_scheduled_and_retrying(make_job: Ma
     }
     assert queues["default"]["pending"] == 5
     assert queues["default"]["oldest_due_age_seconds"] == 90.0
-    assert queues["emails"]["cancelled"] == 1
+    assert (queues["emails"]["cancelled"], queues["emails"]["scheduled"]) == (1, 1)
+    assert queues["emails"]["oldest_due_at"] is None
     assert queues["emails"]["oldest_due_age_seconds"] is None
 
 
