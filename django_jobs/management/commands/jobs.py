@@ -1,0 +1,247 @@
+"""``manage.py jobs``: see and steer jobs. A thin shell over ``stats`` and ``control``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import router
+from django.utils import timezone
+
+from django_jobs.control import retry_job
+from django_jobs.management.output import (
+    fields,
+    format_age,
+    format_time,
+    shorten,
+    table,
+    to_json,
+)
+from django_jobs.models import Attempt, Job, JobStatus
+from django_jobs.redaction import mask_payload
+from django_jobs.stats import live_workers, queue_stats
+
+JOB_FIELDS = [field.attname for field in Job._meta.concrete_fields]
+ATTEMPT_FIELDS = ["number", "owner", "started_at", "finished_at", "outcome", "error"]
+# What ``jobs retry`` did with an id, and how a table says it. The first two fail the command.
+RETRY_RESULTS = {
+    "unknown": "unknown id",
+    "refused": "refused: a live job has the same unique_key",
+    "retried": "retried",
+    "not_dead_lettered": "not dead-lettered",
+}
+FAILED_RESULTS = ("unknown", "refused")
+
+
+def job_id(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a job id: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"not a job id: {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number of at least 1: {text!r}")
+    return value
+
+
+class Command(BaseCommand):
+    help = "See and steer django-jobs: status, list, show and retry jobs."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        common = CommandParser(add_help=False)
+        common.add_argument("--json", action="store_true", help="One JSON document on stdout.")
+        sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
+        sub.add_parser(
+            "status", parents=[common], help="Per queue: counts by status, oldest due; workers."
+        )
+        listing = sub.add_parser("list", parents=[common], help="Jobs, newest first.")
+        listing.add_argument("--status", choices=JobStatus.values)
+        listing.add_argument("--queue", metavar="Q")
+        listing.add_argument("--name", metavar="N", help="The registered job name.")
+        listing.add_argument("--limit", type=positive_int, default=50, metavar="K")
+        show = sub.add_parser("show", parents=[common], help="A job's fields and its attempts.")
+        show.add_argument("id", type=job_id)
+        retry = sub.add_parser(
+            "retry", parents=[common], help="Put dead-lettered jobs back in their queue, due now."
+        )
+        retry.add_argument("ids", nargs="*", type=job_id, metavar="ID")
+        retry.add_argument("--all-dead-lettered", action="store_true")
+        retry.add_argument(
+            "--queue", metavar="Q", help="With --all-dead-lettered: this queue only."
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self.using = router.db_for_write(Job)
+        self.as_json = options["json"]
+        getattr(self, f"handle_{options['subcommand']}")(options)
+
+    def emit(self, document: Any, text: str) -> None:
+        self.stdout.write(to_json(document) if self.as_json else text)
+
+    def handle_status(self, options: dict[str, Any]) -> None:
+        now = timezone.now()
+        workers = live_workers(self.using, now)
+        queues = queue_stats(self.using, now=now, workers=workers)
+        document = {
+            "now": now,
+            "queues": [
+                {
+                    **vars(stats),
+                    "pending": stats.pending,
+                    "oldest_due_age_seconds": json_seconds(stats.oldest_due_age(now)),
+                }
+                for stats in queues
+            ],
+            "workers": [vars(worker) for worker in workers],
+        }
+        counts = ["due", "scheduled", "retrying", "running", "succeeded", "dead_lettered"]
+        queue_table = table(
+            ["queue", *counts, "cancelled", "oldest due", "served"],
+            [
+                [
+                    s.queue,
+                    *(getattr(s, c) for c in counts),
+                    s.cancelled,
+                    format_age(s.oldest_due_age(now)),
+                    "yes" if s.served else "NO WORKER",
+                ]
+                for s in queues
+            ],
+        )
+        worker_table = table(
+            ["worker", "queues", "started", "last heartbeat", "running"],
+            [
+                [
+                    w.id,
+                    ",".join(w.queues),
+                    format_time(w.started_at),
+                    f"{format_age(now - w.last_heartbeat_at)} ago",
+                    w.running,
+                ]
+                for w in workers
+            ],
+        )
+        workers_text = worker_table if workers else "No live workers."
+        self.emit(document, f"As of {format_time(now)}\n\n{queue_table}\n\n{workers_text}")
+
+    def handle_list(self, options: dict[str, Any]) -> None:
+        jobs = Job.objects.using(self.using).order_by("-id")
+        for key in ("status", "queue", "name"):
+            if options[key] is not None:
+                jobs = jobs.filter(**{key: options[key]})
+        rows = list(jobs[: options["limit"]])
+        headers = ["id", "name", "queue", "status", "attempts", "run at", "finished", "last error"]
+        text = table(
+            headers,
+            [
+                [
+                    job.id,
+                    job.name,
+                    job.queue,
+                    job.status,
+                    f"{job.attempts_used}/{job.max_attempts}",
+                    format_time(job.run_at),
+                    format_time(job.finished_at),
+                    shorten(job.last_error, 50),
+                ]
+                for job in rows
+            ],
+        )
+        self.emit({"jobs": [job_document(job) for job in rows]}, text if rows else "No jobs.")
+
+    def handle_show(self, options: dict[str, Any]) -> None:
+        job = Job.objects.using(self.using).filter(id=options["id"]).first()
+        if job is None:
+            raise CommandError(f"No job with id {options['id']}.")
+        attempts = list(Attempt.objects.using(self.using).filter(job_id=job.id).order_by("number"))
+        shown = job_document(job)
+        document = {
+            "job": shown,
+            "attempts": [{name: getattr(a, name) for name in ATTEMPT_FIELDS} for a in attempts],
+        }
+        text = fields({name: show_value(value) for name, value in shown.items()})
+        attempts_text = table(
+            ["attempt", "outcome", "owner", "started", "finished", "took", "error"],
+            [
+                [
+                    a.number,
+                    a.outcome or "-",
+                    a.owner,
+                    format_time(a.started_at),
+                    format_time(a.finished_at),
+                    format_age(a.finished_at - a.started_at) if a.finished_at else "-",
+                    shorten(a.error),
+                ]
+                for a in attempts
+            ],
+        )
+        self.emit(document, f"{text}\n\n{attempts_text if attempts else 'No attempts yet.'}")
+
+    def handle_retry(self, options: dict[str, Any]) -> None:
+        ids: list[int] = options["ids"]
+        if options["all_dead_lettered"] == bool(ids):
+            raise CommandError("Give job ids or --all-dead-lettered (one of them).")
+        if options["queue"] is not None and not options["all_dead_lettered"]:
+            raise CommandError("--queue goes with --all-dead-lettered.")
+        if options["all_dead_lettered"]:
+            dead = Job.objects.using(self.using).dead_lettered().order_by("id")
+            if options["queue"] is not None:
+                dead = dead.filter(queue=options["queue"])
+            ids = list(dead.values_list("id", flat=True))
+        results = [self.retry_one(id) for id in dict.fromkeys(ids)]
+        text = table(
+            ["id", "result"],
+            [
+                [
+                    r["id"],
+                    RETRY_RESULTS[r["result"]] + (f" (it is {r['status']})" * bool(r["status"])),
+                ]
+                for r in results
+            ],
+        )
+        self.emit({"results": results}, text if results else "No dead-lettered jobs.")
+        failed = [str(r["id"]) for r in results if r["result"] in FAILED_RESULTS]
+        if failed:
+            raise CommandError(f"Not retried: job {', '.join(failed)}.")
+
+    def retry_one(self, id: int) -> dict[str, Any]:
+        """``{"id", "result", "status"}``: status is given when the job was not dead-lettered."""
+        if retry_job(id, using=self.using):
+            return {"id": id, "result": "retried", "status": None}
+        found = Job.objects.using(self.using).filter(id=id).values_list("status", flat=True).first()
+        if found is None:
+            return {"id": id, "result": "unknown", "status": None}
+        if found == JobStatus.DEAD_LETTERED:
+            return {"id": id, "result": "refused", "status": None}
+        return {"id": id, "result": "not_dead_lettered", "status": found}
+
+
+def job_document(job: Job) -> dict[str, Any]:
+    document = {name: getattr(job, name) for name in JOB_FIELDS}
+    document["payload"] = mask_payload(job.payload)
+    return document
+
+
+def show_value(value: Any) -> str:
+    if value is None:
+        return "-"
+    if hasattr(value, "tzinfo"):
+        return format_time(value)
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False)
+    return str(value)
+
+
+def json_seconds(age: Any) -> float | None:
+    return None if age is None else age.total_seconds()

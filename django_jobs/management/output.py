@@ -1,0 +1,79 @@
+"""How the management commands print: aligned tables for people, JSON for scripts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.utils import timezone
+
+
+def format_time(value: datetime | None) -> str:
+    """A time in the current time zone, to the second, with the zone's name."""
+    if value is None:
+        return "-"
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def format_age(age: timedelta | None) -> str:
+    """``1h02m03s``, ``4m05s``, ``6s``: whole seconds."""
+    if age is None:
+        return "-"
+    seconds = max(int(age.total_seconds()), 0)
+    hours, rest = divmod(seconds, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m{seconds:02d}s"
+    if minutes:
+        return f"{minutes}m{seconds:02d}s"
+    return f"{seconds}s"
+
+
+def shorten(text: str, width: int = 60) -> str:
+    """The first line of ``text``, cut to ``width`` characters."""
+    lines = text.strip().splitlines()
+    line = lines[0] if lines else ""
+    if len(line) > width or len(lines) > 1:
+        return line[: width - 1] + "…"
+    return line
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """Columns padded to their widest cell; numbers aligned right."""
+    cells = [[str(cell) for cell in row] for row in rows]
+    widths = [
+        max([len(header), *(len(row[i]) for row in cells)]) for i, header in enumerate(headers)
+    ]
+    numeric = [
+        bool(rows) and all(isinstance(row[i], int) for row in rows) for i in range(len(headers))
+    ]
+
+    def line(values: Sequence[str]) -> str:
+        padded = (
+            value.rjust(width) if right else value.ljust(width)
+            for value, width, right in zip(values, widths, numeric, strict=True)
+        )
+        return "  ".join(padded).rstrip()
+
+    return "\n".join([line(headers), *(line(row) for row in cells)])
+
+
+def fields(pairs: Mapping[str, Any]) -> str:
+    """``key: value`` lines, the values aligned."""
+    width = max(len(key) for key in pairs)
+    return "\n".join(f"{key + ':':<{width + 1}} {value}" for key, value in pairs.items())
+
+
+def to_json(document: Any) -> str:
+    """One JSON document; times in ISO 8601 with their offset."""
+    return json.dumps(document, indent=2, default=json_default, ensure_ascii=False)
+
+
+def json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, timedelta):
+        return value.total_seconds()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")

@@ -1,0 +1,331 @@
+"""``manage.py jobs``: status, list, show and retry, through call_command and a real process."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import timedelta
+from io import StringIO
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+from django.core.management.base import CommandError
+from freezegun import freeze_time
+
+from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Worker
+from tests.conftest import ROOT, START, database_url
+
+pytestmark = pytest.mark.django_db
+
+MakeJob = Callable[..., Job]
+HOUR = timedelta(hours=1)
+
+
+def jobs(*args: str) -> str:
+    out = StringIO()
+    with freeze_time(START):
+        call_command("jobs", *args, stdout=out)
+    return out.getvalue()
+
+
+def jobs_json(*args: str) -> Any:
+    return json.loads(jobs(*args, "--json"))
+
+
+def by_queue(document: Any) -> dict[str, dict[str, Any]]:
+    return {row["queue"]: row for row in document["queues"]}
+
+
+def finished(make_job: MakeJob, status: str, **overrides: Any) -> Job:
+    return make_job(status=status, finished_at=START, **overrides)
+
+
+def register(worker_id: str, heartbeat_age: timedelta, queues: list[str]) -> Worker:
+    return Worker.objects.create(
+        id=worker_id,
+        host="host",
+        pid=1,
+        queues=queues,
+        started_at=START - HOUR,
+        last_heartbeat_at=START - heartbeat_age,
+    )
+
+
+def test_jobs_status_splits_pending_into_due_scheduled_and_retrying(make_job: MakeJob) -> None:
+    make_job(run_at=START - timedelta(seconds=90))
+    make_job(run_at=START)
+    make_job(run_at=START + HOUR)
+    make_job(run_at=START + HOUR, attempts_used=1)
+    make_job(run_at=START + HOUR, attempts_used=2)
+    make_job(status=JobStatus.RUNNING, lease_owner="w", lease_expires_at=START + HOUR)
+    finished(make_job, JobStatus.SUCCEEDED)
+    finished(make_job, JobStatus.SUCCEEDED)
+    finished(make_job, JobStatus.DEAD_LETTERED)
+    finished(make_job, JobStatus.CANCELLED, queue="emails")
+    make_job(queue="emails", run_at=START + HOUR)
+    queues = by_queue(jobs_json("status"))
+    assert {key: queues["default"][key] for key in list(queues["default"])[:9]} == {
+        "queue": "default",
+        "due": 2,
+        "scheduled": 1,
+        "retrying": 2,
+        "running": 1,
+        "succeeded": 2,
+        "dead_lettered": 1,
+        "cancelled": 0,
+        "oldest_due_at": (START - timedelta(seconds=90)).isoformat(),
+    }
+    assert queues["default"]["pending"] == 5
+    assert queues["default"]["oldest_due_age_seconds"] == 90.0
+    assert (queues["emails"]["cancelled"], queues["emails"]["scheduled"]) == (1, 1)
+    assert queues["emails"]["oldest_due_at"] is None
+    assert queues["emails"]["oldest_due_age_seconds"] is None
+
+
+def test_jobs_status_shows_queues_that_only_the_jobs_name(make_job: MakeJob) -> None:
+    make_job(queue="reports")
+    assert sorted(by_queue(jobs_json("status"))) == ["default", "emails", "reports"]
+
+
+def test_jobs_status_lists_live_workers_only_with_their_running_jobs(make_job: MakeJob) -> None:
+    register("fresh", timedelta(seconds=10), ["default"])
+    register("stale", timedelta(seconds=301), ["emails"])  # LEASE_SECONDS is 300
+    held = make_job(status=JobStatus.RUNNING, lease_owner="fresh", lease_expires_at=START + HOUR)
+    make_job(queue="emails")
+    document = jobs_json("status")
+    assert [(w["id"], w["running"], w["running_job_ids"]) for w in document["workers"]] == [
+        ("fresh", 1, [held.pk])
+    ]
+    queues = by_queue(document)
+    assert queues["default"]["served"] is True
+    assert queues["emails"]["served"] is False
+    text = jobs("status")
+    assert "10s ago" in text
+    assert "stale" not in text
+    assert text.splitlines()[3].split()[-1] == "yes"  # default
+    assert text.splitlines()[4].endswith("NO WORKER")  # emails
+
+
+def test_jobs_status_reads_a_fixed_number_of_queries(
+    make_job: MakeJob, django_assert_num_queries: Any
+) -> None:
+    for queue in ("default", "emails", "a", "b"):
+        make_job(queue=queue)
+        finished(make_job, JobStatus.SUCCEEDED, queue=queue)
+        register(queue, timedelta(), [queue])
+    # pending, running, finished, workers, the workers' running jobs
+    with django_assert_num_queries(5):
+        jobs("status")
+
+
+def test_jobs_status_table_gives_times_to_the_second_with_the_zone(
+    make_job: MakeJob, settings: Any
+) -> None:
+    settings.TIME_ZONE = "Europe/Paris"
+    make_job(run_at=START - timedelta(minutes=2, seconds=3))
+    lines = jobs("status").splitlines()
+    assert lines[0] == "As of 2026-01-05 13:00:00 CET"
+    assert lines[2].split() == [
+        "queue",
+        "due",
+        "scheduled",
+        "retrying",
+        "running",
+        "succeeded",
+        "dead_lettered",
+        "cancelled",
+        "oldest",
+        "due",
+        "served",
+    ]
+    assert lines[3].split()[:2] == ["default", "1"]
+    assert "2m03s" in lines[3]
+    assert "No live workers." in lines
+
+
+def test_jobs_list_is_newest_first_and_filters(make_job: MakeJob) -> None:
+    a = make_job(name="tests.ok")
+    b = make_job(name="tests.ok", queue="emails")
+    c = finished(make_job, JobStatus.DEAD_LETTERED, name="tests.fails", last_error="Boom")
+    d = make_job(name="tests.fails", queue="emails")
+
+    def ids(*args: str) -> list[int]:
+        return [job["id"] for job in jobs_json("list", *args)["jobs"]]
+
+    assert ids() == [d.pk, c.pk, b.pk, a.pk]
+    assert ids("--status", "dead_lettered") == [c.pk]
+    assert ids("--queue", "emails") == [d.pk, b.pk]
+    assert ids("--name", "tests.fails") == [d.pk, c.pk]
+    assert ids("--name", "tests.fails", "--queue", "default") == [c.pk]
+    assert ids("--limit", "2") == [d.pk, c.pk]
+    assert ids("--queue", "nowhere") == []
+    assert jobs("list", "--queue", "nowhere") == "No jobs.\n"
+    row = next(line for line in jobs("list").splitlines() if line.lstrip().startswith(str(c.pk)))
+    assert row.split()[1:4] == ["tests.fails", "default", "dead_lettered"]
+    assert "2026-01-05 12:00:00 UTC" in row
+    assert row.endswith("Boom")
+
+
+def test_jobs_list_shows_fifty_by_default(make_job: MakeJob) -> None:
+    Job.objects.bulk_create(Job(name="tests.ok", run_at=START) for _ in range(55))
+    listed = jobs_json("list")["jobs"]
+    assert len(listed) == 50
+    assert listed[0]["id"] == Job.objects.order_by("-id").first().pk  # type: ignore[union-attr]
+
+
+def test_jobs_show_prints_the_job_and_its_attempts(make_job: MakeJob) -> None:
+    job = finished(make_job, JobStatus.DEAD_LETTERED, attempt=2, attempts_used=2)
+    for number, outcome in ((1, AttemptOutcome.LEASE_EXPIRED), (2, AttemptOutcome.FAILED)):
+        Attempt.objects.create(
+            job=job,
+            number=number,
+            owner=f"host:{number}:abc",
+            started_at=START - timedelta(seconds=10 * number),
+            finished_at=START - timedelta(seconds=10 * number - 4),
+            outcome=outcome,
+            error="ValueError: nope\nline two" if number == 2 else "",
+        )
+    document = jobs_json("show", str(job.pk))
+    assert document["job"]["id"] == job.pk
+    assert document["job"]["status"] == "dead_lettered"
+    assert [(a["number"], a["outcome"]) for a in document["attempts"]] == [
+        (1, "lease_expired"),
+        (2, "failed"),
+    ]
+    text = jobs("show", str(job.pk))
+    assert "status:           dead_lettered" in text
+    assert "finished_at:      2026-01-05 12:00:00 UTC" in text
+    attempt_two = text.splitlines()[-1].split()
+    assert attempt_two[:3] == ["2", "failed", "host:2:abc"]
+    assert attempt_two[-3:] == ["4s", "ValueError:", "nope…"]
+
+
+def test_jobs_show_masks_secrets_in_the_payload(make_job: MakeJob) -> None:
+    job = make_job(payload={"api_key": "sk-live-123", "user": 7})
+    assert jobs_json("show", str(job.pk))["job"]["payload"] == {"api_key": "***", "user": 7}
+    assert jobs_json("list")["jobs"][0]["payload"] == {"api_key": "***", "user": 7}
+    assert "sk-live-123" not in jobs("show", str(job.pk))
+
+
+def test_jobs_show_an_unknown_id_is_a_command_error(make_job: MakeJob) -> None:
+    with pytest.raises(CommandError, match=r"^No job with id 999\.$"):
+        jobs("show", "999")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("list", "--status", "bogus"),
+        ("list", "--limit", "0"),
+        ("list", "--limit", "many"),
+        ("show", "abc"),
+        ("show",),
+        ("frobnicate",),
+        (),
+    ],
+)
+def test_jobs_bad_arguments_are_a_command_error(args: tuple[str, ...]) -> None:
+    with pytest.raises(CommandError):
+        jobs(*args)
+
+
+def test_jobs_retry_reports_what_happened_to_each_id(make_job: MakeJob) -> None:
+    dead = finished(make_job, JobStatus.DEAD_LETTERED, attempts_used=3)
+    pending = make_job()
+    out = StringIO()
+    with freeze_time(START), pytest.raises(CommandError, match=r"^Not retried: job 999\.$"):
+        call_command("jobs", "retry", str(dead.pk), str(pending.pk), "999", "--json", stdout=out)
+    assert json.loads(out.getvalue())["results"] == [
+        {"id": dead.pk, "result": "retried", "status": None},
+        {"id": pending.pk, "result": "not_dead_lettered", "status": "pending"},
+        {"id": 999, "result": "unknown", "status": None},
+    ]
+    dead.refresh_from_db()
+    assert (dead.status, dead.attempts_used, dead.finished_at) == (JobStatus.PENDING, 0, None)
+
+
+def test_jobs_retry_a_job_that_is_not_dead_lettered_succeeds_and_says_so(
+    make_job: MakeJob,
+) -> None:
+    job = finished(make_job, JobStatus.SUCCEEDED)
+    assert jobs("retry", str(job.pk)).splitlines()[1].split(maxsplit=1) == [
+        str(job.pk),
+        "not dead-lettered (it is succeeded)",
+    ]
+    job.refresh_from_db()
+    assert job.status == JobStatus.SUCCEEDED
+
+
+def test_jobs_retry_refused_by_a_live_job_with_the_same_unique_key(make_job: MakeJob) -> None:
+    dead = finished(make_job, JobStatus.DEAD_LETTERED, unique_key="k")
+    make_job(unique_key="k")
+    out = StringIO()
+    with pytest.raises(CommandError, match=rf"job {dead.pk}\."):
+        call_command("jobs", "retry", str(dead.pk), stdout=out)
+    assert "refused: a live job has the same unique_key" in out.getvalue()
+    dead.refresh_from_db()
+    assert dead.status == JobStatus.DEAD_LETTERED
+
+
+def test_jobs_retry_all_dead_lettered_of_one_queue(make_job: MakeJob) -> None:
+    a = finished(make_job, JobStatus.DEAD_LETTERED)
+    b = finished(make_job, JobStatus.DEAD_LETTERED, queue="emails")
+    c = finished(make_job, JobStatus.DEAD_LETTERED, queue="emails")
+    results = jobs_json("retry", "--all-dead-lettered", "--queue", "emails")["results"]
+    assert [(r["id"], r["result"]) for r in results] == [(b.pk, "retried"), (c.pk, "retried")]
+    assert Job.objects.get(pk=a.pk).status == JobStatus.DEAD_LETTERED
+    assert [r["id"] for r in jobs_json("retry", "--all-dead-lettered")["results"]] == [a.pk]
+    assert jobs("retry", "--all-dead-lettered") == "No dead-lettered jobs.\n"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("retry",), "Give job ids or --all-dead-lettered"),
+        (("retry", "1", "--all-dead-lettered"), "Give job ids or --all-dead-lettered"),
+        (("retry", "1", "--queue", "emails"), "--queue goes with --all-dead-lettered"),
+    ],
+)
+def test_jobs_retry_needs_ids_or_all_dead_lettered(args: tuple[str, ...], message: str) -> None:
+    with pytest.raises(CommandError, match=message):
+        jobs(*args)
+
+
+def manage_jobs(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "jobs", *args],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": database_url()},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_jobs_process_exits_non_zero_on_an_unknown_id_without_a_traceback(
+    make_job: MakeJob,
+) -> None:
+    job = finished(make_job, JobStatus.DEAD_LETTERED)
+    shown = manage_jobs("show", "999")
+    assert (shown.returncode, shown.stdout) == (1, "")
+    assert shown.stderr.splitlines() == ["CommandError: No job with id 999."]
+    retried = manage_jobs("retry", str(job.pk), "999", "--json")
+    assert retried.returncode == 1
+    assert [r["result"] for r in json.loads(retried.stdout)["results"]] == ["retried", "unknown"]
+    assert retried.stderr.splitlines() == ["CommandError: Not retried: job 999."]
+    listed = manage_jobs("list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert json.loads(listed.stdout)["jobs"][0]["status"] == "pending"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_jobs_process_rejects_a_bad_flag_with_usage(make_job: MakeJob) -> None:
+    result = manage_jobs("list", "--status", "bogus")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "argument --status: invalid choice: 'bogus'" in result.stderr
