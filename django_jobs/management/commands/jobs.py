@@ -10,7 +10,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import router
 from django.utils import timezone
 
-from django_jobs.control import retry_job
+from django_jobs.control import cancel_job, retry_job
+from django_jobs.exceptions import JobNotCancellable
 from django_jobs.management.output import (
     fields,
     format_age,
@@ -33,6 +34,14 @@ RETRY_RESULTS = {
     "not_dead_lettered": "not dead-lettered",
 }
 FAILED_RESULTS = ("unknown", "refused")
+# What ``jobs cancel`` did with an id. The last two fail the command.
+CANCEL_RESULTS = {
+    "cancelled": "cancelled",
+    "requested": "running: asked to stop at its worker's next heartbeat",
+    "finished": "already finished",
+    "unknown": "unknown id",
+}
+CANCEL_FAILED = ("finished", "unknown")
 
 
 def job_id(text: str) -> int:
@@ -56,7 +65,7 @@ def positive_int(text: str) -> int:
 
 
 class Command(BaseCommand):
-    help = "See and steer django-jobs: status, list, show and retry jobs."
+    help = "See and steer django-jobs: status, list, show, retry and cancel jobs."
 
     def add_arguments(self, parser: CommandParser) -> None:
         common = CommandParser(add_help=False)
@@ -80,6 +89,12 @@ class Command(BaseCommand):
         retry.add_argument(
             "--queue", metavar="Q", help="With --all-dead-lettered: this queue only."
         )
+        cancel = sub.add_parser(
+            "cancel",
+            parents=[common],
+            help="Cancel jobs: pending ones at once, running ones at their next heartbeat.",
+        )
+        cancel.add_argument("ids", nargs="+", type=job_id, metavar="ID")
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.using = router.db_for_write(Job)
@@ -214,6 +229,32 @@ class Command(BaseCommand):
         failed = [str(r["id"]) for r in results if r["result"] in FAILED_RESULTS]
         if failed:
             raise CommandError(f"Not retried: job {', '.join(failed)}.")
+
+    def handle_cancel(self, options: dict[str, Any]) -> None:
+        results = [self.cancel_one(id) for id in dict.fromkeys(options["ids"])]
+        text = table(
+            ["id", "result"],
+            [
+                [r["id"], CANCEL_RESULTS[r["result"]] + (f" ({r['status']})" * bool(r["status"]))]
+                for r in results
+            ],
+        )
+        self.emit({"results": results}, text)
+        failed = [str(r["id"]) for r in results if r["result"] in CANCEL_FAILED]
+        if failed:
+            raise CommandError(f"Not cancelled: job {', '.join(failed)}.")
+
+    def cancel_one(self, id: int) -> dict[str, Any]:
+        """``{"id", "result", "status"}``: status is given when the job had finished."""
+        try:
+            job = cancel_job(id, using=self.using)
+        except Job.DoesNotExist:
+            return {"id": id, "result": "unknown", "status": None}
+        except JobNotCancellable:
+            status = Job.objects.using(self.using).filter(id=id).values_list("status", flat=True)
+            return {"id": id, "result": "finished", "status": status.first()}
+        done = "cancelled" if job.status == JobStatus.CANCELLED else "requested"
+        return {"id": id, "result": done, "status": None}
 
     def retry_one(self, id: int) -> dict[str, Any]:
         """``{"id", "result", "status"}``: status is given when the job was not dead-lettered."""
