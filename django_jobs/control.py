@@ -9,8 +9,10 @@ from django.db import IntegrityError, router
 from django.utils import timezone
 
 from .db import get_driver
+from .events import send
 from .exceptions import JobNotCancellable
 from .models import Job, JobStatus
+from .signals import job_cancelled
 
 logger = logging.getLogger(__name__)
 
@@ -65,25 +67,31 @@ def cancel_job(job_id: int, *, now: datetime | None = None, using: str | None = 
     jobs = Job.objects.using(driver.using)
     for _ in range(CANCEL_TRIES):  # the job may move between the guarded updates: look again
         with driver.write_transaction():
-            if jobs.filter(id=job_id, status=JobStatus.PENDING).update(
+            cancelled = jobs.filter(id=job_id, status=JobStatus.PENDING).update(
                 status=JobStatus.CANCELLED,
                 finished_at=now,
                 cancel_requested_at=now,
                 last_error="Cancelled: cancel_job() before it ran",
                 lease_owner=None,
                 lease_expires_at=None,
-            ):
-                logger.info(
-                    "job #%s cancelled", job_id, extra={"event": "job_cancelled", "job_id": job_id}
-                )
-                return jobs.get(id=job_id)
-            if jobs.filter(id=job_id, status=JobStatus.RUNNING).update(cancel_requested_at=now):
-                logger.info(
-                    "job #%s: cancel requested; its worker stops it at its next heartbeat",
-                    job_id,
-                    extra={"event": "job_cancel_requested", "job_id": job_id},
-                )
-                return jobs.get(id=job_id)
+            )
+            requested = not cancelled and jobs.filter(id=job_id, status=JobStatus.RUNNING).update(
+                cancel_requested_at=now
+            )
+        if cancelled:  # committed: say so
+            job = jobs.get(id=job_id)
+            logger.info(
+                "job #%s cancelled", job_id, extra={"event": "job_cancelled", "job_id": job_id}
+            )
+            send(job_cancelled, job_id=job.pk, name=job.name, queue=job.queue, attempt=None)
+            return job
+        if requested:
+            logger.info(
+                "job #%s: cancel requested; its worker stops it at its next heartbeat",
+                job_id,
+                extra={"event": "job_cancel_requested", "job_id": job_id},
+            )
+            return jobs.get(id=job_id)
         job = jobs.get(id=job_id)
         if job.status not in (JobStatus.PENDING, JobStatus.RUNNING):
             raise JobNotCancellable(f"job #{job_id} is {job.status}: there is nothing to cancel")

@@ -18,9 +18,11 @@ from typing import Any
 from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
+from . import signals
 from .conf import require_priority, require_queue_name, require_use_tz, settings
 from .db import get_driver
 from .db.notify import notify, supports_notify
+from .events import send
 from .models import Job
 from .payloads import encode_payload
 from .registry import get_definition
@@ -128,6 +130,19 @@ def _insert_unique(job: Job, using: str) -> Job:
     return job
 
 
+def announce_enqueued(rows: Iterable[Job], using: str) -> None:
+    """``job_enqueued`` for each of ``rows``, once the caller's transaction commits."""
+    if not signals.job_enqueued.has_listeners(Job):
+        return
+    details = [{"job_id": row.pk, "name": row.name, "queue": row.queue} for row in rows]
+
+    def announce() -> None:
+        for detail in details:
+            send(signals.job_enqueued, **detail)
+
+    transaction.on_commit(announce, using=using)
+
+
 def wakes(using: str) -> bool:
     """Whether enqueueing on ``using`` sends wake-ups (``DJANGO_JOBS["LISTEN"]``, PostgreSQL)."""
     return bool(settings.LISTEN) and supports_notify(using)
@@ -161,8 +176,10 @@ def schedule_job(
     if row.unique_key is not None:
         built, row = row, _insert_unique(row, using)
         notify_due([row] if row is built else [], using)
+        announce_enqueued([row] if row is built else [], using)
     else:
         get_driver(using).insert_jobs([row], timezone.now(), notify=wakes(using))
+        announce_enqueued([row], using)
     logger.debug(
         "job %s #%s enqueued", row.name, row.pk, extra={"event": "job_enqueued", "job_id": row.pk}
     )
@@ -190,6 +207,7 @@ def schedule_jobs(specs: Iterable[JobSpec | Mapping[str, Any]]) -> list[Job]:
         notify_due(
             [row for row in rows if row.unique_key is not None and id(row) in inserted], using
         )
+        announce_enqueued([row for row in rows if id(row) in inserted], using)
     logger.debug(
         "%s jobs enqueued", len(result), extra={"event": "job_enqueued", "count": len(result)}
     )

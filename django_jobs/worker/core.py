@@ -27,6 +27,7 @@ from ..db import ROW_ERRORS, ClaimedJob, DatabaseBusy, Driver, get_driver
 from ..db.base import Renewal
 from ..db.outage import with_backoff
 from ..deadlines import deadline
+from ..events import send, signal_for
 from ..exceptions import UnknownJob
 from ..maintenance.rescuer import dead_letter_exhausted, reclaim_expired_leases
 from ..maintenance.scheduler import enqueue_due
@@ -239,7 +240,22 @@ class Worker:
             else:
                 log_outcome(outcome.claimed, outcome.result, settled)
                 statuses.append(settled.status)
+                self.announce(outcome.claimed, settled)
         return statuses
+
+    @staticmethod
+    def announce(claimed: ClaimedJob, settled: Settlement) -> None:
+        """Send the signal of a written outcome (it has committed: the driver autocommits)."""
+        signal = signal_for(settled.status, settled.outcome)
+        if signal is not None:
+            send(
+                signal,
+                job_id=claimed.id,
+                name=claimed.name,
+                queue=claimed.queue,
+                attempt=claimed.attempt,
+                error=settled.error,
+            )
 
     def settle(self, settlements: Sequence[Settlement], patience: float) -> list[Settlement]:
         def write() -> list[Settlement]:

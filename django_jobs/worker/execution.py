@@ -5,8 +5,10 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from .. import signals
 from ..context import JobContext
 from ..db import ClaimedJob
+from ..events import send
 from ..exceptions import JobCancelled, PayloadError, ResultError
 from ..models import AttemptOutcome, JobStatus
 from ..outcomes import HandlerResult, Settlement
@@ -34,6 +36,13 @@ def run_handler(claimed: ClaimedJob, ctx: JobContext) -> HandlerResult:
     event, never by a handler's exception. An unknown name or an undecodable
     payload is a failure too.
     """
+    send(
+        signals.job_started,
+        job_id=claimed.id,
+        name=claimed.name,
+        queue=claimed.queue,
+        attempt=claimed.attempt,
+    )
     try:
         definition = get_definition(claimed.name)
         ctx.payload = decode_payload(claimed.raw_payload)

@@ -1,4 +1,4 @@
-"""``manage.py jobs``: status, list, show, retry and cancel, through call_command and a real process."""
+"""``manage.py jobs``: status, list, show, retry and cancel; call_command and a real process."""
 
 from __future__ import annotations
 

@@ -1,0 +1,26 @@
+"""Signals about jobs, sent after the change they report has committed.
+
+Each is sent with ``sender=Job`` and keyword arguments ``job_id``, ``name``,
+``queue`` (and ``attempt``, ``error`` where they apply):
+
+- ``job_enqueued``: ``schedule_job()``/``schedule_jobs()``'s insert committed
+  (on ``transaction.on_commit`` of the caller's transaction);
+- ``job_started``: a worker starts an attempt (its claim has committed);
+- ``job_succeeded``, ``job_failed`` (each failed or timed-out attempt that
+  will be retried), ``job_dead_lettered``, ``job_cancelled``: the attempt's
+  outcome is written.
+
+A receiver that raises is logged (``signal_receiver_failed``) and never
+changes the job's outcome.
+"""
+
+from __future__ import annotations
+
+from django.dispatch import Signal
+
+job_enqueued = Signal()
+job_started = Signal()
+job_succeeded = Signal()
+job_failed = Signal()
+job_dead_lettered = Signal()
+job_cancelled = Signal()
