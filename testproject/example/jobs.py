@@ -133,10 +133,3 @@ def watchful(ctx: JobContext, payload: dict[str, Any]) -> None:
 def watchful_timed(ctx: JobContext, payload: dict[str, Any]) -> None:
     """``example.watchful`` with a 1.5-second timeout."""
     watchful(ctx, payload)
-
-
-@job("demo.patient", max_attempts=3)
-def patient(ctx: JobContext, payload: dict[str, Any]) -> None:
-    """Waits up to ``payload["seconds"]``, stopping as soon as it is cancelled."""
-    ctx.wait(payload["seconds"])
-    ctx.raise_if_cancelled()
