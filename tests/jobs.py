@@ -86,10 +86,14 @@ def csv_error(ctx: JobContext, payload: Any) -> None:
 # -- the runtime (batch claims, settler) --------------------------------------
 
 
+SLEPT: set[int] = set()  # the jobs whose tests.sleepy handler has returned
+
+
 @job("tests.sleepy")
 def sleepy(ctx: JobContext, payload: Any) -> None:
-    """Runs for ``payload["seconds"]``, or until cancelled."""
+    """Runs for ``payload["seconds"]``, or until cancelled; then notes that it returned."""
     ctx.wait(payload["seconds"])
+    SLEPT.add(ctx.job_id)
 
 
 # -- results -------------------------------------------------------------------

@@ -58,10 +58,14 @@ def test_runjobs_after_a_partial_migrate_names_the_missing_migrations(fresh_data
     assert migrate.returncode == 0, migrate.stderr
     result = manage("runjobs", "--burst", url=fresh_database_url)
     assert result.returncode == 1
+    missing = sorted(
+        path.stem
+        for path in (ROOT / "django_jobs" / "migrations").glob("0*.py")
+        if path.stem[:4] > "0002"
+    )
     assert result.stderr.splitlines() == [
-        "CommandError: Database 'default' lacks django_jobs migration(s) "
-        "0003_add_recurringjob_source, 0004_index_only_what_the_hot_path_needs: "
-        "run `python manage.py migrate` first."
+        f"CommandError: Database 'default' lacks django_jobs migration(s) "
+        f"{', '.join(missing)}: run `python manage.py migrate` first."
     ]
     assert "Traceback" not in result.stdout + result.stderr
     migrate = manage("migrate", "-v", "0", url=fresh_database_url)
