@@ -13,6 +13,7 @@ ORM code, on the maintenance interval.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -25,8 +26,6 @@ from ..models import FINISHED_STATUSES, Job, JobStatus
 logger = logging.getLogger(__name__)
 
 PRUNE_BATCH = 1000
-
-
 FINISHED_INDEX = "django_jobs_finished_idx"
 
 
@@ -65,6 +64,9 @@ def prune_finished(
     Works status by status, oldest first, ``batch`` jobs per transaction, and
     stops after ``max_batches`` batches (None: when nothing expired is left),
     so that one call's time is bounded: the rest waits for the next call.
+    On SQLite, where every write takes the one write lock, the cleaner rests
+    after each full batch as long as the batch held the lock, so that the
+    claims and settles waiting for it get their turn.
     """
     if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
         raise ValueError(f"batch must be a positive integer, got {batch!r}")
@@ -73,15 +75,19 @@ def prune_finished(
     ):
         raise ValueError(f"max_batches must be a positive integer or None, got {max_batches!r}")
     driver = get_driver(using)
+    shares_one_lock = not driver.connection.features.has_select_for_update_skip_locked
     budget = max_batches
     deleted = 0
     for status, kept in expiring_statuses(settings.RETENTION):
         while budget is None or budget > 0:
             budget = None if budget is None else budget - 1
+            began = time.monotonic()
             picked, removed = prune_batch(driver, status, now - kept, batch)
             deleted += removed
             if picked < batch:
                 break
+            if shares_one_lock:
+                time.sleep(time.monotonic() - began)
     if deleted:
         logger.info(
             "%s finished job(s) past their retention deleted",
