@@ -14,7 +14,7 @@ from django.test import override_settings
 from django_jobs.db import get_driver
 from django_jobs.maintenance.cleaner import expired_ids, prune_finished
 from django_jobs.models import Attempt, Job, JobStatus
-from tests.conftest import START, wait_until
+from tests.conftest import START
 
 pytestmark = pytest.mark.django_db
 
