@@ -17,7 +17,7 @@ import time
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import BooleanField, Expression
+from django.db.models import F, Lookup
 
 from ..conf import settings
 from ..db import Driver, get_driver
@@ -38,22 +38,25 @@ def _index_statuses(name: str) -> tuple[str, ...]:
     return tuple(str(status) for status in statuses)
 
 
-class InFinishedIndex(Expression):
+class InFinishedIndex(Lookup):
     """The condition of ``django_jobs_finished_idx``, written out as the index has it.
 
     SQLite uses a partial index only when the query repeats the index's
     condition term for term, with literals: ``status = 'succeeded'`` alone,
     let alone ``status = ?``, scans the whole table. The statuses come from
-    the index's definition, never from input.
+    the index's definition, never from input. A lookup, so that every Django
+    version puts it in the WHERE clause as it is (not as ``... = true``).
     """
 
-    output_field = BooleanField()
-    conditional = True
+    lookup_name = "in_finished_index"
+
+    def __init__(self) -> None:
+        super().__init__(F("status"), None)
 
     def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[str | int, ...]]:
-        qn = connection.ops.quote_name
+        column, params = compiler.compile(self.lhs)
         statuses = ", ".join(f"'{status}'" for status in _index_statuses(FINISHED_INDEX))
-        return f"{qn(Job._meta.db_table)}.{qn('status')} IN ({statuses})", ()
+        return f"{column} IN ({statuses})", tuple(params)
 
 
 def prune_finished(
