@@ -71,12 +71,9 @@ def prune_finished(
     after each full batch as long as the batch held the lock, so that the
     claims and settles waiting for it get their turn.
     """
-    if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-        raise ValueError(f"batch must be a positive integer, got {batch!r}")
-    if max_batches is not None and (
-        isinstance(max_batches, bool) or not isinstance(max_batches, int) or max_batches < 1
-    ):
-        raise ValueError(f"max_batches must be a positive integer or None, got {max_batches!r}")
+    _require_positive_int("batch", batch)
+    if max_batches is not None:
+        _require_positive_int("max_batches", max_batches)
     driver = get_driver(using)
     shares_one_lock = not driver.connection.features.has_select_for_update_skip_locked
     budget = max_batches
@@ -89,7 +86,7 @@ def prune_finished(
             deleted += removed
             if picked < batch:
                 break
-            if shares_one_lock:
+            if shares_one_lock and budget != 0:
                 time.sleep(time.monotonic() - began)
     if deleted:
         logger.info(
@@ -98,6 +95,11 @@ def prune_finished(
             extra={"event": "jobs_pruned", "count": deleted},
         )
     return deleted
+
+
+def _require_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def expiring_statuses(retention: dict[str, timedelta | None]) -> list[tuple[JobStatus, timedelta]]:
