@@ -17,6 +17,7 @@ from .conf import (
     POSITIVE,
     USE_TZ_REASON,
     queues_problems,
+    retention_problems,
     setting_problem,
 )
 
@@ -61,6 +62,11 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     errors += _key_errors(user, BOOLEAN, "django_jobs.E007")
     if "QUEUES" in user:
         errors += _queue_errors(user["QUEUES"])
+    if "RETENTION" in user:
+        errors += [
+            Error(problem.message, hint=problem.hint, id="django_jobs.E008")
+            for problem in retention_problems(user["RETENTION"])
+        ]
     if "RECURRING" in user:
         errors += _recurring_errors(user["RECURRING"])
     if "HIDDEN_PAYLOAD_KEYS" in user:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import math
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any, NamedTuple
 
 from django.conf import settings as django_settings
@@ -43,6 +44,13 @@ DEFAULTS: dict[str, Any] = {
     "PREPARED_STATEMENTS": True,
     # On PostgreSQL: enqueueing NOTIFYs, and idle workers LISTEN instead of waiting a poll.
     "LISTEN": True,
+    # finished status -> how long its jobs are kept after they finish; None: forever.
+    # A user's dict replaces only the statuses it names.
+    "RETENTION": {
+        "succeeded": timedelta(days=7),
+        "cancelled": timedelta(days=7),
+        "dead_lettered": timedelta(days=30),
+    },
 }
 
 POSITIVE = (
@@ -55,6 +63,8 @@ POSITIVE = (
 NON_NEGATIVE = ("RETRY_BASE_SECONDS", "RETRY_JITTER", "SHUTDOWN_GRACE_SECONDS")
 BOOLEAN = ("LISTEN", "PREPARED_STATEMENTS")
 QUEUE_OPTIONS = ("workers", "timeout")
+# The statuses RETENTION may name: the finished ones (JobStatus values; no model import here).
+RETENTION_STATUSES = ("succeeded", "cancelled", "dead_lettered")
 
 # The range of the database's integer columns (priority, max_attempts).
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
@@ -133,7 +143,44 @@ def setting_problem(key: str, value: Any) -> Problem | None:
     if key == "QUEUES":
         problems = queues_problems(value)
         return problems[0] if problems else None
+    if key == "RETENTION":
+        problems = retention_problems(value)
+        return problems[0] if problems else None
     return None
+
+
+def retention_problems(retention: Any) -> list[Problem]:
+    """Everything wrong with a ``RETENTION`` value: its statuses and their durations."""
+    where = "DJANGO_JOBS['RETENTION']"
+    if not isinstance(retention, Mapping):
+        return [
+            Problem(
+                f"{where} must be a dict of finished status -> timedelta or None, "
+                f"got {retention!r}.",
+                f"For example {{'succeeded': timedelta(days=7)}}; "
+                f"statuses: {', '.join(RETENTION_STATUSES)}.",
+            )
+        ]
+    problems: list[Problem] = []
+    for status, kept in retention.items():
+        if status not in RETENTION_STATUSES:
+            close = difflib.get_close_matches(str(status), RETENTION_STATUSES, n=1)
+            hint = (
+                f"Did you mean {close[0]!r}?"
+                if close
+                else f"Known: {', '.join(RETENTION_STATUSES)} (pending and running jobs are "
+                "never pruned)."
+            )
+            problems.append(Problem(f"{where} has an unknown status {status!r}.", hint))
+        elif kept is not None and not (isinstance(kept, timedelta) and kept > timedelta(0)):
+            problems.append(
+                Problem(
+                    f"{where}[{status!r}] must be a positive timedelta or None, got {kept!r}.",
+                    "Give a duration as a timedelta: timedelta(days=7), not 7; "
+                    "None keeps the jobs forever.",
+                )
+            )
+    return problems
 
 
 def queues_problems(queues: Any) -> list[Problem]:
@@ -209,6 +256,8 @@ class JobsSettings:
         problem = setting_problem(key, value)
         if problem is not None:
             raise ImproperlyConfigured(problem.message)
+        if key == "RETENTION":  # the statuses it names replace the defaults' only
+            return {**DEFAULTS[key], **value}
         return value
 
     def validate(self) -> None:

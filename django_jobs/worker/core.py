@@ -29,6 +29,7 @@ from ..db.outage import with_backoff
 from ..deadlines import deadline
 from ..events import send, signal_for
 from ..exceptions import UnknownJob
+from ..maintenance.cleaner import prune_finished
 from ..maintenance.rescuer import dead_letter_exhausted, reclaim_expired_leases
 from ..maintenance.scheduler import enqueue_due
 from ..models import AttemptOutcome, Job, JobStatus
@@ -43,6 +44,9 @@ from .settler import Outcome, Settler
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+# Batches of finished jobs one maintenance pass may prune (of prune_finished's batch size).
+PRUNE_BATCHES = 10
 
 
 def make_owner() -> str:
@@ -135,11 +139,18 @@ class Worker:
         return result
 
     def maintain(self, now: datetime) -> int:
-        """Take back expired leases; dead-letter pending jobs with no attempt left."""
+        """Take back expired leases; dead-letter pending jobs with no attempt left; prune.
+
+        Pruning has a deadline of its own, after the rest: a backlog of
+        finished jobs never delays the rescuer, and one pass deletes at most
+        ``PRUNE_BATCHES`` short batches (the next passes go on).
+        """
         with self.deadline("the maintenance pass"):
             reclaimed = reclaim_expired_leases(self.driver, now)
             dead_letter_exhausted(self.driver, now)
             sweep_workers(now, self.lease_seconds, self.using)
+        with self.deadline("pruning finished jobs"):
+            prune_finished(now, using=self.using, max_batches=PRUNE_BATCHES)
         return reclaimed
 
     def deadline(self, what: str, seconds: float | None = None) -> Any:

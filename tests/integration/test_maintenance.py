@@ -230,3 +230,11 @@ def test_reclaim_passes_a_row_another_session_holds_locked_instead_of_waiting():
     assert {
         job.status for job in Job.objects.filter(pk__in=[locked.pk, *[o.pk for o in others]])
     } == {JobStatus.PENDING}
+
+
+def test_maintenance_pass_prunes_finished_jobs_past_their_retention(worker, make_job, clock):
+    old = make_job(status=JobStatus.SUCCEEDED, finished_at=START - timedelta(days=8))
+    recent = make_job(status=JobStatus.SUCCEEDED, finished_at=START - timedelta(days=6))
+    worker().maintain(clock.now())
+    assert set(Job.objects.values_list("id", flat=True)) == {recent.pk}
+    assert not Job.objects.filter(pk=old.pk).exists()

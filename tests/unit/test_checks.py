@@ -1,6 +1,7 @@
 """System checks and the settings reader: every bad value is refused, naming its key."""
 
 import math
+from datetime import timedelta
 
 import pytest
 from django.core.exceptions import ImproperlyConfigured
@@ -282,3 +283,54 @@ def test_runjobs_without_system_checks_refuses_a_bad_setting_in_the_checks_words
     with pytest.raises(CommandError) as raised:
         call_command("runjobs", "--burst")
     assert str(raised.value) == error.msg
+
+
+# -- RETENTION -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("retention", "named", "hint"),
+    [
+        ({"succeeded": 7}, "['succeeded'] must be a positive timedelta or None, got 7", "not 7"),
+        ({"succeeded": "7 days"}, "['succeeded'] must be a positive timedelta", "timedelta"),
+        ({"cancelled": timedelta(0)}, "['cancelled'] must be a positive timedelta", "timedelta"),
+        ({"dead_lettered": -timedelta(days=1)}, "['dead_lettered'] must be a positive", "None"),
+        ({"succeded": timedelta(days=1)}, "unknown status 'succeded'", "Did you mean 'succeeded'?"),
+        ({"dead-lettered": None}, "status 'dead-lettered'", "Did you mean 'dead_lettered'?"),
+        ({"pending": None}, "unknown status 'pending'", "never pruned"),
+        (timedelta(days=7), "must be a dict of finished status", "statuses: succeeded"),
+        (None, "must be a dict of finished status", "statuses: succeeded"),
+    ],
+)
+def test_check_retention_refuses_what_is_not_a_status_to_a_duration_or_none(retention, named, hint):
+    with override_settings(DJANGO_JOBS={"RETENTION": retention}):
+        [error] = check_settings()
+        assert error.id == "django_jobs.E008"
+        assert "DJANGO_JOBS['RETENTION']" in error.msg and named in error.msg
+        assert hint in error.hint
+        with pytest.raises(ImproperlyConfigured) as raised:
+            _ = settings.RETENTION
+        assert str(raised.value) == error.msg
+
+
+def test_check_retention_reports_every_bad_entry():
+    with override_settings(DJANGO_JOBS={"RETENTION": {"succeeded": 1, "cancled": None}}):
+        assert [e.id for e in check_settings()] == ["django_jobs.E008"] * 2
+
+
+def test_check_retention_defaults_and_a_partial_dict_replaces_only_what_it_names():
+    assert settings.RETENTION == {
+        "succeeded": timedelta(days=7),
+        "cancelled": timedelta(days=7),
+        "dead_lettered": timedelta(days=30),
+    }
+    with override_settings(DJANGO_JOBS={"RETENTION": {"dead_lettered": None}}):
+        assert check_settings() == []
+        assert settings.RETENTION == {
+            "succeeded": timedelta(days=7),
+            "cancelled": timedelta(days=7),
+            "dead_lettered": None,
+        }
+    with override_settings(DJANGO_JOBS={"RETENTION": {}}):
+        assert check_settings() == []
+        assert settings.RETENTION["succeeded"] == timedelta(days=7)

@@ -1,0 +1,141 @@
+"""The cleaner: deletes finished jobs, with their attempts, once their retention has passed.
+
+``DJANGO_JOBS["RETENTION"]`` says how long each finished status is kept
+after ``finished_at``; ``None`` keeps it forever. Pending and running jobs
+are never touched. The work is cut into batches so that it never holds a
+long lock nor an unbounded transaction: each batch is one short transaction
+that picks up to ``batch`` expired ids through the finished index (on
+PostgreSQL ``FOR UPDATE SKIP LOCKED``, so it never waits for a row another
+session holds), deletes their attempts, then the jobs. Off the hot path:
+ORM code, on the maintenance interval.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db.models import F, Lookup
+
+from ..conf import settings
+from ..db import Driver, get_driver
+from ..models import FINISHED_STATUSES, Job, JobStatus
+
+logger = logging.getLogger(__name__)
+
+PRUNE_BATCH = 1000
+FINISHED_INDEX = "django_jobs_finished_idx"
+
+
+def _index_statuses(name: str) -> tuple[str, ...]:
+    """The statuses in the condition of ``Job``'s partial index ``name``, in its order."""
+    [index] = [index for index in Job._meta.indexes if index.name == name]
+    assert index.condition is not None
+    [(lookup, statuses)] = index.condition.children
+    assert lookup == "status__in"
+    return tuple(str(status) for status in statuses)
+
+
+class InFinishedIndex(Lookup):
+    """The condition of ``django_jobs_finished_idx``, written out as the index has it.
+
+    SQLite uses a partial index only when the query repeats the index's
+    condition term for term, with literals: ``status = 'succeeded'`` alone,
+    let alone ``status = ?``, scans the whole table. The statuses come from
+    the index's definition, never from input. A lookup, so that every Django
+    version puts it in the WHERE clause as it is (not as ``... = true``).
+    """
+
+    lookup_name = "in_finished_index"
+
+    def __init__(self) -> None:
+        super().__init__(F("status"), None)
+
+    def as_sql(self, compiler: Any, connection: Any) -> tuple[str, tuple[str | int, ...]]:
+        column, params = compiler.compile(self.lhs)
+        statuses = ", ".join(f"'{status}'" for status in _index_statuses(FINISHED_INDEX))
+        return f"{column} IN ({statuses})", tuple(params)
+
+
+def prune_finished(
+    now: datetime, *, using: str, batch: int = PRUNE_BATCH, max_batches: int | None = None
+) -> int:
+    """Delete the finished jobs whose retention ended before ``now``; return how many.
+
+    Works status by status, oldest first, ``batch`` jobs per transaction, and
+    stops after ``max_batches`` batches (None: when nothing expired is left),
+    so that one call's time is bounded: the rest waits for the next call.
+    On SQLite, where every write takes the one write lock, the cleaner rests
+    after each full batch as long as the batch held the lock, so that the
+    claims and settles waiting for it get their turn.
+    """
+    _require_positive_int("batch", batch)
+    if max_batches is not None:
+        _require_positive_int("max_batches", max_batches)
+    driver = get_driver(using)
+    shares_one_lock = not driver.connection.features.has_select_for_update_skip_locked
+    budget = max_batches
+    deleted = 0
+    for status, kept in expiring_statuses(settings.RETENTION):
+        while budget is None or budget > 0:
+            budget = None if budget is None else budget - 1
+            began = time.monotonic()
+            picked, removed = prune_batch(driver, status, now - kept, batch)
+            deleted += removed
+            if picked < batch:
+                break
+            if shares_one_lock and budget != 0:
+                time.sleep(time.monotonic() - began)
+    if deleted:
+        logger.info(
+            "%s finished job(s) past their retention deleted",
+            deleted,
+            extra={"event": "jobs_pruned", "count": deleted},
+        )
+    return deleted
+
+
+def _require_positive_int(name: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}")
+
+
+def expiring_statuses(retention: dict[str, timedelta | None]) -> list[tuple[JobStatus, timedelta]]:
+    """The finished statuses with a retention, each with it (``None`` keeps forever)."""
+    return [
+        (status, kept)
+        for status in FINISHED_STATUSES
+        if (kept := retention.get(status.value)) is not None
+    ]
+
+
+def expired_ids(driver: Driver, status: JobStatus, cutoff: datetime, batch: int) -> Any:
+    """Up to ``batch`` ids of ``status`` jobs finished before ``cutoff``, oldest first.
+
+    The status and ``finished_at`` range is what the partial index
+    ``django_jobs_finished_idx`` holds, in its order: a seek, no sort. On
+    PostgreSQL the rows are locked, passing the ones another session holds.
+    """
+    rows = Job.objects.using(driver.using).filter(
+        InFinishedIndex(), status=status, finished_at__lt=cutoff
+    )
+    if driver.connection.features.has_select_for_update_skip_locked:
+        rows = rows.select_for_update(skip_locked=True)
+    return rows.order_by("finished_at").values_list("id", flat=True)[:batch]
+
+
+def prune_batch(driver: Driver, status: JobStatus, cutoff: datetime, batch: int) -> tuple[int, int]:
+    """Delete one batch, in one transaction: (ids picked, jobs deleted).
+
+    Nothing can change the picked rows before they are deleted: PostgreSQL
+    holds their row locks, SQLite's write transaction the database's lock.
+    """
+    with driver.write_transaction():
+        ids = list(expired_ids(driver, status, cutoff, batch))
+        if not ids:
+            return 0, 0
+        # The cascade deletes the attempts first, then the jobs.
+        _, counts = Job.objects.using(driver.using).filter(pk__in=ids).only("pk").delete()
+    return len(ids), counts.get(Job._meta.label, 0)
