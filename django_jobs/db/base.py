@@ -39,7 +39,7 @@ ROW_ERRORS = (IntegrityError, DataError)
 Pairs = Sequence[tuple[int, int]]
 
 
-class Renewal(NamedTuple):
+class Renewed(NamedTuple):
     """What a renewal statement answers: the leases extended, their new end, and which of
     those jobs ``cancel_job()`` asked to stop."""
 
@@ -378,7 +378,7 @@ class Driver:
         now: datetime,
         lease_seconds: float,
         give_up_seconds: float = 0.0,
-    ) -> Renewal:
+    ) -> Renewed:
         """Extend the leases of ``held`` (job id, attempt) pairs in one statement.
 
         Fenced like every lease write, and only while the lease stands more
@@ -390,13 +390,13 @@ class Driver:
         """
         expires = lease_end(now, lease_seconds)
         if not held:
-            return Renewal(set(), expires, set())
+            return Renewed(set(), expires, set())
         sql, params = self.renew_sql(owner, held, now, expires, give_up_seconds)
         with self.hot_cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
         requested = {row[0] for row in rows if row[1] is not None}
-        return Renewal({row[0] for row in rows}, expires, requested)
+        return Renewed({row[0] for row in rows}, expires, requested)
 
     def renew_sql(
         self, owner: str, held: Pairs, now: datetime, expires: datetime, give_up_seconds: float

@@ -24,7 +24,7 @@ from django.core.checks import CheckMessage, Error, Warning
 from django.db import OperationalError, transaction
 
 from ..outcomes import Settlement
-from .base import ClaimedJob, DatabaseBusy, Driver, Pairs, Renewal
+from .base import ClaimedJob, DatabaseBusy, Driver, Pairs, Renewed
 
 logger = logging.getLogger(__name__)
 
@@ -198,6 +198,6 @@ class SQLiteDriver(Driver):
         now: datetime,
         lease_seconds: float,
         give_up_seconds: float = 0.0,
-    ) -> Renewal:
+    ) -> Renewed:
         with self.write_transaction():
             return super().renew(owner, held, now, lease_seconds, give_up_seconds)

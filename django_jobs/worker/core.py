@@ -24,7 +24,7 @@ from django.db import DatabaseError, connections, router
 from ..clock import Clock, DatabaseClock
 from ..conf import settings
 from ..db import ROW_ERRORS, ClaimedJob, DatabaseBusy, Driver, get_driver
-from ..db.base import Renewal
+from ..db.base import Renewed
 from ..db.outage import with_backoff
 from ..deadlines import deadline
 from ..events import send, signal_for
@@ -275,7 +275,7 @@ class Worker:
 
         return with_backoff(write, give_up_after=patience, using=self.using)
 
-    def renew(self, pairs: Pairs, now: datetime, timeout: float) -> Renewal:
+    def renew(self, pairs: Pairs, now: datetime, timeout: float) -> Renewed:
         """The heartbeat's renewal, cut off after ``timeout`` (its give-up point)."""
         with self.deadline("the lease renewal", timeout):
             return self.driver.renew(

@@ -24,10 +24,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from ..context import JobContext
 from ..db import ClaimedJob
+from ..db.base import Renewed
 from ..deadlines import OffThread
 from ..models import AttemptOutcome
 from ..outcomes import HandlerResult
@@ -38,8 +38,8 @@ logger = logging.getLogger(__name__)
 Pairs = list[tuple[int, int]]
 Recorder = Callable[[ClaimedJob, HandlerResult], object]
 # renew(pairs, now, timeout) -> (ids renewed, new expiry); timeout: seconds it may take.
-# A driver's Renewal, or (renewed, expires) for a renewer that carries no cancel requests.
-Renewer = Callable[[Pairs, datetime, float], tuple[Any, ...]]
+# renew(pairs, now, timeout) -> Renewed(ids renewed, new expiry, ids with a cancel request)
+Renewer = Callable[[Pairs, datetime, float], Renewed]
 # release(pairs, now) -> ids handed back
 Releaser = Callable[[Pairs, datetime], set[int]]
 
@@ -173,7 +173,7 @@ class InFlight:
         pairs = [(h.claimed.id, h.claimed.attempt) for h in due]
         wait = min(h.keeper.time_to_give_up(now) for h in due)
         started = time.monotonic()
-        result: tuple[set[int], datetime] | None = None
+        result: Renewed | None = None
         error: BaseException | None = None
         if wait > 0:
             try:
@@ -191,8 +191,7 @@ class InFlight:
                 if not h.keeper.record(Renewal.FAILED, after):
                     self._give_up(h, "its lease could not be renewed in time")
             return after
-        renewed, expires = result[0], result[1]
-        cancel_requested: set[int] = result[2] if len(result) > 2 else set()
+        renewed, expires, cancel_requested = result
         for h in due:
             if h.claimed.id in renewed:
                 h.keeper.record(Renewal.RENEWED, now, expires)

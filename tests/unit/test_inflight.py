@@ -6,6 +6,7 @@ from datetime import timedelta
 
 from django_jobs.context import JobContext
 from django_jobs.db import ClaimedJob
+from django_jobs.db.base import Renewed
 from django_jobs.testing import FakeClock
 from django_jobs.worker.inflight import InFlight
 from tests.conftest import START
@@ -34,8 +35,8 @@ class Renewals:
         if self.mode == "hang":
             self.release.wait(10)
         if self.mode == "refuse":
-            return set(), now + timedelta(seconds=LEASE)
-        return {job_id for job_id, _ in held}, now + timedelta(seconds=LEASE)
+            return Renewed(set(), now + timedelta(seconds=LEASE), set())
+        return Renewed({job_id for job_id, _ in held}, now + timedelta(seconds=LEASE), set())
 
 
 def setup(renewals: Renewals, deferred: list | None = None):
