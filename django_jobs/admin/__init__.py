@@ -1,0 +1,5 @@
+"""The admin, the operators' control room: one module per page."""
+
+from . import dead_letters, jobs, recurring, workers
+
+__all__ = ["dead_letters", "jobs", "recurring", "workers"]
