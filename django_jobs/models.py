@@ -61,6 +61,13 @@ class Job(models.Model):
     result = models.JSONField(
         null=True, blank=True, help_text="The handler's return value, once it succeeded."
     )
+    # ctx.progress(done, total, note): written at most once a second per job.
+    progress_done = models.BigIntegerField(null=True, blank=True)
+    progress_total = models.BigIntegerField(null=True, blank=True)
+    progress_note = models.CharField(max_length=200, blank=True, default="")
+    schedule = models.CharField(
+        max_length=200, null=True, blank=True, help_text="The recurring schedule that fired it."
+    )
     created_at = models.DateTimeField(default=tz.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -90,6 +97,12 @@ class Job(models.Model):
                 fields=["status", "finished_at"],
                 condition=Q(status__in=["succeeded", "dead_lettered", "cancelled"]),
                 name="django_jobs_finished_idx",
+            ),
+            # The jobs a recurring schedule fired, newest first (its admin page).
+            models.Index(
+                fields=["schedule", "-id"],
+                condition=Q(schedule__isnull=False),
+                name="django_jobs_schedule_idx",
             ),
         ]
         constraints = [
@@ -186,6 +199,9 @@ class Worker(models.Model):
     queues = models.JSONField(default=list)
     started_at = models.DateTimeField()
     last_heartbeat_at = models.DateTimeField(db_index=True)
+    jobs_run = models.PositiveBigIntegerField(
+        default=0, help_text="Attempts this process has finished, as of its last heartbeat."
+    )
 
     class Meta:
         ordering = ["host", "pid"]

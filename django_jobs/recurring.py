@@ -224,15 +224,17 @@ def first_run_at(cron: str, zone: str, now: datetime, enabled: bool = True) -> d
 
 def run_now(schedule: RecurringJob) -> Any:
     """Enqueue one run of ``schedule`` now, without moving it."""
-    from .scheduling import schedule_job
+    from .scheduling import JobSpec, schedule_jobs
 
-    return schedule_job(
+    spec = JobSpec(
         schedule.job_name,
         schedule.payload,
         queue=schedule.queue,
         priority=schedule.priority,
         max_attempts=schedule.max_attempts,
+        schedule=schedule.name,
     )
+    return schedule_jobs([spec])[0]
 
 
 def sync_from_settings() -> None:

@@ -44,6 +44,8 @@ class JobSpec:
     priority: int | None = None
     max_attempts: int | None = None
     unique_key: str | None = None
+    #: The recurring schedule the job runs for; set by the scheduler and run-now.
+    schedule: str | None = None
 
 
 def _resolve_run_at(run_at: datetime | None, delay: timedelta | None) -> datetime:
@@ -101,6 +103,7 @@ def build_job(spec: JobSpec) -> Job:
         run_at=_resolve_run_at(spec.run_at, spec.delay),
         max_attempts=max_attempts,
         unique_key=spec.unique_key,
+        schedule=spec.schedule,
     )
 
 

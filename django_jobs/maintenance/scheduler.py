@@ -88,6 +88,7 @@ def fire(schedule: RecurringJob, now: datetime, using: str) -> int:
                 priority=schedule.priority,
                 max_attempts=schedule.max_attempts,
                 unique_key=None if schedule.overlap else f"recurring:{schedule.name}",
+                schedule=schedule.name,
             )
         )
     except Exception as exc:  # the row's own content: no database call above

@@ -132,6 +132,7 @@ def test_schedules_fire_once_per_occurrence_as_time_moves():
         3,
         2,
     )
+    assert {job.schedule for job in jobs} == {"every-5"}  # what its admin page lists
     schedule = RecurringJob.objects.get()
     assert (schedule.last_run_at, schedule.next_run_at) == (at(9.5), at(14.5))
 
@@ -375,7 +376,7 @@ def test_admin_recurring_run_now_enable_disable_and_validation(admin_client):
     page = admin_client.get(changelist)
     assert page.status_code == 200 and "admin-made" in page.content.decode()
     admin_client.post(changelist, {"action": "run_now", "_selected_action": [schedule.pk]})
-    assert Job.objects.get().payload == {"a": 1}
+    assert (Job.objects.get().payload, Job.objects.get().schedule) == ({"a": 1}, "admin-made")
     schedule.refresh_from_db()
     assert schedule.next_run_at == datetime(2026, 1, 6, 0, 0, tzinfo=UTC)  # not moved
     admin_client.post(changelist, {"action": "disable", "_selected_action": [schedule.pk]})
