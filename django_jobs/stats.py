@@ -58,6 +58,20 @@ class LiveWorker:
     running_job_ids: list[int] = field(default_factory=list)
 
 
+#: Beats a heartbeat may miss before its worker is flagged stale.
+LATE_BEATS = 2
+
+
+def heartbeat_is_stale(last_heartbeat_at: datetime, now: datetime) -> bool:
+    """True once a worker has missed more than ``LATE_BEATS`` heartbeats.
+
+    Its jobs are still leased to it until their leases expire; the flag tells an
+    operator to look before the rescuer takes them back.
+    """
+    late = timedelta(seconds=LATE_BEATS * settings.heartbeat_seconds())
+    return now - last_heartbeat_at > late
+
+
 def resolve(using: str | None, now: datetime | None) -> tuple[str, datetime]:
     return using or router.db_for_read(Job), now or timezone.now()
 
