@@ -4,9 +4,26 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from .exceptions import JobCancelled
+
+#: The longest progress note stored; a longer one is cut.
+PROGRESS_NOTE_LENGTH = 200
+
+
+class Progress(NamedTuple):
+    """A handler's last report: ``done`` of ``total`` (None if unknown), with a note."""
+
+    done: int
+    total: int | None
+    note: str
+
+
+def _count(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"ctx.progress(): {what} must be a whole number >= 0, got {value!r}")
+    return value
 
 
 @dataclass
@@ -19,6 +36,8 @@ class JobContext:
     attempt: int
     payload: Any
     _cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
+    _progress: Progress | None = field(default=None, repr=False)
+    _progress_version: int = field(default=0, repr=False)
 
     @property
     def cancelled(self) -> bool:
@@ -37,3 +56,22 @@ class JobContext:
     def wait(self, seconds: float) -> bool:
         """Sleep up to ``seconds``; return True early once cancelled."""
         return self._cancel_event.wait(max(0.0, seconds))
+
+    def progress(self, done: int, total: int | None = None, note: str = "") -> None:
+        """Report how far the handler is: ``done`` of ``total``, with a short note.
+
+        Cheap to call as often as you like: nothing is written here. The
+        worker's heartbeat writes the latest report to the job's row, at most
+        once a second per job, in its lease renewal. The admin shows it as a bar.
+        """
+        done = _count(done, "done")
+        if total is not None:
+            total = _count(total, "total")
+        if not isinstance(note, str):
+            raise ValueError(f"ctx.progress(): note must be a string, got {note!r}")
+        self._progress = Progress(done, total, note[:PROGRESS_NOTE_LENGTH])
+        self._progress_version += 1
+
+    def reported_progress(self) -> tuple[int, Progress | None]:
+        """The last report and its version (the worker writes newer ones only)."""
+        return self._progress_version, self._progress

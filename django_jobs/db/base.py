@@ -18,7 +18,7 @@ claimed.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 from django.core.checks import CheckMessage
 from django.db import DataError, IntegrityError, connections, transaction
 
+from ..context import Progress
 from ..models import Attempt, Job, JobStatus
 from ..records import ClaimedJob, Settlement
 
@@ -46,6 +47,40 @@ class Renewed(NamedTuple):
     renewed: set[int]
     expires: datetime
     cancel_requested: set[int]
+
+
+class RenewRow(NamedTuple):
+    """One lease to renew, with the progress report to write (None: nothing new)."""
+
+    id: int
+    attempt: int
+    progress: Progress | None
+
+    @property
+    def reported(self) -> bool:
+        return self.progress is not None
+
+    @property
+    def done(self) -> int | None:
+        return None if self.progress is None else self.progress.done
+
+    @property
+    def total(self) -> int | None:
+        return None if self.progress is None else self.progress.total
+
+    @property
+    def note(self) -> str:
+        return "" if self.progress is None else self.progress.note
+
+
+# A renewal source's fields, in the order the drivers bind them.
+RENEW_FIELDS = ("id", "attempt", "reported", "done", "total", "note")
+# The progress columns and the renewal source's fields that fill them.
+PROGRESS_COLUMNS = (
+    ("progress_done", "done"),
+    ("progress_total", "total"),
+    ("progress_note", "note"),
+)
 
 
 class DatabaseBusy(Exception):
@@ -378,6 +413,7 @@ class Driver:
         now: datetime,
         lease_seconds: float,
         give_up_seconds: float = 0.0,
+        progress: Mapping[int, Progress] | None = None,
     ) -> Renewed:
         """Extend the leases of ``held`` (job id, attempt) pairs in one statement.
 
@@ -386,12 +422,14 @@ class Driver:
         lease that has lapsed, or reached the point where its worker gives it
         up, is never extended again. Returns the ids whose lease was extended
         (the others were lost), the new expiry, and the renewed jobs with a
-        cancel request: the heartbeat's statement carries them back.
+        cancel request: the heartbeat's statement carries them back. The same
+        statement writes the ``progress`` reports (by job id) of renewed jobs.
         """
         expires = lease_end(now, lease_seconds)
         if not held:
             return Renewed(set(), expires, set())
-        sql, params = self.renew_sql(owner, held, now, expires, give_up_seconds)
+        rows = [RenewRow(job_id, attempt, (progress or {}).get(job_id)) for job_id, attempt in held]
+        sql, params = self.renew_sql(owner, rows, now, expires, give_up_seconds)
         with self.hot_cursor() as cursor:
             cursor.execute(sql, params)
             rows = cursor.fetchall()
@@ -399,9 +437,23 @@ class Driver:
         return Renewed({row[0] for row in rows}, expires, requested)
 
     def renew_sql(
-        self, owner: str, held: Pairs, now: datetime, expires: datetime, give_up_seconds: float
+        self,
+        owner: str,
+        rows: Sequence[RenewRow],
+        now: datetime,
+        expires: datetime,
+        give_up_seconds: float,
     ) -> tuple[str, list[Any]]:
         raise NotImplementedError
+
+    def progress_assignments(self, target: str, source: str) -> str:
+        """``SET`` clauses that take a row's progress from ``source`` where it reported."""
+        qn = self.qn
+        return ", ".join(
+            f"{qn(column)} = CASE WHEN {source}.reported THEN {source}.{field}"
+            f" ELSE {target}.{qn(column)} END"
+            for column, field in PROGRESS_COLUMNS
+        )
 
     def running_guard(self, table: str) -> str:
         return f"{table}.{self.qn('status')} = '{JobStatus.RUNNING.value}'"

@@ -34,7 +34,7 @@ from django.db import transaction
 from ..conf import settings
 from ..models import Job, JobStatus
 from ..outcomes import Settlement
-from .base import CANDIDATE_COLUMNS, ClaimedJob, Driver, Pairs, lease_end
+from .base import CANDIDATE_COLUMNS, RENEW_FIELDS, ClaimedJob, Driver, RenewRow, lease_end
 from .notify import CHANNEL
 
 
@@ -110,16 +110,18 @@ class PostgresDriver(Driver):
                 "attempts_used",
                 "max_attempts",
                 "last_error",
+                "progress_note",
                 "created_at",
+                "schedule",
             )
         )
         sql = (
             f"WITH r AS (INSERT INTO {job} ({columns})"
             f" SELECT v.name, v.queue, v.payload::jsonb, '{JobStatus.PENDING.value}', v.priority,"
-            " v.run_at, 0, 0, v.max_attempts, '', v.created_at"
+            " v.run_at, 0, 0, v.max_attempts, '', '', v.created_at, v.schedule"
             " FROM unnest(%s::text[], %s::text[], %s::text[], %s::integer[], %s::timestamptz[],"
-            " %s::integer[], %s::timestamptz[]) WITH ORDINALITY"
-            " AS v(name, queue, payload, priority, run_at, max_attempts, created_at, n)"
+            " %s::integer[], %s::timestamptz[], %s::text[]) WITH ORDINALITY"
+            " AS v(name, queue, payload, priority, run_at, max_attempts, created_at, schedule, n)"
             f" ORDER BY v.n RETURNING {qn('id')}, {qn('queue')}, {qn('run_at')})"
             f" SELECT {qn('id')} FROM r"
         )
@@ -131,6 +133,7 @@ class PostgresDriver(Driver):
             [row.run_at for row in rows],
             [row.max_attempts for row in rows],
             [row.created_at for row in rows],
+            [row.schedule for row in rows],
         ]
         if notify:  # a volatile call in a lateral subquery: run once per distinct due queue
             sql += (
@@ -304,17 +307,23 @@ class PostgresDriver(Driver):
         return columns
 
     def renew_sql(
-        self, owner: str, held: Pairs, now: datetime, expires: datetime, give_up_seconds: float
+        self,
+        owner: str,
+        rows: Sequence[RenewRow],
+        now: datetime,
+        expires: datetime,
+        give_up_seconds: float,
     ) -> tuple[str, list[Any]]:
         qn, job = self.qn, self.job_table
         sql = (
-            f"UPDATE {job} j SET {qn('lease_expires_at')} = %s"
-            " FROM unnest(%s::bigint[], %s::integer[]) AS h(id, attempt)"
+            f"UPDATE {job} j SET {qn('lease_expires_at')} = %s, "
+            + self.progress_assignments("j", "h")
+            + " FROM unnest(%s::bigint[], %s::integer[], %s::boolean[], %s::bigint[],"
+            " %s::bigint[], %s::text[]) AS h(id, attempt, reported, done, total, note)"
             f" WHERE j.{qn('id')} = h.id AND j.{qn('attempt')} = h.attempt"
             f" AND j.{qn('lease_owner')} = %s AND {self.running_guard('j')}"
             f" AND j.{qn('lease_expires_at')} > %s::timestamptz + %s * interval '1 second'"
             f" RETURNING j.{qn('id')}, j.{qn('cancel_requested_at')}"
         )
-        ids = [job_id for job_id, _ in held]
-        numbers = [attempt for _, attempt in held]
-        return sql, [expires, ids, numbers, owner, now, float(give_up_seconds)]
+        columns = [[getattr(row, name) for row in rows] for name in RENEW_FIELDS]
+        return sql, [expires, *columns, owner, now, float(give_up_seconds)]

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from typing import Any
@@ -23,8 +23,9 @@ from typing import Any
 from django.core.checks import CheckMessage, Error, Warning
 from django.db import OperationalError, transaction
 
+from ..context import Progress
 from ..outcomes import Settlement
-from .base import ClaimedJob, DatabaseBusy, Driver, Pairs, Renewed
+from .base import RENEW_FIELDS, ClaimedJob, DatabaseBusy, Driver, Pairs, Renewed, RenewRow
 
 logger = logging.getLogger(__name__)
 
@@ -172,24 +173,31 @@ class SQLiteDriver(Driver):
         )
 
     def renew_sql(
-        self, owner: str, held: Pairs, now: datetime, expires: datetime, give_up_seconds: float
+        self,
+        owner: str,
+        rows: Sequence[RenewRow],
+        now: datetime,
+        expires: datetime,
+        give_up_seconds: float,
     ) -> tuple[str, list[Any]]:
         from datetime import timedelta
 
         qn, job = self.qn, self.job_table
-        pairs = ", ".join(["(%s, %s)"] * len(held))
+        values = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(rows))
         sql = (
-            f"UPDATE {job} SET {qn('lease_expires_at')} = %s"
-            f" WHERE ({qn('id')}, {qn('attempt')}) IN (VALUES {pairs})"
-            f" AND {qn('lease_owner')} = %s AND {self.running_guard(job)}"
-            f" AND {qn('lease_expires_at')} > %s"
+            f"WITH h({', '.join(RENEW_FIELDS)}) AS (VALUES {values})"
+            f" UPDATE {job} SET {qn('lease_expires_at')} = %s, "
+            + self.progress_assignments(job, "h")
+            + f" FROM h WHERE {job}.{qn('id')} = h.id AND {job}.{qn('attempt')} = h.attempt"
+            f" AND {job}.{qn('lease_owner')} = %s AND {self.running_guard(job)}"
+            f" AND {job}.{qn('lease_expires_at')} > %s"
             # The column itself: SQLite 3.40 answers 1 for `cancel_requested_at IS NOT NULL`
             # in this RETURNING even where the column is NULL.
             f" RETURNING {qn('id')}, {qn('cancel_requested_at')}"
         )
-        flat = [value for pair in held for value in pair]
+        flat = [getattr(row, name) for row in rows for name in RENEW_FIELDS]
         margin = now + timedelta(seconds=give_up_seconds)
-        return sql, [self.adapt(expires), *flat, owner, self.adapt(margin)]
+        return sql, [*flat, self.adapt(expires), owner, self.adapt(margin)]
 
     def renew(
         self,
@@ -198,6 +206,7 @@ class SQLiteDriver(Driver):
         now: datetime,
         lease_seconds: float,
         give_up_seconds: float = 0.0,
+        progress: Mapping[int, Progress] | None = None,
     ) -> Renewed:
         with self.write_transaction():
-            return super().renew(owner, held, now, lease_seconds, give_up_seconds)
+            return super().renew(owner, held, now, lease_seconds, give_up_seconds, progress)

@@ -23,6 +23,7 @@ from django.db import DatabaseError, connections, router
 
 from ..clock import Clock, DatabaseClock
 from ..conf import settings
+from ..context import Progress
 from ..db import ROW_ERRORS, ClaimedJob, DatabaseBusy, Driver, get_driver
 from ..db.base import Renewed
 from ..db.outage import with_backoff
@@ -113,6 +114,8 @@ class Worker:
         self.lease_seconds = float(settings.LEASE_SECONDS)
         self.call_timeout_seconds = settings.call_timeout_seconds()
         self.policy = RetryPolicy.from_settings()
+        self.jobs_run = 0  # attempts whose outcome this process wrote
+        self._counting = threading.Lock()
         self.settler = Settler(self.write_outcomes)
         self.inflight = InFlight(
             self.owner,
@@ -252,6 +255,8 @@ class Worker:
                 log_outcome(outcome.claimed, outcome.result, settled)
                 statuses.append(settled.status)
                 self.announce(outcome.claimed, settled)
+        with self._counting:
+            self.jobs_run += len(outcomes) - len(lost_pairs)
         return statuses
 
     @staticmethod
@@ -275,8 +280,11 @@ class Worker:
 
         return with_backoff(write, give_up_after=patience, using=self.using)
 
-    def renew(self, pairs: Pairs, now: datetime, timeout: float) -> Renewed:
-        """The heartbeat's renewal, cut off after ``timeout`` (its give-up point)."""
+    def renew(
+        self, pairs: Pairs, now: datetime, timeout: float, progress: dict[int, Progress]
+    ) -> Renewed:
+        """The heartbeat's renewal, cut off after ``timeout`` (its give-up point);
+        it writes the jobs' ``progress`` reports in the same statement."""
         with self.deadline("the lease renewal", timeout):
             return self.driver.renew(
                 self.owner,
@@ -284,6 +292,7 @@ class Worker:
                 now,
                 self.lease_seconds,
                 give_up_seconds=self.inflight.beat_seconds,
+                progress=progress,
             )
 
     def release(self, pairs: Pairs, now: datetime) -> set[int]:

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ..context import JobContext
+from ..context import JobContext, Progress
 from ..db import ClaimedJob
 from ..db.base import Renewed
 from ..deadlines import OffThread
@@ -37,9 +37,11 @@ logger = logging.getLogger(__name__)
 
 Pairs = list[tuple[int, int]]
 Recorder = Callable[[ClaimedJob, HandlerResult], object]
-# renew(pairs, now, timeout) -> (ids renewed, new expiry); timeout: seconds it may take.
-# renew(pairs, now, timeout) -> Renewed(ids renewed, new expiry, ids with a cancel request)
-Renewer = Callable[[Pairs, datetime, float], Renewed]
+# renew(pairs, now, timeout, progress) -> Renewed(ids renewed, new expiry, ids with a
+# cancel request); timeout: seconds it may take; progress: reports to write, by job id.
+Renewer = Callable[[Pairs, datetime, float, dict[int, Progress]], Renewed]
+#: A job's progress is written at most this often.
+PROGRESS_SECONDS = 1.0
 # release(pairs, now) -> ids handed back
 Releaser = Callable[[Pairs, datetime], set[int]]
 
@@ -67,6 +69,16 @@ class Held:
     over: bool = False  # the attempt ended on the heartbeat's side (given up, timed out)
     returned: bool = False  # the handler returned: its outcome waits for the settler
     cancel_requested: bool = False  # cancel_job() asked: the attempt ends cancelled
+    progress_sent: int = 0  # the version of the last progress report written
+    progress_sent_at: datetime | None = None
+
+    def progress_due(self, now: datetime) -> bool:
+        """A newer report waits, and the last write is at least a second old."""
+        version, _ = self.ctx.reported_progress()
+        if self.over or version == self.progress_sent:
+            return False
+        last = self.progress_sent_at
+        return last is None or (now - last).total_seconds() >= PROGRESS_SECONDS
 
 
 class InFlight:
@@ -152,11 +164,14 @@ class InFlight:
     def beat(self, now: datetime) -> None:
         """One heartbeat pass at ``now``."""
         held = self.snapshot()
-        if any(h.keeper.is_due(now) for h in held):
+        reporting = [h for h in held if h.progress_due(now)]
+        if reporting or any(h.keeper.is_due(now) for h in held):
             # Leases due within half a beat go along, so that the leases of jobs
-            # claimed at different moments share one statement a beat.
+            # claimed at different moments share one statement a beat; so do
+            # the jobs with progress to write, whose leases it renews too.
             soon = now + timedelta(seconds=self.beat_seconds / 2)
-            now = self._renew([h for h in held if h.keeper.is_due(soon)], now)
+            due = [h for h in held if h.keeper.is_due(soon) or h in reporting]
+            now = self._renew(due, now)
         for h in held:
             if not h.over and not h.keeper.check(now):
                 self._give_up(h, "its lease could not be renewed in time")
@@ -171,13 +186,15 @@ class InFlight:
         Returns the time at which the wait ended: ``now`` plus the time spent.
         """
         pairs = [(h.claimed.id, h.claimed.attempt) for h in due]
+        reports = {h.claimed.id: h.ctx.reported_progress() for h in due}
+        progress = {job_id: p for job_id, (_, p) in reports.items() if p is not None}
         wait = min(h.keeper.time_to_give_up(now) for h in due)
         started = time.monotonic()
         result: Renewed | None = None
         error: BaseException | None = None
         if wait > 0:
             try:
-                result = self.renewer.call(lambda: self.renew(pairs, now, wait), wait)
+                result = self.renewer.call(lambda: self.renew(pairs, now, wait, progress), wait)
             except Exception as exc:
                 error = exc
         after = now + timedelta(seconds=time.monotonic() - started)
@@ -195,6 +212,7 @@ class InFlight:
         for h in due:
             if h.claimed.id in renewed:
                 h.keeper.record(Renewal.RENEWED, now, expires)
+                h.progress_sent, h.progress_sent_at = reports[h.claimed.id][0], now
                 if h.claimed.id in cancel_requested:
                     self._request_cancel(h)
             else:

@@ -10,7 +10,9 @@ from datetime import datetime, timedelta
 from ..models import Worker
 
 
-def register_worker(owner: str, queues: Iterable[str], now: datetime, using: str) -> None:
+def register_worker(
+    owner: str, queues: Iterable[str], now: datetime, using: str, jobs_run: int = 0
+) -> None:
     Worker.objects.using(using).update_or_create(
         id=owner,
         defaults={
@@ -19,14 +21,19 @@ def register_worker(owner: str, queues: Iterable[str], now: datetime, using: str
             "queues": sorted(queues),
             "started_at": now,
             "last_heartbeat_at": now,
+            "jobs_run": jobs_run,
         },
     )
 
 
-def refresh_worker(owner: str, queues: Iterable[str], now: datetime, using: str) -> None:
-    """Mark the worker alive; register it again if a sweep removed it meanwhile."""
-    if not Worker.objects.using(using).filter(id=owner).update(last_heartbeat_at=now):
-        register_worker(owner, queues, now, using)
+def refresh_worker(
+    owner: str, queues: Iterable[str], now: datetime, using: str, jobs_run: int = 0
+) -> None:
+    """Mark the worker alive with its count of finished attempts; register it again
+    if a sweep removed it meanwhile."""
+    rows = Worker.objects.using(using).filter(id=owner)
+    if not rows.update(last_heartbeat_at=now, jobs_run=jobs_run):
+        register_worker(owner, queues, now, using, jobs_run)
 
 
 def unregister_worker(owner: str, using: str) -> None:

@@ -155,7 +155,7 @@ class Server:
     def refresh_registration(self) -> None:
         w = self.worker
         with w.deadline("the worker registration"):
-            refresh_worker(w.owner, w.queues, w.clock.now(), w.using)
+            refresh_worker(w.owner, w.queues, w.clock.now(), w.using, w.jobs_run)
 
     def enqueue_due(self) -> int:
         w = self.worker

@@ -133,3 +133,14 @@ def watchful(ctx: JobContext, payload: dict[str, Any]) -> None:
 def watchful_timed(ctx: JobContext, payload: dict[str, Any]) -> None:
     """``example.watchful`` with a 1.5-second timeout."""
     watchful(ctx, payload)
+
+
+@job("example.counts", max_attempts=1)
+def counts(ctx: JobContext, payload: Any) -> None:
+    """Reports ``i`` of ``payload["total"]`` every ``payload["step"]`` seconds."""
+    total = payload["total"]
+    for done in range(total + 1):
+        ctx.progress(done, total, f"step {done}")
+        if done < total:
+            ctx.wait(payload["step"])
+            ctx.raise_if_cancelled()

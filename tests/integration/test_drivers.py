@@ -405,6 +405,35 @@ def test_driver_claim_and_settle_returns_the_settlements_fenced_out(make_job):
     assert Job.objects.get(pk=job.id).status == JobStatus.RUNNING
 
 
+def test_driver_renew_writes_progress_of_the_jobs_that_reported(make_job):
+    from django_jobs.context import Progress
+
+    for _ in range(3):
+        make_job()
+    first, second, other = claim(limit=3)
+    driver = get_driver()
+    later = START + timedelta(seconds=10)
+    reports = {first.id: Progress(3, 10, "copying"), other.id: Progress(1, None, "")}
+    renewed = driver.renew("w1", [first.pair, second.pair], later, LEASE, progress=reports)
+    assert renewed.renewed == {first.id, second.id}
+    rows = Job.objects.in_bulk([first.id, second.id, other.id])
+    assert (rows[first.id].progress_done, rows[first.id].progress_total) == (3, 10)
+    assert rows[first.id].progress_note == "copying"
+    assert rows[second.id].progress_done is None  # renewed, nothing reported
+    assert rows[other.id].progress_done is None  # reported, but not in this renewal
+    driver.renew("w1", [first.pair], later, LEASE)  # a renewal with nothing new keeps it
+    assert Job.objects.get(pk=first.id).progress_done == 3
+    # Fenced like the lease: a renewal that does not hold the job writes no progress.
+    driver.renew(
+        "someone-else",
+        [second.pair],
+        later,
+        LEASE,
+        progress=reports | {second.id: Progress(9, 9, "x")},
+    )
+    assert Job.objects.get(pk=second.id).progress_done is None
+
+
 def test_driver_renew_extends_only_the_leases_still_held(make_job):
     for _ in range(3):
         make_job()

@@ -47,6 +47,22 @@ def test_running_worker_is_registered_until_it_stops(settings):
     assert not Worker.objects.exists()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_running_worker_reports_the_jobs_it_ran_with_its_heartbeat(settings, make_job):
+    settings.DJANGO_JOBS = {"POLL_SECONDS": 0.02, "LEASE_SECONDS": 0.9}  # a beat: 0.3 s
+    for _ in range(3):
+        make_job()
+    w = JobWorker(["default"], clock=SystemClock())
+    stop = threading.Event()
+    thread = threading.Thread(target=w.run, args=(stop,))
+    thread.start()
+    try:
+        wait_until(lambda: Worker.objects.filter(id=w.owner, jobs_run=3).exists(), timeout=5)
+    finally:
+        stop.set()
+        thread.join(10)
+
+
 class SkewedHostClock:
     """The host clock of a machine whose time is an hour fast."""
 

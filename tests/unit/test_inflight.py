@@ -26,17 +26,20 @@ class Renewals:
         self.calls = 0
         self.release = threading.Event()
         self.timeouts: list[float] = []
+        self.progress: list[dict] = []
+        self.lease = LEASE
 
-    def __call__(self, held, now, timeout):
+    def __call__(self, held, now, timeout, progress):
         self.calls += 1
         self.timeouts.append(timeout)
+        self.progress.append(progress)
         if self.mode == "raise":
             raise ConnectionError("database unreachable")
         if self.mode == "hang":
             self.release.wait(10)
         if self.mode == "refuse":
-            return Renewed(set(), now + timedelta(seconds=LEASE), set())
-        return Renewed({job_id for job_id, _ in held}, now + timedelta(seconds=LEASE), set())
+            return Renewed(set(), now + timedelta(seconds=self.lease), set())
+        return Renewed({job_id for job_id, _ in held}, now + timedelta(seconds=self.lease), set())
 
 
 def setup(renewals: Renewals, deferred: list | None = None):
@@ -190,3 +193,43 @@ def test_inflight_leases_due_within_half_a_beat_share_one_renewal():
     # 0.3: jobs 1 and 2 (due 0.4); 0.5: all three; then one renewal a beat (0.8, 1.1).
     # One renewal per lease and beat would have made 10.
     assert renewals.calls == 4
+
+
+def test_inflight_writes_progress_at_most_once_a_second_with_a_renewal():
+    renewals = Renewals()
+    renewals.lease = 30
+    inflight = InFlight("me", 30, 10, lambda c, r: None, renew=renewals)
+    ctx = JobContext(1, "tests.ok", "default", 1, {})
+    inflight.add(
+        ClaimedJob(1, "tests.ok", "default", "{}", 1, 1, 3, "me", START + timedelta(seconds=30)),
+        ctx,
+        START,
+        timeout=None,
+    )
+    clock = FakeClock(START)
+    inflight.beat(clock.now())
+    assert renewals.calls == 0  # no beat due, nothing reported: no statement
+    ctx.progress(1, 10, "first")
+    inflight.beat(clock.now())
+    assert renewals.progress == [{1: (1, 10, "first")}]
+    for done in range(2, 5):  # reports faster than a second: none written before it
+        clock.advance(0.3)
+        ctx.progress(done, 10)
+        inflight.beat(clock.now())
+    assert renewals.calls == 1
+    clock.advance(0.1)
+    inflight.beat(clock.now())  # a second on: the latest report only
+    assert renewals.progress == [{1: (1, 10, "first")}, {1: (4, 10, "")}]
+    clock.advance(1)
+    inflight.beat(clock.now())  # nothing new: no statement until the beat is due
+    assert renewals.calls == 2
+
+
+def test_inflight_progress_rides_along_with_the_beat_of_other_jobs():
+    renewals = Renewals()
+    inflight, ctx, _, _ = setup(renewals)
+    clock = FakeClock(START)
+    clock.advance(0.3)
+    ctx.progress(7)
+    inflight.beat(clock.now())
+    assert renewals.calls == 1 and renewals.progress == [{1: (7, None, "")}]
