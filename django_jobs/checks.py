@@ -83,6 +83,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     errors = _unknown_key_errors(user)
     errors += _key_errors(user, NUMBER_KEYS, "django_jobs.E003")
     errors += _heartbeat_messages(user)
+    errors += _retry_ceiling_warnings(user)
     errors += _key_errors(user, BOOLEAN, "django_jobs.E007")
     if "QUEUES" in user:
         errors += _queue_errors(user["QUEUES"])
@@ -116,6 +117,24 @@ def _heartbeat_messages(user: Mapping[str, Any]) -> list[CheckMessage]:
             hint=f"Set HEARTBEAT_SECONDS to {lease / 3:g} or less (or None: a third of the "
             f"lease), or raise LEASE_SECONDS to {beat * 3:g} or more.",
             id="django_jobs.W002",
+        )
+    ]
+
+
+def _retry_ceiling_warnings(user: Mapping[str, Any]) -> list[CheckMessage]:
+    """W005: a first retry delay above the ceiling, so that every retry waits the ceiling."""
+    base = user.get("RETRY_BASE_SECONDS", DEFAULTS["RETRY_BASE_SECONDS"])
+    ceiling = user.get("RETRY_MAX_SECONDS", DEFAULTS["RETRY_MAX_SECONDS"])
+    if not (is_number(base) and is_number(ceiling) and 0 < ceiling < base):
+        return []
+    return [
+        Warning(
+            f"DJANGO_JOBS['RETRY_BASE_SECONDS'] ({base!r}) is above "
+            f"DJANGO_JOBS['RETRY_MAX_SECONDS'] ({ceiling!r}): every retry waits "
+            f"{ceiling!r} s (plus jitter), with no backoff between them.",
+            hint="RETRY_BASE_SECONDS is the first retry's delay, doubled at each later one; "
+            "RETRY_MAX_SECONDS is the ceiling. Lower the first, or raise the second.",
+            id="django_jobs.W005",
         )
     ]
 
@@ -390,7 +409,32 @@ def check_queues_served(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
         queue = get_definition(name).queue
         if queue not in queues:
             unserved.setdefault(queue, []).append(name)
-    return [_unserved_warning(queue, names) for queue, names in sorted(unserved.items())]
+    warnings = [_unserved_warning(queue, names) for queue, names in sorted(unserved.items())]
+    return warnings + _unserved_schedule_warnings(user, queues)
+
+
+def _unserved_schedule_warnings(
+    user: Mapping[str, Any], queues: Mapping[Any, Any]
+) -> list[CheckMessage]:
+    """W010 for a ``RECURRING`` entry whose own ``queue`` ``QUEUES`` does not list."""
+    recurring = user.get("RECURRING")
+    if not isinstance(recurring, Mapping):
+        return []  # E005 says what is wrong
+    warnings: list[CheckMessage] = []
+    for name, options in recurring.items():
+        queue = options.get("queue") if isinstance(options, Mapping) else None
+        if isinstance(queue, str) and queue and queue not in queues:
+            warnings.append(
+                Warning(
+                    f"DJANGO_JOBS['RECURRING'][{name!r}] enqueues on queue {queue!r}, which "
+                    "DJANGO_JOBS['QUEUES'] does not list: `runjobs` without --queue never "
+                    "runs its jobs.",
+                    hint=f"Add {queue!r} to DJANGO_JOBS['QUEUES'], or run a worker with "
+                    f"`manage.py runjobs --queue {queue}` and silence django_jobs.W010.",
+                    id="django_jobs.W010",
+                )
+            )
+    return warnings
 
 
 def _unserved_warning(queue: str, names: list[str]) -> CheckMessage:

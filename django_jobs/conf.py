@@ -66,6 +66,10 @@ QUEUE_OPTIONS = ("workers", "timeout")
 # The statuses RETENTION may name: the finished ones (JobStatus values; no model import here).
 RETENTION_STATUSES = ("succeeded", "cancelled", "dead_lettered")
 
+# The longest retention: about a thousand years. Longer ones mean "forever" (None), and
+# a cut-off of now minus a million days is before year 1, which no datetime can hold.
+MAX_RETENTION = timedelta(days=365_000)
+
 # The range of the database's integer columns (priority, max_attempts).
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 # Job.queue's max_length.
@@ -228,6 +232,14 @@ def retention_problems(retention: Any) -> list[Problem]:
                 Problem(
                     f"{where}[{status!r}] must be a positive timedelta or None, got {kept!r}.",
                     "Give a duration as a timedelta: timedelta(days=7), not 7; "
+                    "None keeps the jobs forever.",
+                )
+            )
+        elif kept is not None and kept > MAX_RETENTION:
+            problems.append(
+                Problem(
+                    f"{where}[{status!r}] must be at most {MAX_RETENTION.days} days, got "
+                    f"{kept!r}: its cut-off would fall before the calendar's first years.",
                     "None keeps the jobs forever.",
                 )
             )

@@ -530,3 +530,74 @@ def test_check_recurring_not_a_dict_names_the_value():
     [error] = check_settings()
     assert error.id == "django_jobs.E005"
     assert error.msg.endswith("got list [('nightly', {})].")
+
+
+def test_check_retention_longer_than_a_thousand_years_is_refused_for_none():
+    with override_settings(DJANGO_JOBS={"RETENTION": {"succeeded": timedelta(days=999_999)}}):
+        [error] = check_settings()
+        assert error.id == "django_jobs.E008"
+        assert error.msg == (
+            "DJANGO_JOBS['RETENTION']['succeeded'] must be at most 365000 days, got "
+            "datetime.timedelta(days=999999): its cut-off would fall before the calendar's "
+            "first years."
+        )
+        assert error.hint == "None keeps the jobs forever."
+        with pytest.raises(ImproperlyConfigured):
+            _ = settings.RETENTION  # the cleaner never computes that cut-off
+    with override_settings(DJANGO_JOBS={"RETENTION": {"succeeded": timedelta(days=365_000)}}):
+        assert check_settings() == []
+
+
+# -- retries ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("jobs", "every"),
+    [
+        ({"RETRY_BASE_SECONDS": 600, "RETRY_MAX_SECONDS": 60}, "60"),
+        ({"RETRY_BASE_SECONDS": 7200}, "3600"),
+        ({"RETRY_MAX_SECONDS": 10.5}, "10.5"),
+    ],
+    ids=str,
+)
+def test_check_retry_base_above_the_ceiling_warns_that_every_retry_waits_the_ceiling(jobs, every):
+    with override_settings(DJANGO_JOBS=jobs):
+        [warning] = check_settings()
+    assert warning.id == "django_jobs.W005"
+    assert f"every retry waits {every} s (plus jitter), with no backoff" in warning.msg
+    assert "Lower the first, or raise the second." in warning.hint
+
+
+@pytest.mark.parametrize(
+    "jobs",
+    [
+        {"RETRY_BASE_SECONDS": 60, "RETRY_MAX_SECONDS": 60},
+        {"RETRY_BASE_SECONDS": 0, "RETRY_MAX_SECONDS": 1},
+        {"RETRY_BASE_SECONDS": "x", "RETRY_MAX_SECONDS": 1},  # E003 only
+    ],
+    ids=str,
+)
+def test_check_retry_base_at_or_below_the_ceiling_passes(jobs):
+    assert [m.id for m in check_settings() if m.id == "django_jobs.W005"] == []
+
+
+# -- recurring schedules on a queue no worker serves ---------------------------------------
+
+
+@override_settings(
+    DJANGO_JOBS={
+        "RECURRING": {
+            "nightly": {"cron": "@daily", "job": "tests.ok", "queue": "reports"},
+            "hourly": {"cron": "@hourly", "job": "tests.ok", "queue": "default"},
+            "plain": {"cron": "@hourly", "job": "tests.ok"},
+        }
+    }
+)
+def test_check_queues_served_warns_of_a_schedule_on_a_queue_not_in_queues():
+    [warning] = [w for w in check_queues_served() if "RECURRING" in w.msg]
+    assert warning.id == "django_jobs.W010"
+    assert warning.msg == (
+        "DJANGO_JOBS['RECURRING']['nightly'] enqueues on queue 'reports', which "
+        "DJANGO_JOBS['QUEUES'] does not list: `runjobs` without --queue never runs its jobs."
+    )
+    assert "`manage.py runjobs --queue reports`" in warning.hint
