@@ -8,6 +8,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.checks import CheckMessage
@@ -131,13 +132,13 @@ def test_check_live_database_warns_of_a_schedule_row_with_a_bad_cron_or_zone() -
     assert "A cron is five fields" in warnings[0].hint
 
 
-def test_check_live_database_leaves_disabled_and_settings_schedules_alone(settings: object) -> None:
+def test_check_live_database_leaves_disabled_and_settings_schedules_alone(settings: Any) -> None:
     with freeze_time(START):
         add_recurring_job("switched-off", "@daily", "tests.ok", enabled=False)
         add_recurring_job("declared", "@daily", "tests.ok")
     RecurringJob.objects.update(job_name="tests.gone")
     # "declared" is DJANGO_JOBS['RECURRING']'s: E006 speaks for it, and runjobs resyncs it.
-    settings.DJANGO_JOBS = {"RECURRING": {"declared": {"cron": "@daily", "job": "tests.ok"}}}  # type: ignore[attr-defined]
+    settings.DJANGO_JOBS = {"RECURRING": {"declared": {"cron": "@daily", "job": "tests.ok"}}}
     assert schedule_warnings() == []
 
 

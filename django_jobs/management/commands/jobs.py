@@ -1,4 +1,4 @@
-"""``manage.py jobs``: see and steer jobs. A thin shell over ``stats`` and ``control``."""
+"""``manage.py jobs``: see and steer jobs. A thin shell over ``stats``, ``control`` and pruning."""
 
 from __future__ import annotations
 
