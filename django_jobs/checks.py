@@ -1,14 +1,23 @@
-"""System checks for the ``DJANGO_JOBS`` setting and the database it runs on."""
+"""System checks for the ``DJANGO_JOBS`` setting and the database it runs on.
+
+Every message says what is wrong, the value given, and (in its hint) the fix.
+The checks tagged ``database`` read the live database, so Django runs them
+only when asked to (``manage.py check --database default``, ``migrate``);
+a database that is not reachable or not migrated yet is skipped, never a crash.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import difflib
+import reprlib
 from collections.abc import Mapping
 from typing import Any
 
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
-from django.db import router
+from django.db import DatabaseError, connections, router, transaction
+from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteWrapper
 
 from .conf import (
     BOOLEAN,
@@ -16,12 +25,16 @@ from .conf import (
     NON_NEGATIVE,
     POSITIVE,
     USE_TZ_REASON,
+    heartbeat_problem,
+    is_number,
     queues_problems,
     retention_problems,
     setting_problem,
 )
 
 NUMBER_KEYS = (*POSITIVE, *NON_NEGATIVE, "HEARTBEAT_SECONDS", "MAX_ATTEMPTS")
+SCHEDULE_EXAMPLE = "For example {'cron': '0 2 * * *', 'job': 'reports.nightly'}."
+SCHEDULE_NAME_MAX_LENGTH = 200  # RecurringJob.name's max_length
 
 
 def _key_errors(
@@ -43,13 +56,7 @@ def _queue_errors(queues: Any) -> list[CheckMessage]:
     ]
 
 
-@register(Tags.compatibility)
-def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
-    user = getattr(django_settings, "DJANGO_JOBS", {})
-    if not isinstance(user, Mapping):
-        return [
-            Error(f"DJANGO_JOBS must be a dict, got {type(user).__name__}.", id="django_jobs.E001")
-        ]
+def _unknown_key_errors(user: Mapping[str, Any]) -> list[CheckMessage]:
     errors: list[CheckMessage] = []
     for key in user:
         if key not in DEFAULTS:
@@ -58,7 +65,25 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
             errors.append(
                 Error(f"Unknown DJANGO_JOBS key {key!r}.", hint=hint, id="django_jobs.E002")
             )
+    return errors
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    user = getattr(django_settings, "DJANGO_JOBS", {})
+    if not isinstance(user, Mapping):
+        return [
+            Error(
+                f"DJANGO_JOBS must be a dict, got {type(user).__name__} {reprlib.repr(user)}.",
+                hint="For example DJANGO_JOBS = {'QUEUES': {'default': {'workers': 2}}}; "
+                "leave it out to take every default.",
+                id="django_jobs.E001",
+            )
+        ]
+    errors = _unknown_key_errors(user)
     errors += _key_errors(user, NUMBER_KEYS, "django_jobs.E003")
+    errors += _heartbeat_messages(user)
+    errors += _retry_ceiling_warnings(user)
     errors += _key_errors(user, BOOLEAN, "django_jobs.E007")
     if "QUEUES" in user:
         errors += _queue_errors(user["QUEUES"])
@@ -72,6 +97,46 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     if "HIDDEN_PAYLOAD_KEYS" in user:
         errors += _hidden_keys_errors(user["HIDDEN_PAYLOAD_KEYS"])
     return errors
+
+
+def _heartbeat_messages(user: Mapping[str, Any]) -> list[CheckMessage]:
+    """E009: a beat that cannot keep the lease; W002: one the worker shortens to a third."""
+    lease = user.get("LEASE_SECONDS", DEFAULTS["LEASE_SECONDS"])
+    beat: Any = user.get("HEARTBEAT_SECONDS")
+    problem = heartbeat_problem(lease, beat)
+    if problem is not None:
+        return [Error(problem.message, hint=problem.hint, id="django_jobs.E009")]
+    if not (is_number(lease) and lease > 0 and is_number(beat) and beat > lease / 3):
+        return []
+    return [
+        Warning(
+            f"DJANGO_JOBS['HEARTBEAT_SECONDS'] ({beat!r}) is longer than a third of "
+            f"DJANGO_JOBS['LEASE_SECONDS'] ({lease!r}): the worker renews leases every "
+            f"{lease / 3:g} s instead, so that a lease spans three beats and one slow "
+            "renewal does not lose it.",
+            hint=f"Set HEARTBEAT_SECONDS to {lease / 3:g} or less (or None: a third of the "
+            f"lease), or raise LEASE_SECONDS to {beat * 3:g} or more.",
+            id="django_jobs.W002",
+        )
+    ]
+
+
+def _retry_ceiling_warnings(user: Mapping[str, Any]) -> list[CheckMessage]:
+    """W005: a first retry delay above the ceiling, so that every retry waits the ceiling."""
+    base = user.get("RETRY_BASE_SECONDS", DEFAULTS["RETRY_BASE_SECONDS"])
+    ceiling = user.get("RETRY_MAX_SECONDS", DEFAULTS["RETRY_MAX_SECONDS"])
+    if not (is_number(base) and is_number(ceiling) and 0 < ceiling < base):
+        return []
+    return [
+        Warning(
+            f"DJANGO_JOBS['RETRY_BASE_SECONDS'] ({base!r}) is above "
+            f"DJANGO_JOBS['RETRY_MAX_SECONDS'] ({ceiling!r}): every retry waits "
+            f"{ceiling!r} s (plus jitter), with no backoff between them.",
+            hint="RETRY_BASE_SECONDS is the first retry's delay, doubled at each later one; "
+            "RETRY_MAX_SECONDS is the ceiling. Lower the first, or raise the second.",
+            id="django_jobs.W005",
+        )
+    ]
 
 
 def _hidden_keys_errors(patterns: Any) -> list[CheckMessage]:
@@ -89,49 +154,119 @@ def _hidden_keys_errors(patterns: Any) -> list[CheckMessage]:
 
 
 def _recurring_errors(recurring: Any) -> list[CheckMessage]:
-    from .exceptions import JobsError
-    from .recurring import SCHEDULE_KEYS, check_schedule_parts
-
     if not isinstance(recurring, Mapping):
         return [
             Error(
                 "DJANGO_JOBS['RECURRING'] must be a dict of schedule name -> options, "
-                f"got {type(recurring).__name__}.",
+                f"got {type(recurring).__name__} {reprlib.repr(recurring)}.",
+                hint=f"Give {{'nightly': {{...}}}}. {SCHEDULE_EXAMPLE}",
                 id="django_jobs.E005",
             )
         ]
     errors: list[CheckMessage] = []
     for name, options in recurring.items():
-        where = f"DJANGO_JOBS['RECURRING'][{name!r}]"
-        if not isinstance(options, Mapping) or "cron" not in options or "job" not in options:
-            errors.append(
-                Error(
-                    f"{where} must be a dict with at least 'cron' and 'job'.", id="django_jobs.E005"
-                )
-            )
-            continue
-        unknown = sorted(set(options) - SCHEDULE_KEYS)
-        if unknown:
-            errors.append(
-                Error(
-                    f"{where} has unknown keys {unknown}.",
-                    hint=f"Known keys: {', '.join(sorted(SCHEDULE_KEYS))}.",
-                    id="django_jobs.E005",
-                )
-            )
-        try:
-            check_schedule_parts(
-                options["cron"],
-                options["job"],
-                options.get("payload"),
-                options.get("timezone", "UTC"),
-                queue=options.get("queue"),
-                priority=options.get("priority"),
-                max_attempts=options.get("max_attempts"),
-            )
-        except JobsError as exc:
-            errors.append(Error(f"{where}: {exc}", id="django_jobs.E006"))
+        errors += _schedule_entry_errors(name, options)
     return errors
+
+
+def _schedule_entry_errors(name: Any, options: Any) -> list[CheckMessage]:
+    """E005 for an entry's shape (name, dict, keys), E006 for what would keep it from firing."""
+    from .recurring import SCHEDULE_KEYS
+
+    where = f"DJANGO_JOBS['RECURRING'][{name!r}]"
+    errors: list[CheckMessage] = []
+    if not isinstance(name, str) or not name.strip() or len(name) > SCHEDULE_NAME_MAX_LENGTH:
+        errors.append(
+            Error(
+                "A schedule name in DJANGO_JOBS['RECURRING'] must be a non-empty string of at "
+                f"most {SCHEDULE_NAME_MAX_LENGTH} characters: {reprlib.repr(name)}.",
+                hint="Name it for what it does, e.g. 'nightly-report'.",
+                id="django_jobs.E005",
+            )
+        )
+    if not isinstance(options, Mapping):
+        return [
+            *errors,
+            Error(
+                f"{where} must be a dict of options, got {reprlib.repr(options)}.",
+                hint=SCHEDULE_EXAMPLE,
+                id="django_jobs.E005",
+            ),
+        ]
+    missing = [key for key in ("cron", "job") if key not in options]
+    if missing:
+        errors.append(
+            Error(
+                f"{where} must be a dict with at least 'cron' and 'job'; it has no "
+                f"{' and no '.join(map(repr, missing))}.",
+                hint=SCHEDULE_EXAMPLE,
+                id="django_jobs.E005",
+            )
+        )
+    for key in options:
+        if key not in SCHEDULE_KEYS:
+            close = difflib.get_close_matches(str(key), sorted(SCHEDULE_KEYS), n=1)
+            hint = (
+                f"Did you mean {close[0]!r}?"
+                if close
+                else f"Known keys: {', '.join(sorted(SCHEDULE_KEYS))}."
+            )
+            errors.append(
+                Error(f"{where} has an unknown key {key!r}.", hint=hint, id="django_jobs.E005")
+            )
+    for flag in ("enabled", "overlap"):
+        if flag in options and not isinstance(options[flag], bool):
+            errors.append(
+                Error(
+                    f"{where}[{flag!r}] must be True or False, got {options[flag]!r}.",
+                    hint=f"Write {flag!r}: True or {flag!r}: False.",
+                    id="django_jobs.E006",
+                )
+            )
+    if not missing:
+        errors += _schedule_parts_errors(where, options)
+    return errors
+
+
+def _schedule_parts_errors(where: str, options: Mapping[str, Any]) -> list[CheckMessage]:
+    from .recurring import check_schedule_parts
+
+    problem = _schedule_problem(
+        check_schedule_parts,
+        options["cron"],
+        options["job"],
+        options.get("payload"),
+        options.get("timezone", "UTC"),
+        queue=options.get("queue"),
+        priority=options.get("priority"),
+        max_attempts=options.get("max_attempts"),
+    )
+    if problem is None:
+        return []
+    message, hint = problem
+    return [Error(f"{where}: {message}", hint=hint, id="django_jobs.E006")]
+
+
+def _schedule_problem(check: Any, *args: Any, **kwargs: Any) -> tuple[str, str] | None:
+    """What keeps a schedule's parts from firing, with the fix, or None."""
+    from .exceptions import JobsError, PayloadError, UnknownJob
+
+    try:
+        check(*args, **kwargs)
+    except UnknownJob as exc:
+        return str(exc), (
+            "Register the job with @job in a module that is imported at start-up (an app's "
+            "jobs.py is), or name a registered job."
+        )
+    except PayloadError as exc:
+        return str(exc), "Give a payload that JSON can encode: dicts, lists, str, numbers, bools."
+    except JobsError as exc:
+        return str(exc), (
+            "A cron is five fields (minute hour day-of-month month day-of-week) or @hourly, "
+            "@daily, @weekly, @monthly, @yearly; a time zone is an IANA name such as "
+            "'Europe/Paris'."
+        )
+    return None
 
 
 @register(Tags.compatibility)
@@ -140,6 +275,110 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     from .models import Job
 
     return get_driver(router.db_for_write(Job)).check_configuration()
+
+
+@register(Tags.database)
+def check_live_database(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """What only the live jobs database can tell: SQLite's journal mode, the schedule rows.
+
+    Django runs it only with ``databases`` (``check --database``, ``migrate``).
+    """
+    from .models import Job
+
+    using = router.db_for_write(Job)
+    if not databases or using not in databases:
+        return []
+    return [*_journal_mode_warnings(using), *_schedule_row_warnings(using)]
+
+
+def _journal_mode_warnings(using: str) -> list[CheckMessage]:
+    """W003: a SQLite file whose readers hold up the workers' writes (not in WAL mode).
+
+    Every ``runjobs`` process reads and writes on several connections at once
+    (each handler thread, the lease renewal's own connection, the settler), and
+    the web processes that enqueue are more: there is always more than one.
+    """
+    connection = connections[using]
+    if not isinstance(connection, SQLiteWrapper) or connection.is_in_memory_db():
+        return []
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA journal_mode")
+            row = cursor.fetchone()
+    except DatabaseError:
+        return []  # not reachable: nothing to say about its journal
+    mode = str(row[0]).lower() if row else "unknown"
+    if mode == "wal":
+        return []
+    return [
+        Warning(
+            f"The SQLite database {using!r} is in journal mode {mode!r}, not 'wal': while "
+            "any connection reads (a view, the admin, a running handler), the workers' "
+            "claims, outcome writes and lease renewals wait for it, up to the busy timeout, "
+            "and then fail; a lease that cannot be renewed in time is given up.",
+            hint=f"Turn WAL on for every connection, through OPTIONS['init_command'] (Django "
+            f"5.1+): DATABASES[{using!r}]['OPTIONS'] = {{'transaction_mode': 'IMMEDIATE', "
+            "'timeout': 20, 'init_command': 'PRAGMA journal_mode=WAL;'}. WAL stays set on "
+            "the file once set.",
+            id="django_jobs.W003",
+        )
+    ]
+
+
+def _schedule_row_warnings(using: str) -> list[CheckMessage]:
+    """W004: an enabled schedule row, not declared in settings, that cannot fire.
+
+    Schedules added in code (``add_recurring_job``) were checked when saved,
+    but their job may have been renamed or removed since. Those declared in
+    ``DJANGO_JOBS['RECURRING']`` are E005/E006's, and resynced at start-up.
+    """
+    from .models import RecurringJob
+    from .recurring import check_schedule_parts
+
+    user = getattr(django_settings, "DJANGO_JOBS", {})
+    declared = user.get("RECURRING") if isinstance(user, Mapping) else None
+    names = (
+        [name for name in declared if isinstance(name, str)]
+        if isinstance(declared, Mapping)
+        else []
+    )
+    schedules = RecurringJob.objects.using(using).filter(enabled=True).exclude(name__in=names)
+    try:
+        # Inside a transaction (a test's, say), a savepoint keeps a failed read from
+        # breaking it; outside one, the read is its own.
+        inside = connections[using].in_atomic_block
+        with transaction.atomic(using=using) if inside else contextlib.nullcontext():
+            rows = list(schedules.order_by("name"))
+    except DatabaseError:
+        return []  # not reachable, or not migrated yet (this runs before `migrate` does)
+    warnings: list[CheckMessage] = []
+    for row in rows:
+        problem = _schedule_problem(
+            check_schedule_parts,
+            row.cron,
+            row.job_name,
+            row.payload,
+            row.timezone,
+            queue=row.queue,
+            priority=row.priority,
+            max_attempts=row.max_attempts,
+        )
+        if problem is not None:
+            warnings.append(_schedule_row_warning(row.name, *problem))
+    return warnings
+
+
+def _schedule_row_warning(name: str, message: str, fix: str) -> CheckMessage:
+    return Warning(
+        f"Recurring job {name!r} (in the database) cannot fire: {message}. Until it is fixed "
+        "the scheduler skips each of its occurrences, logging recurring_error (a cron with "
+        "no next occurrence disables it).",
+        hint=f"{fix} Or change the schedule with add_recurring_job({name!r}, ...), disable "
+        f"it in the admin, or delete it with remove_recurring_job({name!r}).",
+        id="django_jobs.W004",
+    )
 
 
 @register(Tags.compatibility)
@@ -170,7 +409,32 @@ def check_queues_served(app_configs: Any = None, **kwargs: Any) -> list[CheckMes
         queue = get_definition(name).queue
         if queue not in queues:
             unserved.setdefault(queue, []).append(name)
-    return [_unserved_warning(queue, names) for queue, names in sorted(unserved.items())]
+    warnings = [_unserved_warning(queue, names) for queue, names in sorted(unserved.items())]
+    return warnings + _unserved_schedule_warnings(user, queues)
+
+
+def _unserved_schedule_warnings(
+    user: Mapping[str, Any], queues: Mapping[Any, Any]
+) -> list[CheckMessage]:
+    """W010 for a ``RECURRING`` entry whose own ``queue`` ``QUEUES`` does not list."""
+    recurring = user.get("RECURRING")
+    if not isinstance(recurring, Mapping):
+        return []  # E005 says what is wrong
+    warnings: list[CheckMessage] = []
+    for name, options in recurring.items():
+        queue = options.get("queue") if isinstance(options, Mapping) else None
+        if isinstance(queue, str) and queue and queue not in queues:
+            warnings.append(
+                Warning(
+                    f"DJANGO_JOBS['RECURRING'][{name!r}] enqueues on queue {queue!r}, which "
+                    "DJANGO_JOBS['QUEUES'] does not list: `runjobs` without --queue never "
+                    "runs its jobs.",
+                    hint=f"Add {queue!r} to DJANGO_JOBS['QUEUES'], or run a worker with "
+                    f"`manage.py runjobs --queue {queue}` and silence django_jobs.W010.",
+                    id="django_jobs.W010",
+                )
+            )
+    return warnings
 
 
 def _unserved_warning(queue: str, names: list[str]) -> CheckMessage:

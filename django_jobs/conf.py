@@ -66,6 +66,10 @@ QUEUE_OPTIONS = ("workers", "timeout")
 # The statuses RETENTION may name: the finished ones (JobStatus values; no model import here).
 RETENTION_STATUSES = ("succeeded", "cancelled", "dead_lettered")
 
+# The longest retention: about a thousand years. Longer ones mean "forever" (None), and
+# a cut-off of now minus a million days is before year 1, which no datetime can hold.
+MAX_RETENTION = timedelta(days=365_000)
+
 # The range of the database's integer columns (priority, max_attempts).
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 # Job.queue's max_length.
@@ -131,15 +135,29 @@ def setting_problem(key: str, value: Any) -> Problem | None:
     """What is wrong with ``DJANGO_JOBS[key] = value`` (the keys with rules here), or None."""
     where = f"DJANGO_JOBS[{key!r}]"
     if key in POSITIVE and not (is_number(value) and value > 0):
-        return Problem(f"{where} must be a positive finite number, got {value!r}.")
+        return Problem(
+            f"{where} must be a positive finite number, got {value!r}.", number_hint(key, value)
+        )
     if key in NON_NEGATIVE and not (is_number(value) and value >= 0):
-        return Problem(f"{where} must be a non-negative finite number, got {value!r}.")
+        return Problem(
+            f"{where} must be a non-negative finite number, got {value!r}.",
+            number_hint(key, value),
+        )
     if key == "HEARTBEAT_SECONDS" and value is not None and not (is_number(value) and value > 0):
-        return Problem(f"{where} must be a positive finite number or None, got {value!r}.")
+        return Problem(
+            f"{where} must be a positive finite number or None, got {value!r}.",
+            number_hint(key, value),
+        )
     if key in BOOLEAN and not isinstance(value, bool):
-        return Problem(f"{where} must be True or False, got {value!r}.")
+        return Problem(
+            f"{where} must be True or False, got {value!r}.",
+            f"Write {where}: True or False (a bool, not {type(value).__name__}).",
+        )
     if key == "MAX_ATTEMPTS" and not is_int(value, 1):
-        return Problem(f"{where} must be an integer from 1 to {INT_MAX}, got {value!r}.")
+        return Problem(
+            f"{where} must be an integer from 1 to {INT_MAX}, got {value!r}.",
+            number_hint(key, value),
+        )
     if key == "QUEUES":
         problems = queues_problems(value)
         return problems[0] if problems else None
@@ -147,6 +165,43 @@ def setting_problem(key: str, value: Any) -> Problem | None:
         problems = retention_problems(value)
         return problems[0] if problems else None
     return None
+
+
+def number_hint(key: str, value: Any) -> str:
+    """How to write ``DJANGO_JOBS[key]``: its unit, its range, an example."""
+    example = DEFAULTS[key] if DEFAULTS[key] is not None else 100
+    text = " (a number, not text)" if isinstance(value, str) else ""
+    if key == "MAX_ATTEMPTS":
+        return f"Give a whole number of attempts, at least 1, e.g. {example}{text}."
+    if key == "MAX_PAYLOAD_BYTES":
+        return f"Give a number of bytes above 0, e.g. {example}{text}."
+    if key == "RETRY_JITTER":
+        return f"Give a fraction of the delay, 0 or more, e.g. {example}{text}; 0: no jitter."
+    if key == "HEARTBEAT_SECONDS":
+        return f"Give seconds above 0{text}, or None for a third of LEASE_SECONDS."
+    if key in NON_NEGATIVE:
+        return f"Give seconds, 0 or more, e.g. {example}{text}."
+    return f"Give seconds above 0, e.g. {example}{text}."
+
+
+def heartbeat_problem(lease: Any, beat: Any) -> Problem | None:
+    """Why a beat of ``beat`` seconds cannot keep a lease of ``lease`` seconds, or None.
+
+    A lease that ends before its first renewal is no lease: every running job
+    would be taken back by another worker while it runs. Values that break
+    their own rule are left to :func:`setting_problem`.
+    """
+    if not (is_number(lease) and lease > 0 and is_number(beat) and beat > 0):
+        return None
+    if beat < lease:
+        return None
+    return Problem(
+        f"DJANGO_JOBS['HEARTBEAT_SECONDS'] ({beat!r}) must be shorter than "
+        f"DJANGO_JOBS['LEASE_SECONDS'] ({lease!r}): a lease would end before the beat that "
+        "renews it.",
+        f"Leave HEARTBEAT_SECONDS at None (a third of the lease: {lease / 3:g} s), or set it "
+        f"to at most {lease / 3:g}.",
+    )
 
 
 def retention_problems(retention: Any) -> list[Problem]:
@@ -180,6 +235,14 @@ def retention_problems(retention: Any) -> list[Problem]:
                     "None keeps the jobs forever.",
                 )
             )
+        elif kept is not None and kept > MAX_RETENTION:
+            problems.append(
+                Problem(
+                    f"{where}[{status!r}] must be at most {MAX_RETENTION.days} days, got "
+                    f"{kept!r}: its cut-off would fall before the calendar's first years.",
+                    "None keeps the jobs forever.",
+                )
+            )
     return problems
 
 
@@ -189,7 +252,8 @@ def queues_problems(queues: Any) -> list[Problem]:
         return [
             Problem(
                 "DJANGO_JOBS['QUEUES'] must be a non-empty dict of queue name -> options, "
-                f"got {queues!r}."
+                f"got {queues!r}.",
+                "For example {'default': {'workers': 2}, 'emails': {'workers': 1}}.",
             )
         ]
     problems: list[Problem] = []
@@ -198,10 +262,20 @@ def queues_problems(queues: Any) -> list[Problem]:
         wrong_name = queue_name_problem(name)
         if wrong_name:
             problems.append(
-                Problem(f"A queue name in DJANGO_JOBS['QUEUES'] {wrong_name}: {name!r}.")
+                Problem(
+                    f"A queue name in DJANGO_JOBS['QUEUES'] {wrong_name}: {name!r}.",
+                    "Name the queue as its jobs do: @job(queue='emails') is served by "
+                    "QUEUES['emails'].",
+                )
             )
         if not isinstance(options, Mapping):
-            problems.append(Problem(f"{where} must be a dict of options, got {options!r}."))
+            problems.append(
+                Problem(
+                    f"{where} must be a dict of options, got {options!r}.",
+                    f"For example {{'workers': 2, 'timeout': 30}}; {{}} takes the defaults "
+                    f"(options: {', '.join(QUEUE_OPTIONS)}).",
+                )
+            )
             continue
         problems += queue_options_problems(where, options)
     return problems
@@ -215,15 +289,31 @@ def queue_options_problems(where: str, options: Mapping[Any, Any]) -> list[Probl
             hint = f"Did you mean {close[0]!r}?" if close else f"Known: {', '.join(QUEUE_OPTIONS)}."
             problems.append(Problem(f"{where} has an unknown option {option!r}.", hint))
     workers = options.get("workers", 1)
-    if not is_int(workers, 1):
-        problems.append(Problem(f"{where}['workers'] must be a positive integer, got {workers!r}."))
+    if is_int(workers) and workers < 1:
+        problems.append(
+            Problem(
+                f"{where}['workers'] must be a positive integer, got {workers!r}: a queue with "
+                "no handler threads never runs its jobs.",
+                "Give it 1 or more; to serve the queue elsewhere only, remove it from QUEUES "
+                "and run that worker with `runjobs --queue NAME`.",
+            )
+        )
+    elif not is_int(workers, 1):
+        problems.append(
+            Problem(
+                f"{where}['workers'] must be a positive integer, got {workers!r}.",
+                "Give a whole number of handler threads, e.g. {'workers': 2}.",
+            )
+        )
     timeout = options.get("timeout")
     if timeout is not None and not (is_number(timeout) and timeout > 0):
         problems.append(
             Problem(
                 f"{where}['timeout'] must be a positive finite number of seconds or None, "
                 f"got {timeout!r}.",
-                "Give seconds as a number: 30, not '30s'." if isinstance(timeout, str) else None,
+                "Give seconds as a number: 30, not '30s'."
+                if isinstance(timeout, str)
+                else "Give seconds above 0, e.g. 30, or None for no timeout.",
             )
         )
     return problems
@@ -261,9 +351,15 @@ class JobsSettings:
         return value
 
     def validate(self) -> None:
-        """Read every setting: :class:`ImproperlyConfigured` for the first bad value."""
+        """Read every setting: :class:`ImproperlyConfigured` for the first bad value.
+
+        Then the rules between settings that the system check makes errors of.
+        """
         for key in DEFAULTS:
             getattr(self, key)
+        problem = heartbeat_problem(self.LEASE_SECONDS, self.HEARTBEAT_SECONDS)
+        if problem is not None:
+            raise ImproperlyConfigured(problem.message)
 
     def heartbeat_seconds(self) -> float:
         """The beat: ``HEARTBEAT_SECONDS``, else a third of ``LEASE_SECONDS``."""

@@ -77,3 +77,16 @@ def json_default(value: Any) -> Any:
     if isinstance(value, timedelta):
         return value.total_seconds()
     raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def format_duration(duration: timedelta | None) -> str:
+    """``7d``, ``1d12h``, ``30m``, ``45s``: the largest whole units, none of them zero."""
+    if duration is None:
+        return "-"
+    seconds = int(duration.total_seconds())
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, seconds = divmod(seconds, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts) or "0s"

@@ -1,4 +1,4 @@
-"""``manage.py jobs``: status, list, show, retry and cancel; call_command and a real process."""
+"""``manage.py jobs``: status, list, show, retry, cancel, prune; call_command and a real process."""
 
 from __future__ import annotations
 
@@ -15,8 +15,11 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import CommandError
+from django.db import connection
+from django.test import override_settings
 from freezegun import freeze_time
 
+from django_jobs.management.pruning import parse_duration, prune_statuses
 from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Worker
 from tests.conftest import ROOT, START, database_url
 
@@ -368,3 +371,222 @@ def test_jobs_cancel_table_says_a_running_job_stops_at_its_next_heartbeat(
         str(running.pk),
         "running: asked to stop at its worker's next heartbeat",
     ]
+
+
+# -- jobs prune ---------------------------------------------------------------------------
+
+
+DAY = timedelta(days=1)
+
+
+def aged(make_job: MakeJob, status: str, age: timedelta, attempts: int = 0) -> Job:
+    """A job of ``status`` that finished ``age`` before START, with ``attempts`` attempts."""
+    job = make_job(status=status, finished_at=START - age, attempts_used=attempts)
+    for number in range(1, attempts + 1):
+        Attempt.objects.create(job=job, number=number, owner="w", started_at=START - age)
+    return job
+
+
+def kept(*jobs: Job) -> set[int]:
+    return set(Job.objects.filter(pk__in=[j.pk for j in jobs]).values_list("pk", flat=True))
+
+
+@pytest.fixture
+def expired(make_job: MakeJob) -> dict[str, Job]:
+    """Jobs on either side of the default retentions (7 days, 30 for dead letters)."""
+    return {
+        "old_ok": aged(make_job, JobStatus.SUCCEEDED, 7 * DAY + HOUR, attempts=2),
+        "new_ok": aged(make_job, JobStatus.SUCCEEDED, 7 * DAY - HOUR),
+        "old_cancelled": aged(make_job, JobStatus.CANCELLED, 8 * DAY),
+        "old_dead": aged(make_job, JobStatus.DEAD_LETTERED, 31 * DAY, attempts=3),
+        "new_dead": aged(make_job, JobStatus.DEAD_LETTERED, 29 * DAY),
+        "old_pending": make_job(run_at=START - 90 * DAY, created_at=START - 90 * DAY),
+    }
+
+
+def test_jobs_prune_deletes_expired_finished_jobs_with_their_attempts(
+    expired: dict[str, Job],
+) -> None:
+    document = jobs_json("prune")
+    assert [(s["status"], s["deleted"]) for s in document["statuses"]] == [
+        ("succeeded", 1),
+        ("dead_lettered", 1),
+        ("cancelled", 1),
+    ]
+    assert document["statuses"][0]["older_than_seconds"] == 7 * 86400
+    assert document["statuses"][0]["cutoff"] == (START - 7 * DAY).isoformat()
+    assert (document["deleted"], document["dry_run"]) == (3, False)
+    assert document["seconds"] >= 0
+    assert kept(*expired.values()) == {
+        expired[name].pk for name in ("new_ok", "new_dead", "old_pending")
+    }
+    assert Attempt.objects.count() == 0  # those of the two deleted jobs that had some
+    assert jobs_json("prune")["deleted"] == 0  # nothing left to go
+
+
+def test_jobs_prune_table_says_per_status_what_went_and_how_long_it_took(
+    expired: dict[str, Job],
+) -> None:
+    lines = jobs("prune").splitlines()
+    assert lines[:4] == [
+        "status         older than  finished before          deleted",
+        "succeeded      7d          2025-12-29 12:00:00 UTC        1",
+        "dead_lettered  30d         2025-12-06 12:00:00 UTC        1",
+        "cancelled      7d          2025-12-29 12:00:00 UTC        1",
+    ]
+    assert re.fullmatch(r"Deleted 3 finished job\(s\) \(\d+\.\d{3} s\)\.", lines[5])
+
+
+def test_jobs_prune_dry_run_counts_per_status_and_deletes_nothing(
+    expired: dict[str, Job],
+) -> None:
+    document = jobs_json("prune", "--dry-run")
+    assert [(s["status"], s["would_delete"]) for s in document["statuses"]] == [
+        ("succeeded", 1),
+        ("dead_lettered", 1),
+        ("cancelled", 1),
+    ]
+    assert (document["would_delete"], document["dry_run"]) == (3, True)
+    assert "deleted" not in document
+    assert kept(*expired.values()) == {job.pk for job in expired.values()}
+    assert Attempt.objects.count() == 5
+    assert (
+        jobs("prune", "--dry-run")
+        .splitlines()[-1]
+        .startswith("Would delete 3 finished job(s); dry run, nothing deleted (")
+    )
+
+
+def test_jobs_prune_status_limits_the_run(expired: dict[str, Job]) -> None:
+    document = jobs_json("prune", "--status", "dead_lettered")
+    assert [(s["status"], s["deleted"]) for s in document["statuses"]] == [("dead_lettered", 1)]
+    assert not kept(expired["old_dead"])
+    assert kept(expired["old_ok"], expired["old_cancelled"])
+    both = jobs_json("prune", "--status", "succeeded", "--status", "cancelled", "--dry-run")
+    assert [s["status"] for s in both["statuses"]] == ["succeeded", "cancelled"]
+
+
+def test_jobs_prune_older_than_overrides_the_retention_for_this_run(
+    expired: dict[str, Job],
+) -> None:
+    document = jobs_json("prune", "--older-than", "30d")
+    assert [(s["status"], s["deleted"]) for s in document["statuses"]] == [
+        ("succeeded", 0),
+        ("dead_lettered", 1),
+        ("cancelled", 0),
+    ]
+    assert {s["older_than_seconds"] for s in document["statuses"]} == {30 * 86400}
+    assert kept(expired["old_ok"], expired["old_cancelled"], expired["new_dead"]) == {
+        expired["old_ok"].pk,
+        expired["old_cancelled"].pk,
+        expired["new_dead"].pk,
+    }
+    assert jobs_json("prune", "--older-than", "6d23h")["deleted"] == 3
+    assert kept(expired["old_pending"])  # pending and running jobs are never pruned
+
+
+@override_settings(DJANGO_JOBS={"RETENTION": {"dead_lettered": None}})
+def test_jobs_prune_leaves_a_status_kept_forever_unless_older_than_is_given(
+    expired: dict[str, Job],
+) -> None:
+    document = jobs_json("prune", "--status", "dead_lettered")
+    assert document["statuses"] == [
+        {"status": "dead_lettered", "older_than_seconds": None, "cutoff": None, "deleted": 0}
+    ]
+    assert "dead_lettered  kept forever  -" in jobs("prune", "--dry-run")
+    assert kept(expired["old_dead"])
+    assert jobs_json("prune", "--status", "dead_lettered", "--older-than", "30d")["deleted"] == 1
+    assert not kept(expired["old_dead"])
+
+
+def test_jobs_prune_works_in_bounded_batches(make_job: MakeJob) -> None:
+    old = [aged(make_job, JobStatus.SUCCEEDED, 8 * DAY) for _ in range(5)]
+    table = connection.ops.quote_name(Job._meta.db_table)
+    picks: list[str] = []
+
+    def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
+        if sql.startswith(f"SELECT {table}.") and "ORDER BY" in sql and "LIMIT" in sql.upper():
+            picks.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        [result] = prune_statuses(
+            START,
+            using="default",
+            retention={"succeeded": 7 * DAY},
+            statuses=["succeeded"],
+            batch=2,
+        )
+    assert result.count == 5 and not kept(*old)
+    assert len(picks) == 3  # 2 + 2 + 1: one short transaction each
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("7d", 7 * 86400),
+        ("12h", 12 * 3600),
+        ("30m", 1800),
+        ("45s", 45),
+        ("2w", 14 * 86400),
+        ("1d12h", 36 * 3600),
+        (" 7D ", 7 * 86400),
+    ],
+)
+def test_jobs_prune_durations_read_as_their_units(text: str, seconds: int) -> None:
+    assert parse_duration(text) == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("7", "not a duration: '7'; give whole numbers with a unit (w, d, h, m, s)"),
+        ("7 days", "not a duration: '7 days'"),
+        ("1.5h", "not a duration: '1.5h'"),
+        ("d", "not a duration: 'd'"),
+        ("", "not a duration: ''"),
+        ("-1d", "not a duration: '-1d'"),
+        ("0d", "a duration must be more than zero, got '0d'"),
+        ("0h0m", "a duration must be more than zero, got '0h0m'"),
+        ("9999999999w", "duration too long: '9999999999w'"),
+    ],
+)
+def test_jobs_prune_bad_duration_is_a_clear_error(
+    expired: dict[str, Job], text: str, message: str
+) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        parse_duration(text)
+    with pytest.raises(CommandError, match=re.escape(message)):
+        jobs("prune", f"--older-than={text}")
+    assert kept(*expired.values()) == {job.pk for job in expired.values()}
+
+
+@pytest.mark.parametrize(
+    "args",
+    [("prune", "--status", "pending"), ("prune", "--status", "running"), ("prune", "--older-than")],
+)
+def test_jobs_prune_bad_flags_are_a_command_error(args: tuple[str, ...]) -> None:
+    with pytest.raises(CommandError):
+        jobs(*args)
+
+
+def test_jobs_prune_a_duration_that_reaches_before_year_one_deletes_nothing(
+    expired: dict[str, Job],
+) -> None:
+    document = jobs_json("prune", "--older-than", "110000w")  # 770,000 days before 2026
+    assert document["deleted"] == 0
+    assert document["statuses"][0]["cutoff"] == "0001-01-01T00:00:00+00:00"
+    assert kept(*expired.values()) == {job.pk for job in expired.values()}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_jobs_process_prune_rejects_a_bad_duration_with_usage(make_job: MakeJob) -> None:
+    job = aged(make_job, JobStatus.SUCCEEDED, 400 * DAY)
+    result = manage_jobs("prune", "--older-than", "7 days")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "argument --older-than: not a duration: '7 days'" in result.stderr
+    assert kept(job)
+    done = manage_jobs("prune", "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["deleted"] == 1 and not kept(job)

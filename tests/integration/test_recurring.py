@@ -418,7 +418,8 @@ def test_docs_post_migrate_recipe_adds_schedules_on_a_fresh_database(tmp_path):
         "SECRET_KEY = 'recipe'\nUSE_TZ = True\nDEFAULT_AUTO_FIELD = 'django.db.models.AutoField'\n"
         "INSTALLED_APPS = ['django.contrib.contenttypes', 'django_jobs', 'reports']\n"
         "DATABASES = {'default': {'ENGINE': 'django.db.backends.sqlite3', "
-        f"'NAME': {str(database)!r}, 'OPTIONS': {{'transaction_mode': 'IMMEDIATE'}}}}}}\n"
+        f"'NAME': {str(database)!r}, 'OPTIONS': {{'transaction_mode': 'IMMEDIATE', "
+        "'init_command': 'PRAGMA journal_mode=WAL;'}}}\n"
     )
     env = {
         "PATH": "/usr/bin:/bin",

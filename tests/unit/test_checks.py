@@ -138,25 +138,27 @@ def test_check_number_settings_in_range_pass():
     ("queues", "named", "hint"),
     [
         ({"q": {"timeout": "30s"}}, "['q']['timeout']", "Give seconds as a number: 30, not '30s'."),
-        ({"q": {"timeout": 0}}, "['q']['timeout']", None),
-        ({"q": {"timeout": -1}}, "['q']['timeout']", None),
-        ({"q": {"timeout": math.nan}}, "['q']['timeout']", None),
-        ({"q": {"timeout": math.inf}}, "['q']['timeout']", None),
-        ({"q": {"timeout": True}}, "['q']['timeout']", None),
-        ({"q": {"workers": 0}}, "['q']['workers']", None),
-        ({"q": {"workers": True}}, "['q']['workers']", None),
-        ({"q": {"workers": "2"}}, "['q']['workers']", None),
-        ({"q": {"workers": 1.5}}, "['q']['workers']", None),
+        ({"q": {"timeout": 0}}, "['q']['timeout']", "Give seconds above 0, e.g. 30, or None"),
+        ({"q": {"timeout": -1}}, "['q']['timeout']", "Give seconds above 0"),
+        ({"q": {"timeout": math.nan}}, "['q']['timeout']", "Give seconds above 0"),
+        ({"q": {"timeout": math.inf}}, "['q']['timeout']", "Give seconds above 0"),
+        ({"q": {"timeout": True}}, "['q']['timeout']", "Give seconds above 0"),
+        ({"q": {"workers": 0}}, "no handler threads never runs its jobs", "Give it 1 or more"),
+        ({"q": {"workers": -2}}, "['q']['workers'] must be a positive integer", "1 or more"),
+        ({"q": {"workers": True}}, "['q']['workers']", "e.g. {'workers': 2}"),
+        ({"q": {"workers": "2"}}, "['q']['workers']", "e.g. {'workers': 2}"),
+        ({"q": {"workers": 1.5}}, "['q']['workers']", "Give a whole number of handler threads"),
         ({"q": {"worker": 2}}, "unknown option 'worker'", "Did you mean 'workers'?"),
         ({"q": {"timeuot": 2}}, "unknown option 'timeuot'", "Did you mean 'timeout'?"),
         ({"q": {"retries": 2}}, "unknown option 'retries'", "Known: workers, timeout."),
-        ({"q": None}, "['q'] must be a dict of options", None),
-        ({"": {}}, "must be a non-empty string of at most 100 characters: ''", None),
-        ({"  ": {}}, "must be a non-empty string of at most 100 characters: '  '", None),
-        ({"x" * 101: {}}, "must be a non-empty string of at most 100 characters: 'xxx", None),
-        ({5: {}}, "must be a non-empty string of at most 100 characters: 5", None),
-        ({}, "must be a non-empty dict", None),
-        (["default"], "must be a non-empty dict", None),
+        ({"q": None}, "['q'] must be a dict of options, got None", "{} takes the defaults"),
+        ({"q": 4}, "['q'] must be a dict of options, got 4", "{'workers': 2, 'timeout': 30}"),
+        ({"": {}}, "must be a non-empty string of at most 100 characters: ''", "@job(queue="),
+        ({"  ": {}}, "must be a non-empty string of at most 100 characters: '  '", "@job("),
+        ({"x" * 101: {}}, "must be a non-empty string of at most 100 characters: 'xxx", "@job("),
+        ({5: {}}, "must be a non-empty string of at most 100 characters: 5", "@job("),
+        ({}, "must be a non-empty dict", "For example {'default': {'workers': 2}"),
+        (["default"], "must be a non-empty dict", "For example {'default'"),
     ],
 )
 def test_check_queues_refuses_bad_names_and_options(queues, named, hint):
@@ -164,7 +166,7 @@ def test_check_queues_refuses_bad_names_and_options(queues, named, hint):
         [error] = check_settings()
         assert error.id == "django_jobs.E004"
         assert "DJANGO_JOBS['QUEUES']" in error.msg and named in error.msg
-        assert error.hint == hint
+        assert hint in error.hint
         with pytest.raises(ImproperlyConfigured) as raised:
             _ = settings.QUEUES
         assert str(raised.value) == error.msg
@@ -334,3 +336,268 @@ def test_check_retention_defaults_and_a_partial_dict_replaces_only_what_it_names
     with override_settings(DJANGO_JOBS={"RETENTION": {}}):
         assert check_settings() == []
         assert settings.RETENTION["succeeded"] == timedelta(days=7)
+
+
+# -- every message names the fix --------------------------------------------------------
+
+
+POSITIVE_KEYS = [
+    "LEASE_SECONDS",
+    "POLL_SECONDS",
+    "MAINTENANCE_SECONDS",
+    "RETRY_MAX_SECONDS",
+    "MAX_PAYLOAD_BYTES",
+    "HEARTBEAT_SECONDS",
+    "MAX_ATTEMPTS",
+]
+ZERO_OR_MORE_KEYS = ["RETRY_BASE_SECONDS", "RETRY_JITTER", "SHUTDOWN_GRACE_SECONDS"]
+
+
+@pytest.mark.parametrize("key", POSITIVE_KEYS)
+@pytest.mark.parametrize("value", [0, -1, -0.5], ids=repr)
+def test_check_number_setting_refuses_zero_and_negatives_where_zero_makes_no_sense(key, value):
+    with override_settings(DJANGO_JOBS={key: value}):
+        [error] = check_settings()
+    assert error.id == "django_jobs.E003"
+    assert error.msg.startswith(f"DJANGO_JOBS[{key!r}] must be a")
+    assert "positive" in error.msg or "from 1" in error.msg
+    assert f"got {value!r}." in error.msg
+    assert error.hint.startswith("Give ")
+
+
+@pytest.mark.parametrize("key", ZERO_OR_MORE_KEYS)
+def test_check_number_setting_accepts_zero_where_zero_means_none_and_refuses_negatives(key):
+    with override_settings(DJANGO_JOBS={key: 0}):
+        assert check_settings() == []
+        assert getattr(settings, key) == 0
+    with override_settings(DJANGO_JOBS={key: -1}):
+        [error] = check_settings()
+    assert error.msg == f"DJANGO_JOBS[{key!r}] must be a non-negative finite number, got -1."
+    assert "0 or more" in error.hint
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "hint"),
+    [
+        ("LEASE_SECONDS", "300", "Give seconds above 0, e.g. 300 (a number, not text)."),
+        ("POLL_SECONDS", True, "Give seconds above 0, e.g. 1."),
+        ("MAX_PAYLOAD_BYTES", math.inf, "Give a number of bytes above 0, e.g. 1048576."),
+        ("MAX_ATTEMPTS", 2.5, "Give a whole number of attempts, at least 1, e.g. 5."),
+        ("RETRY_JITTER", "0.2", "Give a fraction of the delay, 0 or more, e.g. 0.2 (a number"),
+        ("SHUTDOWN_GRACE_SECONDS", None, "Give seconds, 0 or more, e.g. 20."),
+        ("HEARTBEAT_SECONDS", "10", "Give seconds above 0 (a number, not text), or None for"),
+    ],
+)
+def test_check_number_setting_hint_gives_the_unit_and_an_example(key, value, hint):
+    with override_settings(DJANGO_JOBS={key: value}):
+        [error] = check_settings()
+    assert error.hint.startswith(hint)
+
+
+@override_settings(DJANGO_JOBS={"LISTEN": "false"})
+def test_check_boolean_setting_hint_says_to_write_a_bool():
+    [error] = check_settings()
+    assert error.hint == "Write DJANGO_JOBS['LISTEN']: True or False (a bool, not str)."
+
+
+@override_settings(DJANGO_JOBS=[("LEASE_SECONDS", 10)])
+def test_check_django_jobs_not_a_dict_names_the_value_and_the_fix():
+    [error] = check_settings()
+    assert error.id == "django_jobs.E001"
+    assert error.msg == "DJANGO_JOBS must be a dict, got list [('LEASE_SECONDS', 10)]."
+    assert "DJANGO_JOBS = {'QUEUES': {'default': {'workers': 2}}}" in error.hint
+
+
+@override_settings(DJANGO_JOBS={"FROBNICATE": 1})
+def test_check_unknown_key_without_a_close_one_lists_the_known_keys():
+    [error] = check_settings()
+    assert error.id == "django_jobs.E002"
+    assert error.hint.startswith("Known keys: QUEUES, LEASE_SECONDS, ")
+
+
+# -- the heartbeat and the lease ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("lease", "beat"), [(300, 300), (300, 301), (None, 300), (2.5, 2.5)], ids=str
+)
+def test_check_heartbeat_not_shorter_than_the_lease_is_an_error(lease, beat):
+    jobs = {"HEARTBEAT_SECONDS": beat} | ({} if lease is None else {"LEASE_SECONDS": lease})
+    shown = 300 if lease is None else lease
+    with override_settings(DJANGO_JOBS=jobs):
+        [error] = check_settings()
+        assert error.id == "django_jobs.E009"
+        assert error.msg == (
+            f"DJANGO_JOBS['HEARTBEAT_SECONDS'] ({beat!r}) must be shorter than "
+            f"DJANGO_JOBS['LEASE_SECONDS'] ({shown!r}): a lease would end before the beat "
+            "that renews it."
+        )
+        assert f"set it to at most {shown / 3:g}" in error.hint
+        # A worker started without the checks refuses it in the same words.
+        with pytest.raises(ImproperlyConfigured) as raised:
+            settings.validate()
+        assert str(raised.value) == error.msg
+
+
+@override_settings(DJANGO_JOBS={"LEASE_SECONDS": 300, "HEARTBEAT_SECONDS": 150})
+def test_check_heartbeat_longer_than_a_third_of_the_lease_warns_with_the_fix():
+    [warning] = check_settings()
+    assert warning.id == "django_jobs.W002"
+    assert warning.msg.startswith(
+        "DJANGO_JOBS['HEARTBEAT_SECONDS'] (150) is longer than a third of "
+        "DJANGO_JOBS['LEASE_SECONDS'] (300): the worker renews leases every 100 s instead"
+    )
+    assert warning.hint == (
+        "Set HEARTBEAT_SECONDS to 100 or less (or None: a third of the lease), or raise "
+        "LEASE_SECONDS to 450 or more."
+    )
+    settings.validate()  # a warning: the worker runs, at a third of the lease
+    assert settings.heartbeat_seconds() == 100
+
+
+@pytest.mark.parametrize(
+    "jobs",
+    [
+        {"LEASE_SECONDS": 300, "HEARTBEAT_SECONDS": 100},
+        {"LEASE_SECONDS": 3, "HEARTBEAT_SECONDS": 1},
+        {"HEARTBEAT_SECONDS": 10},
+        {"LEASE_SECONDS": 1},
+        {"LEASE_SECONDS": "bad", "HEARTBEAT_SECONDS": 10},  # E003 only
+    ],
+    ids=str,
+)
+def test_check_heartbeat_of_a_third_of_the_lease_or_less_passes(jobs):
+    assert [
+        e.id for e in check_settings() if e.id in ("django_jobs.E009", "django_jobs.W002")
+    ] == []
+
+
+# -- RECURRING entries -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("entry", "check_id", "message", "hint"),
+    [
+        ({"cron": "@daily", "job": "tests.ok", "timzone": "UTC"}, "E005",
+         "['nightly'] has an unknown key 'timzone'.", "Did you mean 'timezone'?"),
+        ({"cron": "@daily", "job": "tests.ok", "payloads": {}}, "E005",
+         "['nightly'] has an unknown key 'payloads'.", "Did you mean 'payload'?"),
+        ({"cron": "@daily", "job": "tests.ok", "every": "day"}, "E005",
+         "['nightly'] has an unknown key 'every'.", "Known keys: cron, enabled, job, "),
+        ({"job": "tests.ok"}, "E005", "at least 'cron' and 'job'; it has no 'cron'.",
+         "For example {'cron': '0 2 * * *', 'job': 'reports.nightly'}."),
+        ({}, "E005", "it has no 'cron' and no 'job'.", "For example {'cron'"),
+        ("@daily", "E005", "['nightly'] must be a dict of options, got '@daily'.",
+         "For example {'cron'"),
+        ({"cron": "@daily", "job": "tests.ok", "enabled": "no"}, "E006",
+         "['nightly']['enabled'] must be True or False, got 'no'.", "'enabled': False"),
+        ({"cron": "@daily", "job": "tests.ok", "overlap": 0}, "E006",
+         "['nightly']['overlap'] must be True or False, got 0.", "'overlap': True"),
+        ({"cron": "@daily", "job": "tests.nope"}, "E006",
+         "['nightly']: no job is registered under the name 'tests.nope'", "Register the job"),
+        ({"cron": "0 2 * *", "job": "tests.ok"}, "E006",
+         "['nightly']: '0 2 * *' is not a valid cron", "A cron is five fields"),
+        ({"cron": "@daily", "job": "tests.ok", "timezone": "Mars/Olympus"}, "E006",
+         "unknown time zone 'Mars/Olympus'", "an IANA name such as 'Europe/Paris'"),
+        ({"cron": "@daily", "job": "tests.ok", "payload": {"when": math.nan}}, "E006",
+         "['nightly']: ", "that JSON can encode"),
+    ],
+)  # fmt: skip
+def test_check_recurring_entry_says_what_is_wrong_and_the_fix(entry, check_id, message, hint):
+    with override_settings(DJANGO_JOBS={"RECURRING": {"nightly": entry}}):
+        [error] = check_settings()
+    assert error.id == f"django_jobs.{check_id}"
+    assert error.msg.startswith("DJANGO_JOBS['RECURRING']")
+    assert message in error.msg
+    assert hint in error.hint
+
+
+@pytest.mark.parametrize("name", ["", "  ", "x" * 201, 7], ids=repr)
+def test_check_recurring_schedule_name_must_be_a_short_non_empty_string(name):
+    with override_settings(
+        DJANGO_JOBS={"RECURRING": {name: {"cron": "@daily", "job": "tests.ok"}}}
+    ):
+        [error] = check_settings()
+    assert error.id == "django_jobs.E005"
+    assert error.msg.startswith(
+        "A schedule name in DJANGO_JOBS['RECURRING'] must be a non-empty string of at most "
+        "200 characters: "
+    )
+
+
+@override_settings(DJANGO_JOBS={"RECURRING": [("nightly", {})]})
+def test_check_recurring_not_a_dict_names_the_value():
+    [error] = check_settings()
+    assert error.id == "django_jobs.E005"
+    assert error.msg.endswith("got list [('nightly', {})].")
+
+
+def test_check_retention_longer_than_a_thousand_years_is_refused_for_none():
+    with override_settings(DJANGO_JOBS={"RETENTION": {"succeeded": timedelta(days=999_999)}}):
+        [error] = check_settings()
+        assert error.id == "django_jobs.E008"
+        assert error.msg == (
+            "DJANGO_JOBS['RETENTION']['succeeded'] must be at most 365000 days, got "
+            "datetime.timedelta(days=999999): its cut-off would fall before the calendar's "
+            "first years."
+        )
+        assert error.hint == "None keeps the jobs forever."
+        with pytest.raises(ImproperlyConfigured):
+            _ = settings.RETENTION  # the cleaner never computes that cut-off
+    with override_settings(DJANGO_JOBS={"RETENTION": {"succeeded": timedelta(days=365_000)}}):
+        assert check_settings() == []
+
+
+# -- retries ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("jobs", "every"),
+    [
+        ({"RETRY_BASE_SECONDS": 600, "RETRY_MAX_SECONDS": 60}, "60"),
+        ({"RETRY_BASE_SECONDS": 7200}, "3600"),
+        ({"RETRY_MAX_SECONDS": 10.5}, "10.5"),
+    ],
+    ids=str,
+)
+def test_check_retry_base_above_the_ceiling_warns_that_every_retry_waits_the_ceiling(jobs, every):
+    with override_settings(DJANGO_JOBS=jobs):
+        [warning] = check_settings()
+    assert warning.id == "django_jobs.W005"
+    assert f"every retry waits {every} s (plus jitter), with no backoff" in warning.msg
+    assert "Lower the first, or raise the second." in warning.hint
+
+
+@pytest.mark.parametrize(
+    "jobs",
+    [
+        {"RETRY_BASE_SECONDS": 60, "RETRY_MAX_SECONDS": 60},
+        {"RETRY_BASE_SECONDS": 0, "RETRY_MAX_SECONDS": 1},
+        {"RETRY_BASE_SECONDS": "x", "RETRY_MAX_SECONDS": 1},  # E003 only
+    ],
+    ids=str,
+)
+def test_check_retry_base_at_or_below_the_ceiling_passes(jobs):
+    assert [m.id for m in check_settings() if m.id == "django_jobs.W005"] == []
+
+
+# -- recurring schedules on a queue no worker serves ---------------------------------------
+
+
+@override_settings(
+    DJANGO_JOBS={
+        "RECURRING": {
+            "nightly": {"cron": "@daily", "job": "tests.ok", "queue": "reports"},
+            "hourly": {"cron": "@hourly", "job": "tests.ok", "queue": "default"},
+            "plain": {"cron": "@hourly", "job": "tests.ok"},
+        }
+    }
+)
+def test_check_queues_served_warns_of_a_schedule_on_a_queue_not_in_queues():
+    [warning] = [w for w in check_queues_served() if "RECURRING" in w.msg]
+    assert warning.id == "django_jobs.W010"
+    assert warning.msg == (
+        "DJANGO_JOBS['RECURRING']['nightly'] enqueues on queue 'reports', which "
+        "DJANGO_JOBS['QUEUES'] does not list: `runjobs` without --queue never runs its jobs."
+    )
+    assert "`manage.py runjobs --queue reports`" in warning.hint

@@ -1,25 +1,30 @@
-"""``manage.py jobs``: see and steer jobs. A thin shell over ``stats`` and ``control``."""
+"""``manage.py jobs``: see and steer jobs. A thin shell over ``stats``, ``control`` and pruning."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
+from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import router
 from django.utils import timezone
 
+from django_jobs.conf import RETENTION_STATUSES, settings
 from django_jobs.control import cancel_job, retry_job
 from django_jobs.exceptions import JobNotCancellable
 from django_jobs.management.output import (
     fields,
     format_age,
+    format_duration,
     format_time,
     shorten,
     table,
     to_json,
 )
+from django_jobs.management.pruning import StatusPruned, parse_duration, prune_statuses
 from django_jobs.models import Attempt, Job, JobStatus
 from django_jobs.redaction import mask_payload
 from django_jobs.stats import live_workers, queue_stats
@@ -64,8 +69,15 @@ def positive_int(text: str) -> int:
     return value
 
 
+def duration(text: str) -> timedelta:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 class Command(BaseCommand):
-    help = "See and steer django-jobs: status, list, show, retry and cancel jobs."
+    help = "See and steer django-jobs: status, list, show, retry, cancel and prune jobs."
 
     def add_arguments(self, parser: CommandParser) -> None:
         common = CommandParser(add_help=False)
@@ -95,6 +107,28 @@ class Command(BaseCommand):
             help="Cancel jobs: pending ones at once, running ones at their next heartbeat.",
         )
         cancel.add_argument("ids", nargs="+", type=job_id, metavar="ID")
+        prune = sub.add_parser(
+            "prune",
+            parents=[common],
+            help="Delete finished jobs past their retention now, with their attempts.",
+        )
+        prune.add_argument(
+            "--dry-run", action="store_true", help="Count what would go; delete nothing."
+        )
+        prune.add_argument(
+            "--status",
+            action="append",
+            dest="statuses",
+            choices=RETENTION_STATUSES,
+            metavar="S",
+            help=f"Only this finished status (repeatable): {', '.join(RETENTION_STATUSES)}.",
+        )
+        prune.add_argument(
+            "--older-than",
+            type=duration,
+            metavar="DURATION",
+            help="Instead of RETENTION, for every status pruned: 7d, 12h, 30m, 45s, 2w, 1d12h.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.using = router.db_for_write(Job)
@@ -244,6 +278,45 @@ class Command(BaseCommand):
         if failed:
             raise CommandError(f"Not cancelled: job {', '.join(failed)}.")
 
+    def handle_prune(self, options: dict[str, Any]) -> None:
+        now = timezone.now()
+        began = time.monotonic()
+        results = prune_statuses(
+            now,
+            using=self.using,
+            retention=settings.RETENTION,
+            statuses=options["statuses"],
+            older_than=options["older_than"],
+            dry_run=options["dry_run"],
+        )
+        seconds = round(time.monotonic() - began, 3)
+        total = sum(r.count for r in results)
+        counted = "would_delete" if options["dry_run"] else "deleted"
+        document = {
+            "now": now,
+            "dry_run": options["dry_run"],
+            "statuses": [{**prune_document(r), counted: r.count} for r in results],
+            counted: total,
+            "seconds": seconds,
+        }
+        text = table(
+            ["status", "older than", "finished before", counted.replace("_", " ")],
+            [
+                [
+                    r.status,
+                    format_duration(r.kept) if r.kept else "kept forever",
+                    format_time(r.cutoff),
+                    r.count,
+                ]
+                for r in results
+            ],
+        )
+        if options["dry_run"]:
+            summary = f"Would delete {total} finished job(s); dry run, nothing deleted"
+        else:
+            summary = f"Deleted {total} finished job(s)"
+        self.emit(document, f"{text}\n\n{summary} ({seconds:.3f} s).")
+
     def cancel_one(self, id: int) -> dict[str, Any]:
         """``{"id", "result", "status"}``: status is given when the job had finished."""
         try:
@@ -272,6 +345,14 @@ def job_document(job: Job) -> dict[str, Any]:
     document = {name: getattr(job, name) for name in JOB_FIELDS}
     document["payload"] = mask_payload(job.payload)
     return document
+
+
+def prune_document(result: StatusPruned) -> dict[str, Any]:
+    return {
+        "status": result.status,
+        "older_than_seconds": json_seconds(result.kept),
+        "cutoff": result.cutoff,
+    }
 
 
 def show_value(value: Any) -> str:
