@@ -17,7 +17,6 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DatabaseError, connections, router, transaction
-from django.db.backends.sqlite3.base import DatabaseWrapper as SQLiteWrapper
 
 from .conf import (
     BOOLEAN,
@@ -300,17 +299,10 @@ def _journal_mode_warnings(using: str) -> list[CheckMessage]:
     (each handler thread, the lease renewal's own connection, the settler), and
     the web processes that enqueue are more: there is always more than one.
     """
-    connection = connections[using]
-    if not isinstance(connection, SQLiteWrapper) or connection.is_in_memory_db():
-        return []
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("PRAGMA journal_mode")
-            row = cursor.fetchone()
-    except DatabaseError:
-        return []  # not reachable: nothing to say about its journal
-    mode = str(row[0]).lower() if row else "unknown"
-    if mode == "wal":
+    from .db import get_driver
+
+    mode = get_driver(using).journal_mode()
+    if mode is None or mode == "wal":
         return []
     return [
         Warning(

@@ -154,6 +154,10 @@ class Driver:
         """System-check messages about how the database is set up for jobs."""
         return []
 
+    def journal_mode(self) -> str | None:
+        """SQLite's journal mode of the live database file; None elsewhere or unreadable."""
+        return None
+
     def database_now(self) -> datetime | None:
         """The database server's clock (None if it cannot be read)."""
         raise NotImplementedError

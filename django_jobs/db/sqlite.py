@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from django.core.checks import CheckMessage, Error, Warning
-from django.db import OperationalError, transaction
+from django.db import DatabaseError, OperationalError, transaction
 
 from ..context import Progress
 from ..outcomes import Settlement
@@ -74,6 +74,17 @@ class SQLiteDriver(Driver):
                 )
             )
         return messages
+
+    def journal_mode(self) -> str | None:
+        if self.connection.is_in_memory_db():
+            return None
+        try:
+            with self.connection.cursor() as cursor:
+                cursor.execute("PRAGMA journal_mode")
+                row = cursor.fetchone()
+        except DatabaseError:
+            return None  # not reachable: nothing to say about its journal
+        return str(row[0]).lower() if row else None
 
     def database_now(self) -> datetime | None:
         # SQLite reads this host's clock, at millisecond resolution.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.db.models import F, Lookup
@@ -26,6 +27,8 @@ from ..models import FINISHED_STATUSES, Job, JobStatus
 logger = logging.getLogger(__name__)
 
 PRUNE_BATCH = 1000
+# The earliest time there is: the cut-off of a retention that reaches before it.
+EARLIEST = datetime.min.replace(tzinfo=dt_timezone.utc)
 FINISHED_INDEX = "django_jobs_finished_idx"
 
 
@@ -75,19 +78,14 @@ def prune_finished(
     if max_batches is not None:
         _require_positive_int("max_batches", max_batches)
     driver = get_driver(using)
-    shares_one_lock = not driver.connection.features.has_select_for_update_skip_locked
     budget = max_batches
     deleted = 0
     for status, kept in expiring_statuses(settings.RETENTION):
-        while budget is None or budget > 0:
-            budget = None if budget is None else budget - 1
-            began = time.monotonic()
-            picked, removed = prune_batch(driver, status, now - kept, batch)
-            deleted += removed
-            if picked < batch:
-                break
-            if shares_one_lock and budget != 0:
-                time.sleep(time.monotonic() - began)
+        removed, used = prune_status(driver, status, cutoff_for(now, kept), batch, budget)
+        deleted += removed
+        budget = None if budget is None else budget - used
+        if budget == 0:
+            break
     if deleted:
         logger.info(
             "%s finished job(s) past their retention deleted",
@@ -95,6 +93,42 @@ def prune_finished(
             extra={"event": "jobs_pruned", "count": deleted},
         )
     return deleted
+
+
+def prune_status(
+    driver: Driver,
+    status: JobStatus,
+    cutoff: datetime,
+    batch: int = PRUNE_BATCH,
+    max_batches: int | None = None,
+) -> tuple[int, int]:
+    """Delete ``status`` jobs finished before ``cutoff``, ``batch`` a transaction, until
+    none is left or ``max_batches`` were used: (jobs deleted, batches used).
+
+    On SQLite, where every batch takes the one write lock, it rests after each
+    full batch as long as the batch held it, so that the claims and settles
+    waiting for the lock get their turn.
+    """
+    shares_one_lock = not driver.connection.features.has_select_for_update_skip_locked
+    deleted = used = 0
+    while max_batches is None or used < max_batches:
+        began = time.monotonic()
+        picked, removed = prune_batch(driver, status, cutoff, batch)
+        deleted += removed
+        used += 1
+        if picked < batch:
+            break
+        if shares_one_lock and used != max_batches:
+            time.sleep(time.monotonic() - began)
+    return deleted, used
+
+
+def cutoff_for(now: datetime, kept: timedelta) -> datetime:
+    """``now - kept``, or the earliest time there is when that is before it."""
+    try:
+        return now - kept
+    except OverflowError:
+        return EARLIEST
 
 
 def _require_positive_int(name: str, value: Any) -> None:

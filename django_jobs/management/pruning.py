@@ -10,20 +10,22 @@ its rest between batches on SQLite. A dry run counts the same rows instead.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
 
 from django_jobs.db import Driver, get_driver
-from django_jobs.maintenance.cleaner import PRUNE_BATCH, InFinishedIndex, prune_batch
+from django_jobs.maintenance.cleaner import (
+    PRUNE_BATCH,
+    InFinishedIndex,
+    cutoff_for,
+    prune_status,
+)
 from django_jobs.models import FINISHED_STATUSES, Job, JobStatus
 
 DURATION_PART = re.compile(r"(\d+)([wdhms])")
 UNIT_SECONDS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
 DURATION_EXAMPLES = "e.g. 7d, 12h, 30m, 45s, 2w or 1d12h"
-EARLIEST = datetime.min.replace(tzinfo=dt_timezone.utc)
 
 
 def parse_duration(text: str) -> timedelta:
@@ -57,14 +59,6 @@ class StatusPruned:
     count: int
 
 
-def cutoff_for(now: datetime, kept: timedelta) -> datetime:
-    """``now - kept``, or the earliest time there is when that is before it."""
-    try:
-        return now - kept
-    except OverflowError:
-        return EARLIEST
-
-
 def prune_statuses(
     now: datetime,
     *,
@@ -94,7 +88,7 @@ def prune_statuses(
         count = (
             count_expired(driver, status, cutoff)
             if dry_run
-            else prune_status(driver, status, cutoff, batch)
+            else prune_status(driver, status, cutoff, batch)[0]
         )
         results.append(StatusPruned(status.value, kept, cutoff, count))
     return results
@@ -107,22 +101,3 @@ def count_expired(driver: Driver, status: JobStatus, cutoff: datetime) -> int:
         .filter(InFinishedIndex(), status=status, finished_at__lt=cutoff)
         .count()
     )
-
-
-def prune_status(driver: Driver, status: JobStatus, cutoff: datetime, batch: int) -> int:
-    """Delete every ``status`` job finished before ``cutoff``, ``batch`` a transaction.
-
-    The loop of :func:`~django_jobs.maintenance.cleaner.prune_finished` for
-    one status and no batch limit: on SQLite, where every batch takes the one
-    write lock, it rests after each full batch as long as the batch held it.
-    """
-    shares_one_lock = not driver.connection.features.has_select_for_update_skip_locked
-    deleted = 0
-    while True:
-        began = time.monotonic()
-        picked, removed = prune_batch(driver, status, cutoff, batch)
-        deleted += removed
-        if picked < batch:
-            return deleted
-        if shares_one_lock:
-            time.sleep(time.monotonic() - began)
