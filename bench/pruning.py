@@ -20,7 +20,9 @@ bench runs django-jobs), with ``MAINTENANCE_SECONDS`` set by ``--maintenance-sec
 so that pruning overlaps the drain, and waits for it to exit. It reports:
 
 - the drain rate: the fresh jobs divided by the time from the first one's
-  ``started_at`` to the last one's ``finished_at``, read from the rows;
+  ``started_at`` to the last one's ``finished_at``, read from the rows; and, with
+  expired rows, the rate while the cleaner pruned: the fresh jobs that finished
+  between its first and its last pass of the drain, per second;
 - how many expired rows the worker deleted in all (the rows counted before and
   after), and how many during the drain, in how many passes and batches (read from
   the worker's ``jobs_pruned`` log lines: one a pass, giving its count; a pass
@@ -96,6 +98,7 @@ class DrainResult:
     pruned_during_drain: int = 0
     passes_during_drain: int = 0
     batches_during_drain: int = 0
+    rate_while_pruning: float | None = None  # jobs/s from the first pass to the last
     passes: list[dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -355,6 +358,14 @@ def drain_span(total: int) -> tuple[datetime, datetime]:
     return span["first"], span["last"]
 
 
+def rate_between(first: datetime, last: datetime) -> float:
+    """Fresh jobs per second that finished between ``first`` and ``last``."""
+    from django_jobs.models import Job
+
+    done = Job.objects.filter(name=JOB_NAME, finished_at__gte=first, finished_at__lte=last)
+    return done.count() / (last - first).total_seconds()
+
+
 def drain(label: str, options: Options, expired: int, log_dir: Path) -> DrainResult:
     from django.utils import timezone
 
@@ -378,6 +389,8 @@ def drain(label: str, options: Options, expired: int, log_dir: Path) -> DrainRes
     result.pruned_during_drain = sum(one.count for one in during)
     result.passes_during_drain = len(during)
     result.batches_during_drain = sum(batches(one.count, PRUNE_BATCH) for one in during)
+    if len(during) > 1:
+        result.rate_while_pruning = rate_between(during[0].at, during[-1].at)
     result.passes = [{"at": one.at.isoformat(), "count": one.count} for one in passes]
     return result
 
@@ -389,6 +402,7 @@ COLUMNS = [
     ("jobs", 9),
     ("drain jobs/s", 14),
     ("drain s", 9),
+    ("while pruning", 15),
     ("expired before", 16),
     ("pruned", 9),
     ("pruned in drain", 17),
@@ -403,6 +417,7 @@ def table_row(result: DrainResult) -> list[str]:
         f"{result.jobs:,}",
         f"{result.drain_rate:,.0f}",
         f"{result.drain_seconds:.2f}",
+        "-" if result.rate_while_pruning is None else f"{result.rate_while_pruning:,.0f}",
         f"{result.expired_before:,}",
         f"{result.pruned:,}",
         f"{result.pruned_during_drain:,}",

@@ -90,17 +90,18 @@ def test_bench_pruning_table_and_summary_compare_the_two_drains() -> None:
     with_rows = pruning.DrainResult("with", 20_000, drain_seconds=25.0, drain_rate=800.0)
     with_rows.expired_before, with_rows.expired_after = 200_000, 10_000
     with_rows.pruned_during_drain, with_rows.passes_during_drain = 180_000, 18
-    with_rows.batches_during_drain = 180
+    with_rows.batches_during_drain, with_rows.rate_while_pruning = 180, 765.4
 
     header, first, second = pruning.format_table([without, with_rows]).splitlines()
 
     assert header.split()[:4] == ["drain", "jobs", "drain", "jobs/s"]
-    assert first.split() == ["without", "20,000", "1,000", "20.00", "0", "0", "0", "0", "0"]
+    assert first.split() == ["without", "20,000", "1,000", "20.00", "-", "0", "0", "0", "0", "0"]
     assert second.split() == [
         "with",
         "20,000",
         "800",
         "25.00",
+        "765",
         "200,000",
         "190,000",
         "180,000",
