@@ -168,7 +168,7 @@ class JobDisplayMixin:
     def attempts(self, obj: Job) -> str:
         return f"{obj.attempts_used}/{obj.max_attempts}"
 
-    @admin.display(description="duration")
+    @admin.display(description="duration", empty_value="")
     def duration(self, obj: Job) -> str:
         """Started to finished, or how long the running attempt has run."""
         if obj.started_at is None:
@@ -183,7 +183,7 @@ class JobDisplayMixin:
     def short_error(self, obj: Job) -> str:
         return Truncator(obj.last_error).chars(120)
 
-    @admin.display(description="progress")
+    @admin.display(description="progress", empty_value="")
     def progress(self, obj: Job) -> str:
         done, total, note = obj.progress_done, obj.progress_total, obj.progress_note
         if done is None and not note:

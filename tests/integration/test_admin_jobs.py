@@ -3,6 +3,7 @@ behind their actions and buttons, permissions, CSRF and deleting finished jobs o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -11,11 +12,16 @@ import pytest
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Permission
 from django.contrib.messages import get_messages
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
+from freezegun import freeze_time
 
-from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus
+from django_jobs.admin import common
+from django_jobs.admin.common import format_duration
+from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, RecurringJob
 from tests.conftest import START
 
 pytestmark = pytest.mark.django_db
@@ -595,6 +601,19 @@ def test_delete_selected_of_live_jobs_only_deletes_nothing(admin_client, make_jo
     assert Job.objects.filter(pk=running.pk).exists()
 
 
+def test_job_admin_delete_queryset_never_deletes_a_live_job(rf, admin_user, make_job):
+    from django.contrib import admin
+
+    live = [make_job(), make_job(status=JobStatus.RUNNING, attempt=1, attempts_used=1)]
+    make_job(status=JobStatus.CANCELLED, finished_at=START)
+    request = rf.post("/")
+    request.user = admin_user
+
+    admin.site.get_model_admin(Job).delete_queryset(request, Job.objects.all())
+
+    assert sorted(Job.objects.values_list("id", flat=True)) == [job.pk for job in live]
+
+
 def test_delete_selected_leaves_a_job_retried_after_the_confirmation_page(
     admin_client, make_dead_letter
 ):
@@ -607,3 +626,263 @@ def test_delete_selected_leaves_a_job_retried_after_the_confirmation_page(
     admin_client.post(reverse(JOBS), {"action": "delete_selected", "post": "yes", **selected})
 
     assert Job.objects.filter(pk=job.pk).exists()
+
+
+# -- the lists: columns, filters, search, and what they cost ----------------------------------
+
+
+def cell(page: str, column: str, content: str) -> bool:
+    return f'<td class="field-{column}">{content}</td>' in page
+
+
+def test_job_changelist_columns_show_status_attempts_times_duration_progress_and_error(
+    admin_client, make_job
+):
+    running = make_job(
+        status=JobStatus.RUNNING,
+        attempt=2,
+        attempts_used=2,
+        started_at=START,
+        progress_done=40,
+        progress_total=100,
+        progress_note="rows",
+    )
+    finished = make_job(
+        status=JobStatus.DEAD_LETTERED,
+        attempts_used=3,
+        started_at=START,
+        finished_at=START + timedelta(seconds=1.5),
+        last_error="RuntimeError: " + "x" * 500,
+        progress_done=7,
+    )
+    plain = make_job(run_at=START + timedelta(seconds=3))
+
+    with freeze_time(START + timedelta(seconds=75)):
+        page = admin_client.get(reverse(JOBS)).content.decode()
+
+    assert (
+        '<span class="django-jobs-status django-jobs-status-running" style="color: #fff; '
+        'background: #0b5ed7; padding: 1px 6px; border-radius: 3px; white-space: nowrap">'
+        "running</span>"
+    ) in page
+    assert ">dead-lettered</span>" in page
+    assert cell(page, "attempts", "2/3") and cell(page, "attempts", "3/3")
+    assert cell(page, "run_at_shown", "2026-01-05 12:00:03 UTC")
+    assert cell(page, "duration", "running for 1 min 15 s")
+    assert cell(page, "duration", "1.5 s")
+    assert cell(
+        page,
+        "progress",
+        '<span class="django-jobs-progress"><progress value="40" max="100">40%</progress>'
+        " 40/100 rows</span>",
+    )
+    assert cell(page, "progress", '<span class="django-jobs-progress">7 </span>')
+    assert cell(page, "short_error", "RuntimeError: " + "x" * 105 + "…")
+    assert page.count('<td class="field-progress"></td>') == 1  # the plain job: no progress
+    assert {job.pk for job in (running, finished, plain)} <= set(
+        Job.objects.values_list("id", flat=True)
+    )
+
+
+def test_job_changelist_times_are_in_the_active_time_zone(admin_client, make_job, settings):
+    settings.TIME_ZONE = "Europe/Paris"
+    make_job(run_at=START)
+
+    page = admin_client.get(reverse(JOBS)).content.decode()
+
+    assert cell(page, "run_at_shown", "2026-01-05 13:00:00 CET")
+
+
+def unbounded_counts(queries: list[str]) -> list[str]:
+    """COUNTs over the jobs table with no condition and no LIMIT: they read every row."""
+    return [
+        sql
+        for sql in queries
+        if "COUNT(" in sql.upper()
+        and "django_jobs_job" in sql
+        and " WHERE " not in sql.upper()
+        and " LIMIT " not in sql.upper()
+    ]
+
+
+def list_queries(client: Client, url: str) -> list[str]:
+    with CaptureQueriesContext(connection) as captured:
+        assert client.get(url).status_code == 200
+    return [query["sql"] for query in captured.captured_queries]
+
+
+@pytest.mark.parametrize("changelist", [JOBS, DEAD_LETTERS])
+@pytest.mark.parametrize(
+    "query", ["", "?status=succeeded", "?queue=default&name=tests.ok", "?schedule=x", "?q=ok"]
+)
+def test_job_lists_run_a_bounded_number_of_queries_and_never_count_the_whole_table(
+    admin_client, make_job, make_dead_letter, changelist, query
+):
+    make_job()
+    make_dead_letter()
+    few = list_queries(admin_client, reverse(changelist) + query)
+    for _ in range(30):
+        make_job(status=JobStatus.SUCCEEDED, progress_done=1, progress_total=2)
+        make_dead_letter()
+
+    many = list_queries(admin_client, reverse(changelist) + query)
+
+    assert len(many) == len(few) <= 10
+    assert unbounded_counts(many) == []
+    assert not [sql for sql in many if "DISTINCT" in sql.upper()]
+
+
+def test_job_changelist_counts_at_most_the_cap(admin_client, make_job, monkeypatch):
+    monkeypatch.setattr(common, "COUNT_CAP", 3)
+    for _ in range(5):
+        make_job()
+    assert "3+ jobs" in admin_client.get(reverse(JOBS)).content.decode()
+    Job.objects.filter(id__in=list(Job.objects.values_list("id", flat=True)[:3])).delete()
+    assert "2 jobs" in admin_client.get(reverse(JOBS)).content.decode()
+
+
+def test_job_changelist_filter_choices_come_from_the_settings_and_the_registry(
+    admin_client, make_job
+):
+    orphan = make_job(name="old.removed", queue="orphans")
+    make_job()
+
+    response = admin_client.get(reverse(JOBS))
+
+    page = response.content.decode()
+    for choice in ("?queue=default", "?queue=emails", "?name=tests.ok", "?name=tests.emails"):
+        assert choice in page
+    for stale in ("?queue=orphans", "?name=old.removed"):
+        assert stale not in page  # not read from the table
+    for query in ("?queue=orphans", "?name=old.removed", "?queue=orphans&name=old.removed"):
+        listed = admin_client.get(reverse(JOBS) + query).context["cl"].result_list
+        assert [job.pk for job in listed] == [orphan.pk]
+
+
+def test_job_changelist_status_filter_lists_every_status(admin_client, make_job):
+    dead = make_job(status=JobStatus.DEAD_LETTERED)
+    make_job()
+    page = admin_client.get(reverse(JOBS)).content.decode()
+    for status in JobStatus.values:
+        assert f"?status__exact={status}" in page
+    listed = admin_client.get(reverse(JOBS) + "?status__exact=dead_lettered").context["cl"]
+    assert [job.pk for job in listed.result_list] == [dead.pk]
+
+
+def test_job_changelist_lists_the_jobs_a_schedule_fired(admin_client, make_job):
+    RecurringJob.objects.create(name="nightly", job_name="tests.ok", cron="0 3 * * *")
+    fired = [make_job(schedule="nightly") for _ in range(2)]
+    make_job(schedule="hourly")
+    make_job()
+    gone = make_job(schedule="removed-since")
+
+    choices = admin_client.get(reverse(JOBS)).content.decode()
+    response = admin_client.get(reverse(JOBS) + "?schedule=nightly")
+
+    assert '<a href="?schedule=nightly">nightly</a>' in choices  # from RecurringJob
+    assert "?schedule=hourly" not in choices  # not from the jobs table
+    assert response.status_code == 200
+    assert [job.pk for job in response.context["cl"].result_list] == [fired[1].pk, fired[0].pk]
+    listed = admin_client.get(reverse(JOBS) + "?schedule=removed-since").context["cl"]
+    assert [job.pk for job in listed.result_list] == [gone.pk]
+
+
+@pytest.mark.parametrize("term", ["{id}", "#{id}", " {id} "])
+def test_job_changelist_search_by_number_finds_that_job(admin_client, make_job, term):
+    wanted = make_job()
+    make_job(unique_key=str(wanted.pk), name=f"tests.{wanted.pk}")
+
+    response = admin_client.get(reverse(JOBS), {"q": term.format(id=wanted.pk)})
+
+    assert [job.pk for job in response.context["cl"].result_list] == [wanted.pk]
+
+
+@pytest.mark.parametrize(("term", "match"), [("emails", "by_name"), ("invoice-7", "by_key")])
+def test_job_changelist_search_by_words_looks_at_name_and_unique_key(
+    admin_client, make_job, term, match
+):
+    jobs = {
+        "by_name": make_job(name="tests.emails"),
+        "by_key": make_job(unique_key="invoice-7"),
+        "neither": make_job(),
+    }
+    response = admin_client.get(reverse(JOBS), {"q": term})
+    assert [job.pk for job in response.context["cl"].result_list] == [jobs[match].pk]
+
+
+# -- the change page ---------------------------------------------------------------------------
+
+
+def test_job_change_page_shows_progress_duration_result_and_times_with_seconds(
+    admin_client, make_job
+):
+    job = make_job(
+        status=JobStatus.SUCCEEDED,
+        attempt=1,
+        attempts_used=1,
+        started_at=START,
+        finished_at=START + timedelta(minutes=3, seconds=5),
+        result={"rows": 12},
+        progress_done=12,
+        progress_total=12,
+        progress_note="imported",
+    )
+    Attempt.objects.create(
+        job=job,
+        number=1,
+        owner="web-1:42:ab",
+        started_at=START,
+        finished_at=START + timedelta(minutes=3, seconds=5),
+        outcome=AttemptOutcome.SUCCEEDED,
+    )
+
+    page = re.sub(r">\s+<", "><", admin_client.get(change_url(job)).content.decode())
+
+    assert '<progress value="12" max="12">100%</progress> 12/12 imported' in page
+    assert '<div class="readonly">3 min 5 s</div>' in page
+    assert '<div class="readonly">2026-01-05 12:03:05 UTC</div>' in page  # finished at
+    assert "{&quot;rows&quot;: 12}" in page  # the result
+    assert '<td class="field-duration"><p>3 min 5 s</p></td>' in page  # the attempt's
+    assert '<td class="field-started"><p>2026-01-05 12:00:00 UTC</p></td>' in page
+    assert '<td class="field-outcome"><p>succeeded</p></td>' in page
+
+
+def test_job_change_page_shows_every_field_of_the_job(admin_client, make_job):
+    job = make_job(unique_key="every-field", progress_note="a note")
+    labels = admin_client.get(change_url(job)).content.decode()
+    for field in Job._meta.fields:
+        label = field.verbose_name if field.name not in common.PROGRESS_FIELDS else "progress"
+        assert f">{label.capitalize()}:</label>" in labels, field.name
+
+
+# -- dead letters --------------------------------------------------------------------------------
+
+
+def test_dead_letters_changelist_shows_age_attempts_and_the_error(admin_client, make_dead_letter):
+    make_dead_letter(finished_at=START, last_error="RuntimeError: boom 3")
+
+    with freeze_time(START + timedelta(hours=3, minutes=5, seconds=20)):
+        page = admin_client.get(reverse(DEAD_LETTERS)).content.decode()
+
+    assert cell(page, "age", "3 h 5 min")
+    assert cell(page, "finished_at_shown", "2026-01-05 12:00:00 UTC")
+    assert cell(page, "attempts", "3/3")
+    assert cell(page, "short_error", "RuntimeError: boom 3")
+
+
+@pytest.mark.parametrize(
+    ("seconds", "shown"),
+    [
+        (0.25, "250 ms"),
+        (1.5, "1.5 s"),
+        (42, "42 s"),
+        (60, "1 min"),
+        (185, "3 min 5 s"),
+        (3 * 3600 + 5 * 60 + 20, "3 h 5 min"),
+        (7200, "2 h"),
+        (2 * 86400 + 4 * 3600 + 59, "2 d 4 h"),
+        (-3, "0 ms"),
+    ],
+)
+def test_format_duration_shows_two_units_at_most(seconds, shown):
+    assert format_duration(timedelta(seconds=seconds)) == shown
