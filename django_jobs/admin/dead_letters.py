@@ -51,7 +51,7 @@ class DeadLetterAdmin(
     paginator = CappedPaginator
     fields = readonly_fields = JOB_FIELDS
     inlines = [AttemptInline]
-    actions = ["retry_selected"]
+    actions = ["delete_selected", "retry_selected"]
     ordering = ("-finished_at", "-id")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:

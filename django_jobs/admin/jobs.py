@@ -51,7 +51,13 @@ class JobAdmin(
     paginator = CappedPaginator
     fields = readonly_fields = JOB_FIELDS
     inlines = [AttemptInline]
-    actions = ["retry_selected", "retry_now_selected", "run_now_selected", "cancel_selected"]
+    actions = [
+        "delete_selected",
+        "retry_selected",
+        "retry_now_selected",
+        "run_now_selected",
+        "cancel_selected",
+    ]
     list_select_related = False
 
     def get_urls(self) -> list[Any]:
