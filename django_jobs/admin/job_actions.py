@@ -63,8 +63,8 @@ def make_due(retrying: bool) -> Callable[[int], str]:
     a job waiting out its backoff)."""
 
     def act(job_id: int) -> str:
-        row = Job.objects.filter(id=job_id).values("status", "attempts_used").first()
-        if row and row["status"] == JobStatus.PENDING and (row["attempts_used"] > 0) != retrying:
+        job = Job.objects.filter(id=job_id).only("status", "run_at", "attempts_used").first()
+        if job and waiting(job, timezone.now(), not retrying):  # the other button's job
             raise Skip("scheduled, with no attempt used" if retrying else "waiting out a backoff")
         try:
             run_job_now(job_id)

@@ -886,3 +886,12 @@ def test_dead_letters_changelist_shows_age_attempts_and_the_error(admin_client, 
 )
 def test_format_duration_shows_two_units_at_most(seconds, shown):
     assert format_duration(timedelta(seconds=seconds)) == shown
+
+
+def test_run_now_and_retry_now_selected_say_a_due_job_is_already_due(admin_client, make_job):
+    due = [make_job(run_at=START), make_job(run_at=START, attempt=1, attempts_used=1)]
+
+    for action, what in (("run_now_selected", "run now"), ("retry_now_selected", "retried now")):
+        response = post_action(admin_client, JOBS, action, due)
+        reasons = ", ".join(f"{link(job)} (already due)" for job in due)
+        assert messages_of(response) == [("warning", f"2 job(s) not {what}: {reasons}.")]
