@@ -9,6 +9,7 @@ from .exceptions import (
     DuplicateJobName,
     JobCancelled,
     JobNotCancellable,
+    JobNotWaiting,
     JobsError,
     PayloadError,
     ResultError,
@@ -24,6 +25,7 @@ __all__ = [
     "JobCancelled",
     "JobContext",
     "JobNotCancellable",
+    "JobNotWaiting",
     "JobSpec",
     "JobsError",
     "PayloadError",
@@ -35,12 +37,13 @@ __all__ = [
     "job",
     "remove_recurring_job",
     "retry_job",
+    "run_job_now",
     "schedule_job",
     "schedule_jobs",
 ]
 
 if TYPE_CHECKING:
-    from .control import cancel_job, retry_job
+    from .control import cancel_job, retry_job, run_job_now
     from .recurring import add_recurring_job, remove_recurring_job
     from .scheduling import JobSpec, schedule_job, schedule_jobs
 
@@ -50,6 +53,7 @@ _LAZY = {
     "JobSpec": "scheduling",
     "retry_job": "control",
     "cancel_job": "control",
+    "run_job_now": "control",
     "add_recurring_job": "recurring",
     "remove_recurring_job": "recurring",
 }

@@ -1,4 +1,9 @@
-"""The verbs people use on jobs, shared by the API, the admin and the commands."""
+"""The verbs people use on jobs, shared by the API, the admin and the commands.
+
+Each changes a job with one guarded update (the job must still be in the state the
+verb acts on) and says what it did: the admin reports a job that moved between the
+page load and the click as skipped, rather than acting on it anyway.
+"""
 
 from __future__ import annotations
 
@@ -9,34 +14,47 @@ from django.db import IntegrityError, router
 from django.utils import timezone
 
 from .db import get_driver
+from .db.notify import notify
 from .events import send
-from .exceptions import JobNotCancellable
+from .exceptions import JobNotCancellable, JobNotWaiting
 from .models import Job, JobStatus
 from .signals import job_cancelled
 
 logger = logging.getLogger(__name__)
 
 
-def retry_job(job_id: int, *, now: datetime | None = None, using: str | None = None) -> bool:
-    """Put a dead-lettered job back in the queue, due now, with a fresh budget of attempts.
+#: The statuses ``retry_job()`` takes a job out of.
+RETRYABLE_STATUSES = (JobStatus.DEAD_LETTERED, JobStatus.CANCELLED)
 
-    Returns False when the job is not dead-lettered (already retried, say).
+
+def retry_job(job_id: int, *, now: datetime | None = None, using: str | None = None) -> bool:
+    """Put a dead-lettered or cancelled job back in its queue, due now, with a fresh budget.
+
+    The cancel request and the progress of the last run are cleared, so the new run is
+    not stopped by an old request; ``last_error`` stays readable until the next attempt
+    ends. Returns False when the job is not dead-lettered or cancelled (already retried,
+    say), or when a live job holds its ``unique_key``.
     """
     driver = get_driver(using or router.db_for_write(Job))
+    now = now or timezone.now()
+    jobs = Job.objects.using(driver.using).filter(id=job_id, status__in=RETRYABLE_STATUSES)
     try:
         with driver.write_transaction():
-            changed = (
-                Job.objects.using(driver.using)
-                .filter(id=job_id, status=JobStatus.DEAD_LETTERED)
-                .update(
-                    status=JobStatus.PENDING,
-                    run_at=now or timezone.now(),
-                    attempts_used=0,
-                    finished_at=None,
-                    lease_owner=None,
-                    lease_expires_at=None,
-                )
+            queue = jobs.values_list("queue", flat=True).first()
+            changed = jobs.update(
+                status=JobStatus.PENDING,
+                run_at=now,
+                attempts_used=0,
+                finished_at=None,
+                lease_owner=None,
+                lease_expires_at=None,
+                cancel_requested_at=None,
+                progress_done=None,
+                progress_total=None,
+                progress_note="",
             )
+            if changed and queue is not None:
+                notify(driver.using, [queue])
     except IntegrityError:
         logger.warning(
             "job #%s not retried: a live job with the same unique_key exists",
@@ -47,6 +65,34 @@ def retry_job(job_id: int, *, now: datetime | None = None, using: str | None = N
     if changed:
         logger.info("job #%s retried", job_id, extra={"event": "job_retried", "job_id": job_id})
     return bool(changed)
+
+
+def run_job_now(job_id: int, *, now: datetime | None = None, using: str | None = None) -> Job:
+    """Make a pending job that waits for a later ``run_at`` due now; return its row.
+
+    It is a job scheduled for later (no attempt used yet: *run now*) or one waiting out
+    the backoff after a failed attempt (*retry now*); nothing else about it changes, and
+    the workers of its queue are woken. A job that is already due, running or finished
+    raises :class:`~django_jobs.exceptions.JobNotWaiting`, saying which; an unknown id
+    ``Job.DoesNotExist``.
+    """
+    driver = get_driver(using or router.db_for_write(Job))
+    now = now or timezone.now()
+    jobs = Job.objects.using(driver.using)
+    with driver.write_transaction():
+        waiting = jobs.filter(id=job_id, status=JobStatus.PENDING, run_at__gt=now)
+        queue = waiting.values_list("queue", flat=True).first()
+        if queue is not None and waiting.update(run_at=now):
+            notify(driver.using, [queue])
+            job = jobs.get(id=job_id)
+            logger.info(
+                "job #%s made due now", job_id, extra={"event": "job_run_now", "job_id": job_id}
+            )
+            return job
+    job = jobs.get(id=job_id)
+    if job.status == JobStatus.PENDING:
+        raise JobNotWaiting(f"job #{job_id} is already due: a free worker takes it")
+    raise JobNotWaiting(f"job #{job_id} is {job.status}: it is not waiting to run")
 
 
 CANCEL_TRIES = 5

@@ -34,3 +34,8 @@ class DuplicateJobName(JobsError):
 class ScheduleError(JobsError, ValueError):
     """A recurring schedule that cannot be used: a bad cron (or one that never fires), an
     unknown time zone, or options no job can have."""
+
+
+class JobNotWaiting(JobsError):
+    """``run_job_now()`` on a job that is not pending with a later ``run_at``: it is
+    already due, running or finished."""

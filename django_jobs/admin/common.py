@@ -1,19 +1,85 @@
-"""What the job pages share: read-only pages, the masked payload, the retry and cancel actions."""
+"""What the job pages share: read-only pages, how a job's fields are shown, the filters,
+a list that never counts the whole table, and deleting finished jobs only."""
 
 from __future__ import annotations
 
-from typing import Any
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.actions import delete_selected as django_delete_selected
+from django.core.paginator import Paginator
+from django.db import models
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.functional import cached_property
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+from django.utils.text import Truncator
 
-from ..control import cancel_job, retry_job
-from ..exceptions import JobNotCancellable
-from ..models import Attempt, Job, JobStatus
+from ..conf import settings
+from ..db import get_driver
+from ..models import FINISHED_STATUSES, LIVE_STATUSES, Attempt, Job, JobStatus, RecurringJob
 from ..redaction import masked_json
+from ..registry import get_definition, registered_names
 
-RETRY_PERMISSION = "django_jobs.change_job"
+CHANGE_PERMISSION = "django_jobs.change_job"
+#: How many rows a job list counts at most: past it, the list says "10000+".
+COUNT_CAP = 10_000
+#: How many skipped jobs a message links to.
+LINKED = 20
+
+if TYPE_CHECKING:
+    JobAdminBase = admin.ModelAdmin[Job]
+else:
+    JobAdminBase = object  # the mixins below go before admin.ModelAdmin
+
+
+# -- how times and durations read ------------------------------------------------------
+
+
+def format_time(value: datetime | None) -> str:
+    """A time in the active time zone, to the second, with the zone: ``2026-01-05 12:00:03 UTC``."""
+    if value is None:
+        return "-"
+    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def format_duration(span: timedelta) -> str:
+    """``250 ms``, ``42 s``, ``3 min 5 s``, ``3 h 5 min``, ``2 d 4 h``: two units at most."""
+    seconds = max(span.total_seconds(), 0.0)
+    if seconds < 1:
+        return f"{round(seconds * 1000)} ms"
+    whole = int(seconds)
+    days, rest = divmod(whole, 86_400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours} h" if hours else f"{days} d"
+    if hours:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    if minutes:
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
+    return f"{seconds:.1f} s" if seconds < 10 else f"{whole} s"
+
+
+def status_label(status: str) -> str:
+    return str(JobStatus(status).label) if status in JobStatus.values else status
+
+
+def time_display(field: str) -> Any:
+    """An admin column that shows ``field``, a datetime, with seconds and the zone."""
+
+    @admin.display(description=field.replace("_", " "), ordering=field)
+    def show(self: Any, obj: Any) -> str:
+        return format_time(getattr(obj, field))
+
+    return show
+
+
+# -- the pages' parts --------------------------------------------------------------------
 
 
 class ReadOnlyAdminMixin:
@@ -28,73 +94,254 @@ class AttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = Attempt
     extra = 0
     can_delete = False
-    fields = ("number", "owner", "started_at", "finished_at", "outcome", "error")
+    fields = ("number", "outcome", "owner", "started", "finished", "duration", "error")
     readonly_fields = fields
     ordering = ("number",)
 
+    started = time_display("started_at")
+    finished = time_display("finished_at")
 
-# Every Job field, the payload shown with the values of its secret keys masked.
-JOB_FIELDS = tuple(
-    "masked_payload" if field.name == "payload" else field.name for field in Job._meta.fields
+    @admin.display(description="duration")
+    def duration(self, obj: Attempt) -> str:
+        if obj.finished_at is None:
+            return "running" if obj.outcome is None else "-"
+        return format_duration(obj.finished_at - obj.started_at)
+
+
+TIME_FIELDS = tuple(
+    field.name for field in Job._meta.fields if isinstance(field, models.DateTimeField)
 )
+PROGRESS_FIELDS = ("progress_done", "progress_total", "progress_note")
 
 
-class MaskedPayloadMixin:
-    """The payload as stored errors show it: the values of secret keys masked."""
+def page_field(name: str) -> str | None:
+    """What a job's change page shows for the model field ``name`` (None: shown elsewhere)."""
+    if name == "payload":
+        return "masked_payload"
+    if name in TIME_FIELDS:
+        return f"{name}_shown"
+    if name == PROGRESS_FIELDS[0]:
+        return "progress"
+    return None if name in PROGRESS_FIELDS else name
+
+
+def page_fields() -> tuple[str, ...]:
+    shown = (page_field(field.name) for field in Job._meta.fields)
+    fields = tuple(name for name in shown if name is not None)
+    at = fields.index("finished_at_shown") + 1
+    return (*fields[:at], "duration", *fields[at:])
+
+
+#: Every Job field on its change page: the payload masked, times to the second, the
+#: progress as a bar, and the duration after the finish.
+JOB_FIELDS = page_fields()
+
+STATUS_COLOURS: dict[str, str] = {
+    JobStatus.PENDING: "#5c636a",
+    JobStatus.RUNNING: "#0b5ed7",
+    JobStatus.SUCCEEDED: "#1e7e34",
+    JobStatus.DEAD_LETTERED: "#b02a37",
+    JobStatus.CANCELLED: "#8a5300",
+}
+
+
+class JobDisplayMixin:
+    """How the job pages show a job's fields."""
 
     @admin.display(description="payload")
     def masked_payload(self, obj: Job) -> str:
+        """The payload as stored errors show it: the values of secret keys masked."""
         return masked_json(obj.payload)
 
+    @admin.display(description="status", ordering="status")
+    def status_badge(self, obj: Job) -> SafeString:
+        colour = STATUS_COLOURS.get(obj.status, "#5c636a")
+        return format_html(
+            '<span class="django-jobs-status django-jobs-status-{}" style="color: #fff; '
+            'background: {}; padding: 1px 6px; border-radius: 3px; white-space: nowrap">{}</span>',
+            obj.status,
+            colour,
+            status_label(obj.status),
+        )
 
-class RetryActionMixin:
-    @admin.action(description="Retry selected jobs", permissions=["retry"])
-    def retry_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        selected = list(queryset.values_list("id", "status"))
-        dead = [job_id for job_id, status in selected if status == JobStatus.DEAD_LETTERED]
-        retried = sum(1 for job_id in dead if retry_job(job_id))
-        skipped = len(selected) - retried
-        if retried:
-            self.message_user(request, f"{retried} job(s) queued again.", messages.SUCCESS)  # type: ignore[attr-defined]
-        if skipped:
-            self.message_user(  # type: ignore[attr-defined]
-                request,
-                f"{skipped} job(s) skipped: not dead-lettered, or a live job has the same "
-                "unique key.",
-                messages.WARNING,
+    @admin.display(description="attempts")
+    def attempts(self, obj: Job) -> str:
+        return f"{obj.attempts_used}/{obj.max_attempts}"
+
+    @admin.display(description="duration", empty_value="")
+    def duration(self, obj: Job) -> str:
+        """Started to finished, or how long the running attempt has run."""
+        if obj.started_at is None:
+            return ""
+        if obj.status == JobStatus.RUNNING:
+            return f"running for {format_duration(timezone.now() - obj.started_at)}"
+        if obj.finished_at is None:
+            return ""
+        return format_duration(obj.finished_at - obj.started_at)
+
+    @admin.display(description="last error")
+    def short_error(self, obj: Job) -> str:
+        return Truncator(obj.last_error).chars(120)
+
+    @admin.display(description="progress", empty_value="")
+    def progress(self, obj: Job) -> str:
+        done, total, note = obj.progress_done, obj.progress_total, obj.progress_note
+        if done is None and not note:
+            return ""
+        if done is None:
+            return format_html('<span class="django-jobs-progress">{}</span>', note)
+        if total:
+            return format_html(
+                '<span class="django-jobs-progress"><progress value="{}" max="{}">{}%</progress>'
+                " {}/{} {}</span>",
+                min(done, total),
+                total,
+                done * 100 // total,
+                done,
+                total,
+                note,
             )
-
-    def has_retry_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm(RETRY_PERMISSION)
+        return format_html('<span class="django-jobs-progress">{} {}</span>', done, note)
 
 
-class CancelActionMixin:
-    @admin.action(description="Cancel selected jobs", permissions=["cancel"])
-    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
-        cancelled = requested = skipped = 0
-        for job_id in queryset.values_list("id", flat=True):
-            try:
-                job = cancel_job(job_id)
-            except (JobNotCancellable, Job.DoesNotExist):
-                skipped += 1
-                continue
-            if job.status == JobStatus.CANCELLED:
-                cancelled += 1
-            else:
-                requested += 1
-        if cancelled:
-            self.message_user(request, f"{cancelled} job(s) cancelled.", messages.SUCCESS)  # type: ignore[attr-defined]
-        if requested:
-            self.message_user(  # type: ignore[attr-defined]
-                request,
-                f"{requested} running job(s) asked to stop: their workers cancel them at "
-                "their next heartbeat.",
-                messages.SUCCESS,
-            )
-        if skipped:
-            self.message_user(  # type: ignore[attr-defined]
-                request, f"{skipped} job(s) skipped: already finished.", messages.WARNING
-            )
+for _name in TIME_FIELDS:
+    setattr(JobDisplayMixin, f"{_name}_shown", time_display(_name))
 
-    def has_cancel_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm(RETRY_PERMISSION)
+
+# -- the lists: filters from the registry and settings, counts that stop early ------------
+
+
+class ChoicesFilter(admin.SimpleListFilter):
+    """A filter whose choices come from code, not from the jobs table."""
+
+    def names(self) -> list[str]:
+        raise NotImplementedError
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [(name, name) for name in self.names()]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
+        value = self.value()
+        return queryset if value is None else queryset.filter(**{str(self.parameter_name): value})
+
+
+class QueueFilter(ChoicesFilter):
+    title = "queue"
+    parameter_name = "queue"
+
+    def names(self) -> list[str]:
+        queues = set(settings.QUEUES)
+        for name in registered_names():
+            queues.add(get_definition(name).queue)
+        return sorted(queues)
+
+
+class NameFilter(ChoicesFilter):
+    title = "name"
+    parameter_name = "name"
+
+    def names(self) -> list[str]:
+        return registered_names()
+
+
+class ScheduleFilter(ChoicesFilter):
+    """``?schedule=NAME``: the jobs a recurring schedule fired (the schedules' own table)."""
+
+    title = "schedule"
+    parameter_name = "schedule"
+
+    def names(self) -> list[str]:
+        return list(RecurringJob.objects.order_by("name").values_list("name", flat=True))
+
+
+class AtLeast(int):
+    """A count that stopped early: shown as ``10000+``."""
+
+    def __str__(self) -> str:
+        return f"{int(self)}+"
+
+
+class CappedPaginator(Paginator):
+    """Counts at most ``COUNT_CAP`` rows: a list of a million jobs pages in milliseconds."""
+
+    @cached_property
+    def count(self) -> int:
+        counted = self.object_list.order_by()[: COUNT_CAP + 1].count()  # type: ignore[attr-defined]
+        return AtLeast(COUNT_CAP) if counted > COUNT_CAP else counted
+
+
+class JobSearchMixin(JobAdminBase):
+    """A number (``1234``, ``#1234``) finds that job by id; other words search the name and
+    unique key."""
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
+    ) -> tuple[QuerySet[Any], bool]:
+        term = search_term.strip().removeprefix("#")
+        if term.isdigit():
+            return queryset.filter(id=int(term)), False
+        return super().get_search_results(request, queryset, search_term)
+
+
+# -- skipped jobs, linked -----------------------------------------------------------------
+
+
+def job_link(job_id: int) -> str:
+    return format_html(
+        '<a href="{}">#{}</a>', reverse("admin:django_jobs_job_change", args=[job_id]), job_id
+    )
+
+
+def report_skipped(
+    model_admin: Any, request: HttpRequest, skipped: list[tuple[int, str]], what: str
+) -> None:
+    """One warning: how many jobs were skipped, each linked with why."""
+    if not skipped:
+        return
+    shown = format_html_join(
+        ", ", "{} ({})", ((job_link(job_id), why) for job_id, why in skipped[:LINKED])
+    )
+    more = f", and {len(skipped) - LINKED} more" if len(skipped) > LINKED else ""
+    model_admin.message_user(
+        request,
+        format_html("{} job(s) not {}: {}{}.", len(skipped), what, shown, more),
+        messages.WARNING,
+    )
+
+
+# -- deleting: finished jobs only -----------------------------------------------------------
+
+
+class FinishedOnlyDeleteMixin(JobAdminBase):
+    """A pending or running job cannot be deleted here: cancel it first."""
+
+    def has_delete_permission(self, request: HttpRequest, obj: Job | None = None) -> bool:
+        if obj is not None and obj.status in LIVE_STATUSES:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    # Named as Django's site-wide action, which it replaces on these pages (list it in
+    # ``actions``).
+    @admin.action(description="Delete selected finished jobs", permissions=["delete"])
+    def delete_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
+        live = queryset.filter(status__in=LIVE_STATUSES).order_by("id").values_list("id", "status")
+        report_skipped(self, request, [(i, f"it is {status_label(s)}") for i, s in live], "deleted")
+        finished = queryset.filter(status__in=FINISHED_STATUSES)
+        if not finished.exists():
+            return None
+        # Django's confirmation page; its "Yes" posts the finished ones only.
+        return django_delete_selected(self, request, finished)
+
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
+        # Locked, then deleted: a job retried meanwhile is live again and stays.
+        with get_driver(queryset.db).write_transaction():
+            ids = queryset.filter(status__in=FINISHED_STATUSES).select_for_update()
+            Job.objects.using(queryset.db).filter(
+                id__in=list(ids.values_list("id", flat=True))
+            ).delete()
+
+    def delete_model(self, request: HttpRequest, obj: Job) -> None:
+        with get_driver(obj._state.db or "default").write_transaction():
+            Job.objects.using(obj._state.db).filter(
+                id=obj.pk, status__in=FINISHED_STATUSES
+            ).delete()

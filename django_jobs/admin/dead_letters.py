@@ -7,26 +7,51 @@ from typing import Any
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
-from django.utils.text import Truncator
+from django.utils import timezone
 
 from ..models import DeadLetter, Job, JobStatus
 from .common import (
     JOB_FIELDS,
     AttemptInline,
-    MaskedPayloadMixin,
+    CappedPaginator,
+    FinishedOnlyDeleteMixin,
+    JobDisplayMixin,
+    JobSearchMixin,
+    NameFilter,
+    QueueFilter,
     ReadOnlyAdminMixin,
-    RetryActionMixin,
+    format_duration,
 )
+from .job_actions import JobActionsMixin
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(MaskedPayloadMixin, RetryActionMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("id", "name", "queue", "finished_at", "attempts_used", "short_error")
-    list_filter = ("queue", "name")
-    search_fields = ("name", "last_error", "=id")
+class DeadLetterAdmin(
+    JobActionsMixin,
+    FinishedOnlyDeleteMixin,
+    JobSearchMixin,
+    JobDisplayMixin,
+    ReadOnlyAdminMixin,
+    admin.ModelAdmin,
+):
+    list_display = (
+        "id",
+        "name",
+        "queue",
+        "finished_at_shown",
+        "age",
+        "attempts",
+        "short_error",
+    )
+    list_filter = (QueueFilter, NameFilter)
+    search_fields = ("name", "unique_key", "last_error")
+    # The finished index serves the newest-first order; other orders would sort the table.
+    sortable_by = ("id", "finished_at_shown")
+    show_full_result_count = False
+    paginator = CappedPaginator
     fields = readonly_fields = JOB_FIELDS
     inlines = [AttemptInline]
-    actions = ["retry_selected"]
+    actions = ["delete_selected", "retry_selected"]
     ordering = ("-finished_at", "-id")
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Job]:
@@ -37,6 +62,9 @@ class DeadLetterAdmin(MaskedPayloadMixin, RetryActionMixin, ReadOnlyAdminMixin, 
             "django_jobs.view_job"
         )
 
-    @admin.display(description="last error")
-    def short_error(self, obj: Job) -> str:
-        return Truncator(obj.last_error).chars(120)
+    @admin.display(description="age")
+    def age(self, obj: Job) -> str:
+        """How long ago it was dead-lettered."""
+        if obj.finished_at is None:
+            return ""
+        return format_duration(timezone.now() - obj.finished_at)

@@ -1,6 +1,8 @@
-"""Jobs: every job, with its attempts."""
+"""Jobs: every job, its progress and attempts, and the buttons that steer it."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.contrib import admin
 
@@ -8,36 +10,55 @@ from ..models import Job
 from .common import (
     JOB_FIELDS,
     AttemptInline,
-    CancelActionMixin,
-    MaskedPayloadMixin,
+    CappedPaginator,
+    FinishedOnlyDeleteMixin,
+    JobDisplayMixin,
+    JobSearchMixin,
+    NameFilter,
+    QueueFilter,
     ReadOnlyAdminMixin,
-    RetryActionMixin,
+    ScheduleFilter,
 )
+from .job_actions import JobActionsMixin
 
 
 @admin.register(Job)
 class JobAdmin(
-    MaskedPayloadMixin, RetryActionMixin, CancelActionMixin, ReadOnlyAdminMixin, admin.ModelAdmin
+    JobActionsMixin,
+    FinishedOnlyDeleteMixin,
+    JobSearchMixin,
+    JobDisplayMixin,
+    ReadOnlyAdminMixin,
+    admin.ModelAdmin,
 ):
     list_display = (
         "id",
         "name",
         "queue",
-        "status",
-        "priority",
-        "run_at",
+        "status_badge",
         "attempts",
-        "created_at",
-        "finished_at",
+        "run_at_shown",
+        "duration",
+        "progress",
+        "short_error",
     )
-    list_filter = ("status", "queue", "name")
-    search_fields = ("name", "unique_key", "=id")
-    date_hierarchy = "created_at"
+    # Choices from JobStatus, the settings and the registry: never read from the table.
+    list_filter = ("status", QueueFilter, NameFilter, ScheduleFilter)
+    search_fields = ("name", "unique_key")
+    # Sorting by another column would sort the whole table; the id is the primary key.
+    sortable_by = ("id",)
+    show_full_result_count = False
+    paginator = CappedPaginator
     fields = readonly_fields = JOB_FIELDS
     inlines = [AttemptInline]
-    actions = ["retry_selected", "cancel_selected"]
+    actions = [
+        "delete_selected",
+        "retry_selected",
+        "retry_now_selected",
+        "run_now_selected",
+        "cancel_selected",
+    ]
     list_select_related = False
 
-    @admin.display(description="attempts")
-    def attempts(self, obj: Job) -> str:
-        return f"{obj.attempts_used}/{obj.max_attempts}"
+    def get_urls(self) -> list[Any]:
+        return [*self.verb_urls(), *super().get_urls()]
