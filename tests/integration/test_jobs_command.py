@@ -245,7 +245,7 @@ def test_jobs_retry_reports_what_happened_to_each_id(make_job: MakeJob) -> None:
         call_command("jobs", "retry", str(dead.pk), str(pending.pk), "999", "--json", stdout=out)
     assert json.loads(out.getvalue())["results"] == [
         {"id": dead.pk, "result": "retried", "status": None},
-        {"id": pending.pk, "result": "not_dead_lettered", "status": "pending"},
+        {"id": pending.pk, "result": "not_retryable", "status": "pending"},
         {"id": 999, "result": "unknown", "status": None},
     ]
     dead.refresh_from_db()
@@ -258,10 +258,31 @@ def test_jobs_retry_a_job_that_is_not_dead_lettered_succeeds_and_says_so(
     job = finished(make_job, JobStatus.SUCCEEDED)
     assert jobs("retry", str(job.pk)).splitlines()[1].split(maxsplit=1) == [
         str(job.pk),
-        "not dead-lettered (it is succeeded)",
+        "not dead-lettered or cancelled (it is succeeded)",
     ]
     job.refresh_from_db()
     assert job.status == JobStatus.SUCCEEDED
+
+
+def test_jobs_retry_puts_a_cancelled_job_back(make_job: MakeJob) -> None:
+    cancelled = finished(make_job, JobStatus.CANCELLED)
+    assert jobs("retry", str(cancelled.pk)).splitlines()[1].split() == [
+        str(cancelled.pk),
+        "retried",
+    ]
+    cancelled.refresh_from_db()
+    assert cancelled.status == JobStatus.PENDING
+
+
+def test_jobs_retry_of_a_cancelled_job_refused_by_a_live_twin_says_refused(
+    make_job: MakeJob,
+) -> None:
+    cancelled = finished(make_job, JobStatus.CANCELLED, unique_key="k")
+    make_job(unique_key="k")
+    out = StringIO()
+    with pytest.raises(CommandError, match=rf"job {cancelled.pk}\."):
+        call_command("jobs", "retry", str(cancelled.pk), stdout=out)
+    assert "refused: a live job has the same unique_key" in out.getvalue()
 
 
 def test_jobs_retry_refused_by_a_live_job_with_the_same_unique_key(make_job: MakeJob) -> None:

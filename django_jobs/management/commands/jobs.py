@@ -13,7 +13,7 @@ from django.db import router
 from django.utils import timezone
 
 from django_jobs.conf import RETENTION_STATUSES, settings
-from django_jobs.control import cancel_job, retry_job
+from django_jobs.control import RETRYABLE_STATUSES, cancel_job, retry_job
 from django_jobs.exceptions import JobNotCancellable
 from django_jobs.management.output import (
     fields,
@@ -36,7 +36,7 @@ RETRY_RESULTS = {
     "unknown": "unknown id",
     "refused": "refused: a live job has the same unique_key",
     "retried": "retried",
-    "not_dead_lettered": "not dead-lettered",
+    "not_retryable": "not dead-lettered or cancelled",
 }
 FAILED_RESULTS = ("unknown", "refused")
 # What ``jobs cancel`` did with an id. The last two fail the command.
@@ -94,7 +94,9 @@ class Command(BaseCommand):
         show = sub.add_parser("show", parents=[common], help="A job's fields and its attempts.")
         show.add_argument("id", type=job_id)
         retry = sub.add_parser(
-            "retry", parents=[common], help="Put dead-lettered jobs back in their queue, due now."
+            "retry",
+            parents=[common],
+            help="Put dead-lettered or cancelled jobs back in their queue, due now.",
         )
         retry.add_argument("ids", nargs="*", type=job_id, metavar="ID")
         retry.add_argument("--all-dead-lettered", action="store_true")
@@ -330,15 +332,15 @@ class Command(BaseCommand):
         return {"id": id, "result": done, "status": None}
 
     def retry_one(self, id: int) -> dict[str, Any]:
-        """``{"id", "result", "status"}``: status is given when the job was not dead-lettered."""
+        """``{"id", "result", "status"}``: status is given when the job was not retryable."""
         if retry_job(id, using=self.using):
             return {"id": id, "result": "retried", "status": None}
         found = Job.objects.using(self.using).filter(id=id).values_list("status", flat=True).first()
         if found is None:
             return {"id": id, "result": "unknown", "status": None}
-        if found == JobStatus.DEAD_LETTERED:
+        if found in RETRYABLE_STATUSES:
             return {"id": id, "result": "refused", "status": None}
-        return {"id": id, "result": "not_dead_lettered", "status": found}
+        return {"id": id, "result": "not_retryable", "status": found}
 
 
 def job_document(job: Job) -> dict[str, Any]:
