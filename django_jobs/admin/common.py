@@ -279,7 +279,8 @@ class JobSearchMixin(JobAdminBase):
     ) -> tuple[QuerySet[Any], bool]:
         term = search_term.strip().removeprefix("#")
         if term.isdigit():
-            return queryset.filter(id=int(term)), False
+            job_id = int(term)  # past a bigint, no job has it
+            return (queryset.filter(id=job_id) if job_id < 2**63 else queryset.none()), False
         return super().get_search_results(request, queryset, search_term)
 
 

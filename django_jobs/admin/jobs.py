@@ -5,8 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest
 
 from ..models import Job
+from ..registry import registered_names
 from .common import (
     JOB_FIELDS,
     AttemptInline,
@@ -44,6 +47,7 @@ class JobAdmin(
     )
     # Choices from JobStatus, the settings and the registry: never read from the table.
     list_filter = ("status", QueueFilter, NameFilter, ScheduleFilter)
+    # Words: the registered names that contain them, or an exact unique key (see below).
     search_fields = ("name", "unique_key")
     # Sorting by another column would sort the whole table; the id is the primary key.
     sortable_by = ("id",)
@@ -62,3 +66,14 @@ class JobAdmin(
 
     def get_urls(self) -> list[Any]:
         return [*self.verb_urls(), *super().get_urls()]
+
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Job], search_term: str
+    ) -> tuple[QuerySet[Job], bool]:
+        """An id by primary key; words by the registry's names that contain them, or an
+        exact unique key: never a ``LIKE`` over every row of the table."""
+        term = search_term.strip()
+        if not term or term.removeprefix("#").isdigit():
+            return super().get_search_results(request, queryset, search_term)
+        names = [name for name in registered_names() if term.lower() in name.lower()]
+        return queryset.filter(Q(name__in=names) | Q(unique_key=term)), False

@@ -810,6 +810,18 @@ def test_job_changelist_search_by_words_looks_at_name_and_unique_key(
     assert [job.pk for job in response.context["cl"].result_list] == [jobs[match].pk]
 
 
+def test_job_changelist_search_reads_no_like_over_the_table(admin_client, make_job):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    make_job(name="tests.emails")
+    for term in ("emails", "#12", str(2**64)):
+        with CaptureQueriesContext(connection) as captured:
+            assert admin_client.get(reverse(JOBS), {"q": term}).status_code == 200
+        jobs_sql = [q["sql"] for q in captured.captured_queries if "django_jobs_job" in q["sql"]]
+        assert not [sql for sql in jobs_sql if " LIKE " in sql.upper()], jobs_sql
+
+
 # -- the change page ---------------------------------------------------------------------------
 
 
