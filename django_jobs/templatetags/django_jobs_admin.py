@@ -1,0 +1,59 @@
+"""The admin's jobs summary (on the index and the app index) and how its pages print values."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django import template
+from django.db import router
+from django.template.defaultfilters import date as date_filter
+from django.urls import NoReverseMatch, reverse
+from django.utils import timezone
+
+from ..admin.dashboard import URL_NAME, can_view
+from ..management.output import format_age
+from ..models import Job
+from ..stats import overview
+
+register = template.Library()
+
+#: Times to the second, with the zone's name, in the active time zone.
+TIME_FORMAT = "Y-m-d H:i:s T"
+
+
+@register.inclusion_tag("admin/django_jobs/summary.html", takes_context=True)
+def jobs_summary(context: template.Context) -> dict[str, Any]:
+    """Per queue the live counts, the oldest due job and the flags; for users who may view jobs."""
+    request = context.get("request")
+    if request is None or not can_view(request):
+        return {"visible": False}
+    try:
+        url = reverse(f"admin:{URL_NAME}", current_app=getattr(request, "current_app", None))
+    except NoReverseMatch:  # a site the dashboard was not installed on
+        url = None
+    seen = overview(router.db_for_read(Job), chart=False)
+    return {"visible": True, "overview": seen, "dashboard_url": url}
+
+
+@register.filter(expects_localtime=True)
+def jobs_time(value: datetime | None) -> str:
+    """``2026-01-05 12:00:03 UTC``: in the active time zone, to the second."""
+    return "-" if value is None else str(date_filter(timezone.localtime(value), TIME_FORMAT))
+
+
+@register.filter
+def jobs_age_at(since: datetime | None, now: datetime) -> str:
+    """How long before ``now`` ``since`` was: ``1h02m03s``, ``4m05s``, ``6s``."""
+    return format_age(None if since is None else now - since)
+
+
+@register.filter
+def jobs_count(value: int, estimated: bool) -> str:
+    """A count; an estimate is marked ``≈``."""
+    return f"≈{value}" if estimated else str(value)
+
+
+@register.filter
+def jobs_item(mapping: dict[str, Any], key: str) -> Any:
+    return mapping.get(key)
