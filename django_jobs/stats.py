@@ -257,7 +257,7 @@ def throughput(
         queue: [Minute(start + timedelta(minutes=i)) for i in range(minutes)] for queue in queues
     }
     in_window = (
-        Q(job__status=JobStatus.PENDING)
+        Q(job__status=JobStatus.PENDING, job__attempt__gt=0)  # never claimed: no attempt
         | Q(job__status=JobStatus.RUNNING)
         | Q(job__status__in=FINISHED_STATUSES, job__finished_at__gte=start)
     )

@@ -25,7 +25,7 @@ from ..models import Job
 from ..stats import CHART_MINUTES, Minute, overview
 
 VIEW_PERMISSION = "django_jobs.view_job"
-INDEX_TEMPLATE = "admin/django_jobs/index.html"
+INDEX_TEMPLATE = "admin/django_jobs/dashboard_index.html"
 URL_NAME = "django_jobs_dashboard"
 
 # The chart's geometry, in SVG user units: finished bars rise above the axis,

@@ -22,7 +22,7 @@ register = template.Library()
 TIME_FORMAT = "Y-m-d H:i:s T"
 
 
-@register.inclusion_tag("admin/django_jobs/summary.html", takes_context=True)
+@register.inclusion_tag("admin/django_jobs/dashboard_summary.html", takes_context=True)
 def jobs_summary(context: template.Context) -> dict[str, Any]:
     """Per queue the live counts, the oldest due job and the flags; for users who may view jobs."""
     request = context.get("request")

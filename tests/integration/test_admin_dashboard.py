@@ -178,16 +178,21 @@ def test_chart_counts_attempts_ended_per_minute_succeeded_above_and_failed_below
     attempt(finished_job(make_job, JobStatus.SUCCEEDED, at_59), AttemptOutcome.SUCCEEDED, at_59)
     # Failed attempts in 11:59: one retried (the job waits out its backoff), one that
     # dead-lettered its job, one timed out, one whose lease expired.
-    attempt(make_job(run_at=START + HOUR, attempts_used=1), AttemptOutcome.FAILED, at_59)
+    attempt(make_job(run_at=START + HOUR, attempt=1, attempts_used=1), AttemptOutcome.FAILED, at_59)
     attempt(finished_job(make_job, JobStatus.DEAD_LETTERED, at_59), AttemptOutcome.FAILED, at_59)
-    attempt(make_job(run_at=START + HOUR, attempts_used=1), AttemptOutcome.TIMED_OUT, at_59)
-    attempt(make_job(run_at=START, attempts_used=1), AttemptOutcome.LEASE_EXPIRED, at_59)
+    attempt(
+        make_job(run_at=START + HOUR, attempt=1, attempts_used=1), AttemptOutcome.TIMED_OUT, at_59
+    )
+    attempt(make_job(run_at=START, attempt=1, attempts_used=1), AttemptOutcome.LEASE_EXPIRED, at_59)
     # Not counted: a released attempt, a cancelled one, one that ended before the hour.
-    attempt(make_job(), AttemptOutcome.RELEASED, at_59)
+    attempt(make_job(attempt=1), AttemptOutcome.RELEASED, at_59)
     attempt(finished_job(make_job, JobStatus.CANCELLED, at_59), AttemptOutcome.CANCELLED, at_59)
     old = START - HOUR
     attempt(finished_job(make_job, JobStatus.SUCCEEDED, old), AttemptOutcome.SUCCEEDED, old)
-    attempt(make_job(queue="emails", attempts_used=1), AttemptOutcome.FAILED, at_57)
+    attempt(make_job(queue="emails", attempt=1, attempts_used=1), AttemptOutcome.FAILED, at_57)
+    # Running again after a failed attempt: the failure counts.
+    running = make_job(status=JobStatus.RUNNING, queue="emails", attempt=2, lease_owner="w")
+    attempt(running, AttemptOutcome.FAILED, at_57)
 
     minutes = stats.overview(now=START).throughput["default"]
     assert len(minutes) == 60
@@ -202,7 +207,7 @@ def test_chart_counts_attempts_ended_per_minute_succeeded_above_and_failed_below
         ("succeeded", "1", "10.0", "2026-01-05 11:59:00 UTC: 1 succeeded"),
         ("failed", "4", "40.0", "2026-01-05 11:59:00 UTC: 4 failed"),
     ]
-    assert bars(html, "emails") == [("failed", "1", "40.0", "2026-01-05 11:57:00 UTC: 1 failed")]
+    assert bars(html, "emails") == [("failed", "2", "40.0", "2026-01-05 11:57:00 UTC: 2 failed")]
     assert "No attempt ended in the last hour." not in html
 
 
