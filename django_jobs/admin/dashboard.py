@@ -56,6 +56,7 @@ class Bar:
 class Tick:
     x: int
     minute: datetime
+    anchor: str = "start"  # the label's text-anchor: the last one ends at the plot's edge
 
 
 @dataclass
@@ -139,8 +140,10 @@ def layout_chart(queue: str, minutes: list[Minute]) -> Chart:
             bars.append(Bar(x, axis_y, height, minute.failed, "failed", minute.start))
     ticks = [
         Tick(LEFT + i * (BAR_WIDTH + BAR_GAP), minutes[i].start)
-        for i in sorted({*range(0, len(minutes) - 10, 15), len(minutes) - 1})
+        for i in range(0, len(minutes) - 10, 15)
     ]
+    last = minutes[-1].start
+    ticks.append(Tick(LEFT + len(minutes) * (BAR_WIDTH + BAR_GAP), last, anchor="end"))
     return Chart(
         queue=queue,
         bars=bars,
