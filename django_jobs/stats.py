@@ -227,11 +227,19 @@ def estimated_finished(jobs: QuerySet[Job], queues: list[str]) -> dict[tuple[str
     members = [jobs.filter(status__in=FINISHED_STATUSES).values("id")] + [
         jobs.filter(queue=queue, status=status).values("id") for queue, status in pairs
     ]
-    plan = json.loads(members[0].union(*members[1:], all=True).explain(format="json"))
-    rows = [int(member["Plan Rows"]) for member in plan[0]["Plan"].get("Plans", [])]
+    union = members[0].union(*members[1:], all=True).order_by()
+    append = append_node(json.loads(union.explain(format="json"))[0]["Plan"])
+    rows = [int(member["Plan Rows"]) for member in append.get("Plans", [])]
     if len(rows) != len(members) or rows[0] <= EXACT_FINISHED_UP_TO:
         return None
     return dict(zip(pairs, rows[1:], strict=True))
+
+
+def append_node(plan: dict[str, Any]) -> dict[str, Any]:
+    """The plan's ``Append`` (the union's members), below any node on top of it (a sort)."""
+    while plan.get("Node Type") != "Append" and len(plan.get("Plans", [])) == 1:
+        plan = plan["Plans"][0]
+    return plan
 
 
 def chart_start(now: datetime, minutes: int = CHART_MINUTES) -> datetime:

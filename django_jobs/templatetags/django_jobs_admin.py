@@ -11,7 +11,6 @@ from django.template.defaultfilters import date as date_filter
 from django.urls import NoReverseMatch, reverse
 from django.utils import timezone
 
-from ..admin.dashboard import URL_NAME, can_view
 from ..management.output import format_age
 from ..models import Job
 from ..stats import overview
@@ -25,6 +24,9 @@ TIME_FORMAT = "Y-m-d H:i:s T"
 @register.inclusion_tag("admin/django_jobs/dashboard_summary.html", takes_context=True)
 def jobs_summary(context: template.Context) -> dict[str, Any]:
     """Per queue the live counts, the oldest due job and the flags; for users who may view jobs."""
+    # Imported here: Django loads every tag library, also in projects without the admin.
+    from ..admin.dashboard import URL_NAME, can_view
+
     request = context.get("request")
     if request is None or not can_view(request):
         return {"visible": False}
