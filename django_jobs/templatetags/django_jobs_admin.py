@@ -7,18 +7,13 @@ from typing import Any
 
 from django import template
 from django.db import router
-from django.template.defaultfilters import date as date_filter
 from django.urls import NoReverseMatch, reverse
-from django.utils import timezone
 
-from ..management.output import format_age
+from ..management.output import format_age, format_time
 from ..models import Job
 from ..stats import overview
 
 register = template.Library()
-
-#: Times to the second, with the zone's name, in the active time zone.
-TIME_FORMAT = "Y-m-d H:i:s T"
 
 
 @register.inclusion_tag("admin/django_jobs/dashboard_summary.html", takes_context=True)
@@ -38,10 +33,10 @@ def jobs_summary(context: template.Context) -> dict[str, Any]:
     return {"visible": True, "overview": seen, "dashboard_url": url}
 
 
-@register.filter(expects_localtime=True)
+@register.filter
 def jobs_time(value: datetime | None) -> str:
     """``2026-01-05 12:00:03 UTC``: in the active time zone, to the second."""
-    return "-" if value is None else str(date_filter(timezone.localtime(value), TIME_FORMAT))
+    return format_time(value)
 
 
 @register.filter
