@@ -1,23 +1,28 @@
-"""The counts the dashboard and ``jobs status`` share: per queue, and the live workers.
+"""The counts the dashboard and ``jobs status`` share: per queue, the workers, the last hour.
 
 Each count is one grouped query whose condition is an index's partial condition, so
 live counts read only the small live indexes, however many finished rows pile up.
-Finished counts are exact: they read every finished row of the table once (see
-``docs/operations.md`` for what that costs at a million rows).
+Finished counts are exact by default: they read every finished row of the table once.
+``overview(estimate_finished=True)`` (the admin) replaces them on PostgreSQL, once the
+table holds more than ``EXACT_FINISHED_UP_TO`` finished rows, by the planner's row
+estimates, read from one ``EXPLAIN`` (see ``docs/operations.md``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
-from django.db import router
-from django.db.models import Count, Min, Q
+from django.db import connections, router
+from django.db.models import Count, Min, Q, QuerySet
+from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from .conf import settings
-from .models import FINISHED_STATUSES, Job, JobStatus, Worker
+from .models import FINISHED_STATUSES, Attempt, AttemptOutcome, Job, JobStatus, Worker
 
 
 @dataclass
@@ -39,6 +44,11 @@ class QueueStats:
     def pending(self) -> int:
         return self.due + self.scheduled + self.retrying
 
+    @property
+    def unserved(self) -> bool:
+        """Jobs are due and no live worker serves the queue: they wait for nobody."""
+        return self.due > 0 and not self.served
+
     def oldest_due_age(self, now: datetime) -> timedelta | None:
         """How long the oldest due job has waited past its run_at."""
         return None if self.oldest_due_at is None else max(now - self.oldest_due_at, timedelta())
@@ -46,7 +56,7 @@ class QueueStats:
 
 @dataclass
 class LiveWorker:
-    """A ``runjobs`` process whose heartbeat is younger than a lease."""
+    """A registered ``runjobs`` process (``live_workers()``: heartbeat younger than a lease)."""
 
     id: str
     host: str
@@ -58,8 +68,39 @@ class LiveWorker:
     running_job_ids: list[int] = field(default_factory=list)
 
 
+@dataclass
+class Minute:
+    """One minute of the chart: attempts that ended in it, succeeded and failed."""
+
+    start: datetime
+    finished: int = 0
+    failed: int = 0
+
+
+@dataclass
+class Overview:
+    """What the admin's dashboard and index summary show, read at ``now``."""
+
+    now: datetime
+    queues: list[QueueStats]
+    workers: list[LiveWorker]  # registered, heartbeat fresh: they serve their queues
+    stale_workers: list[LiveWorker]  # registered, more than LATE_BEATS beats missed
+    finished_estimated: bool  # succeeded, dead_lettered, cancelled are estimates
+    throughput: dict[str, list[Minute]] = field(default_factory=dict)  # by queue
+
+    @property
+    def unserved_queues(self) -> list[QueueStats]:
+        return [stats for stats in self.queues if stats.unserved]
+
+
 #: Beats a heartbeat may miss before its worker is flagged stale.
 LATE_BEATS = 2
+#: Up to this many finished rows (the planner's estimate) ``overview()`` counts them exactly.
+EXACT_FINISHED_UP_TO = 100_000
+#: The chart's span, in one-minute buckets.
+CHART_MINUTES = 60
+#: The attempt outcomes the chart counts as failed (each failed attempt, retried or not).
+FAILED_OUTCOMES = (AttemptOutcome.FAILED, AttemptOutcome.TIMED_OUT, AttemptOutcome.LEASE_EXPIRED)
 
 
 def heartbeat_is_stale(last_heartbeat_at: datetime, now: datetime) -> bool:
@@ -84,15 +125,62 @@ def queue_stats(
 ) -> list[QueueStats]:
     """Per queue (the configured ones, and any other that has jobs), sorted by name.
 
-    ``workers`` (else ``live_workers()``) tell which queues are served.
+    ``workers`` (else ``live_workers()``) tell which queues are served. Exact counts.
     """
     using, now = resolve(using, now)
+    if workers is None:
+        workers = live_workers(using, now)
+    return count_queues(using, now, workers, estimate_finished=False)[0]
+
+
+def overview(
+    using: str | None = None,
+    *,
+    now: datetime | None = None,
+    estimate_finished: bool = True,
+    chart: bool = True,
+) -> Overview:
+    """Queues, workers fresh and stale, and (``chart``) the last hour, in a fixed number of queries.
+
+    A queue counts as served only by a worker whose heartbeat is not stale.
+    """
+    using, now = resolve(using, now)
+    fresh, stale = registered_workers(using, now)
+    queues, estimated = count_queues(using, now, fresh, estimate_finished=estimate_finished)
+    return Overview(
+        now=now,
+        queues=queues,
+        workers=fresh,
+        stale_workers=stale,
+        finished_estimated=estimated,
+        throughput=throughput(using, now, [s.queue for s in queues]) if chart else {},
+    )
+
+
+def count_queues(
+    using: str, now: datetime, workers: Iterable[LiveWorker], *, estimate_finished: bool
+) -> tuple[list[QueueStats], bool]:
+    """The queues' counts, and whether the finished ones are estimates."""
     by_queue: dict[str, QueueStats] = {name: QueueStats(name) for name in settings.QUEUES}
 
     def stats_for(queue: str) -> QueueStats:
         return by_queue.setdefault(queue, QueueStats(queue))
 
     jobs = Job.objects.using(using).order_by()
+    count_live(jobs, now, stats_for)
+    estimates = estimated_finished(jobs, sorted(by_queue)) if estimate_finished else None
+    if estimates is None:
+        count_finished(jobs, stats_for)
+    else:
+        for (queue, status), rows in estimates.items():
+            setattr(stats_for(queue), status, rows)
+    served = {queue for worker in workers for queue in worker.queues}
+    for stats in by_queue.values():
+        stats.served = stats.queue in served
+    return [by_queue[name] for name in sorted(by_queue)], estimates is not None
+
+
+def count_live(jobs: QuerySet[Job], now: datetime, stats_for: Any) -> None:
     # The claim index's condition: pending rows only.
     future = Q(run_at__gt=now)
     pending = (
@@ -113,18 +201,92 @@ def queue_stats(
     running = jobs.filter(status=JobStatus.RUNNING).values("queue").annotate(count=Count("id"))
     for counted in running:
         stats_for(counted["queue"]).running = counted["count"]
-    # The finished index's condition.
+
+
+def count_finished(jobs: QuerySet[Job], stats_for: Any) -> None:
+    """Exact: one grouped count over the finished index's condition."""
     finished = (
         jobs.filter(status__in=FINISHED_STATUSES).values("queue", "status").annotate(n=Count("id"))
     )
     for by_status in finished:
         setattr(stats_for(by_status["queue"]), by_status["status"], by_status["n"])
-    if workers is None:
-        workers = live_workers(using, now)
-    served = {queue for worker in workers for queue in worker.queues}
-    for stats in by_queue.values():
-        stats.served = stats.queue in served
-    return [by_queue[name] for name in sorted(by_queue)]
+
+
+def estimated_finished(jobs: QuerySet[Job], queues: list[str]) -> dict[tuple[str, str], int] | None:
+    """The planner's estimate of each queue's finished rows by status, from one ``EXPLAIN``.
+
+    None (count them exactly) unless the database is PostgreSQL and it estimates
+    more than ``EXACT_FINISHED_UP_TO`` finished rows in all. The statement
+    explained is a ``UNION ALL`` of one member per (queue, status), after a first
+    member for all finished rows; each member's ``Plan Rows`` is its estimate.
+    The planner never estimates fewer than one row, so an empty status reads ≈1.
+    """
+    if connections[jobs.db].vendor != "postgresql":
+        return None
+    pairs = [(queue, str(status)) for queue in queues for status in FINISHED_STATUSES]
+    members = [jobs.filter(status__in=FINISHED_STATUSES).values("id")] + [
+        jobs.filter(queue=queue, status=status).values("id") for queue, status in pairs
+    ]
+    union = members[0].union(*members[1:], all=True).order_by()
+    append = append_node(json.loads(union.explain(format="json"))[0]["Plan"])
+    rows = [int(member["Plan Rows"]) for member in append.get("Plans", [])]
+    if len(rows) != len(members) or rows[0] <= EXACT_FINISHED_UP_TO:
+        return None
+    return dict(zip(pairs, rows[1:], strict=True))
+
+
+def append_node(plan: dict[str, Any]) -> dict[str, Any]:
+    """The plan's ``Append`` (the union's members), below any node on top of it (a sort)."""
+    while plan.get("Node Type") != "Append" and len(plan.get("Plans", [])) == 1:
+        plan = plan["Plans"][0]
+    return plan
+
+
+def chart_start(now: datetime, minutes: int = CHART_MINUTES) -> datetime:
+    """The start of the chart's first minute: ``minutes`` whole minutes end with ``now``'s."""
+    current = now.astimezone(UTC).replace(second=0, microsecond=0)
+    return current - timedelta(minutes=minutes - 1)
+
+
+def throughput(
+    using: str, now: datetime, queues: Iterable[str], minutes: int = CHART_MINUTES
+) -> dict[str, list[Minute]]:
+    """Per queue, attempts that ended succeeded and failed in each of the last ``minutes``.
+
+    An attempt that ended in the window belongs to a job that is still live, or
+    that finished in the window (a job finishes with its last attempt): the job
+    side reads the three partial indexes (claim, lease, and the finished index
+    bounded to the window), the attempts come through their (job, number) index.
+    No attempt is read for the jobs that finished before the window.
+    """
+    start = chart_start(now, minutes)
+    end = start + timedelta(minutes=minutes)
+    charts = {
+        queue: [Minute(start + timedelta(minutes=i)) for i in range(minutes)] for queue in queues
+    }
+    in_window = (
+        Q(job__status=JobStatus.PENDING, job__attempt__gt=0)  # never claimed: no attempt
+        | Q(job__status=JobStatus.RUNNING)
+        | Q(job__status__in=FINISHED_STATUSES, job__finished_at__gte=start)
+    )
+    ended = (
+        Attempt.objects.using(using)
+        .filter(in_window, finished_at__gte=start, finished_at__lt=end)
+        .filter(outcome__in=[AttemptOutcome.SUCCEEDED, *FAILED_OUTCOMES])
+        .annotate(minute=TruncMinute("finished_at", tzinfo=UTC))
+        .values("job__queue", "minute", "outcome")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for row in ended:
+        bucket = charts.setdefault(
+            row["job__queue"], [Minute(start + timedelta(minutes=i)) for i in range(minutes)]
+        )[int((row["minute"] - start).total_seconds() // 60)]
+        if row["outcome"] == AttemptOutcome.SUCCEEDED:
+            bucket.finished += row["n"]
+        else:
+            bucket.failed += row["n"]
+    return charts
 
 
 def live_workers(
@@ -134,19 +296,36 @@ def live_workers(
     using, now = resolve(using, now)
     lease = float(settings.LEASE_SECONDS if lease_seconds is None else lease_seconds)
     rows = Worker.objects.using(using).filter(last_heartbeat_at__gte=now - timedelta(seconds=lease))
-    workers = [
-        LiveWorker(
-            id=row.id,
-            host=row.host,
-            pid=row.pid,
-            queues=list(row.queues or []),
-            started_at=row.started_at,
-            last_heartbeat_at=row.last_heartbeat_at,
-        )
-        for row in rows
-    ]
+    workers = [as_live_worker(row) for row in rows]
     attach_running_jobs(workers, using)
     return workers
+
+
+def registered_workers(
+    using: str | None = None, now: datetime | None = None
+) -> tuple[list[LiveWorker], list[LiveWorker]]:
+    """Every registered worker, with its jobs: (heartbeat fresh, heartbeat stale).
+
+    Stale is ``heartbeat_is_stale()``: a row older than a lease that the rescuer
+    has not swept yet is stale too.
+    """
+    using, now = resolve(using, now)
+    workers = [as_live_worker(row) for row in Worker.objects.using(using)]
+    attach_running_jobs(workers, using)
+    fresh = [w for w in workers if not heartbeat_is_stale(w.last_heartbeat_at, now)]
+    stale = [w for w in workers if heartbeat_is_stale(w.last_heartbeat_at, now)]
+    return fresh, stale
+
+
+def as_live_worker(row: Worker) -> LiveWorker:
+    return LiveWorker(
+        id=row.id,
+        host=row.host,
+        pid=row.pid,
+        queues=list(row.queues or []),
+        started_at=row.started_at,
+        last_heartbeat_at=row.last_heartbeat_at,
+    )
 
 
 def attach_running_jobs(workers: Iterable[LiveWorker], using: str) -> None:
