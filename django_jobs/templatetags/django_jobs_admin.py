@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from django import template
-from django.db import router
+from django.db import DatabaseError, connections, router, transaction
 from django.urls import NoReverseMatch, reverse
 
 from ..management.output import format_age, format_time
@@ -14,6 +16,8 @@ from ..models import Job
 from ..stats import overview
 
 register = template.Library()
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 @register.inclusion_tag("admin/django_jobs/dashboard_summary.html", takes_context=True)
@@ -29,8 +33,23 @@ def jobs_summary(context: template.Context) -> dict[str, Any]:
         url = reverse(f"admin:{URL_NAME}", current_app=getattr(request, "current_app", None))
     except NoReverseMatch:  # a site the dashboard was not installed on
         url = None
-    seen = overview(router.db_for_read(Job), chart=False)
+    using = router.db_for_read(Job)
+    try:
+        seen = read_guarded(using, lambda: overview(using, chart=False))
+    except DatabaseError as exc:  # the jobs database is down or not migrated: say so, serve on
+        logger.warning("jobs summary unavailable: %s", exc, extra={"event": "admin_error"})
+        return {"visible": True, "error": str(exc).strip() or type(exc).__name__}
     return {"visible": True, "overview": seen, "dashboard_url": url}
+
+
+def read_guarded(using: str, read: Callable[[], T]) -> T:
+    """Run ``read``; inside a transaction, under a savepoint, so that a failed query
+    leaves the page's transaction usable. Outside one no transaction is opened (on
+    SQLite with ``IMMEDIATE`` transactions it would take the write lock)."""
+    if connections[using].in_atomic_block:
+        with transaction.atomic(using=using):
+            return read()
+    return read()
 
 
 @register.filter
