@@ -12,7 +12,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from django_jobs.models import Job, JobStatus
+from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Worker
 
 # scripts/test installs both and sets this, so that CI never skips the test quietly.
 REQUIRED = os.environ.get("JOBS_TEST_BROWSER") == "required"
@@ -37,6 +37,9 @@ CHROMIUM_ARGS = [
 ]
 TIMEOUT_MS = 10_000
 PASSWORD = "browser-test-password"  # noqa: S105
+# Where the walk's screenshots go: JOBS_SCREENSHOTS_DIR (scripts/screenshots sets it to
+# docs/images), else the test's own temporary folder.
+SCREENSHOTS = os.environ.get("JOBS_SCREENSHOTS_DIR")
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
@@ -96,3 +99,128 @@ def test_dead_letters_retry_in_browser(live_server, django_user_model, settings)
     job.refresh_from_db()
     assert job.status == JobStatus.PENDING
     assert job.attempts_used == 0
+
+
+def control_room_rows() -> tuple[Job, Job]:
+    """A small, lively site: a worker running a job with progress, some jobs done and failed
+    in the last hour, one waiting out a backoff, one scheduled and one dead letter."""
+    now = timezone.now()
+    worker = Worker.objects.create(
+        id="web-1:4242:9f3c",
+        host="web-1",
+        pid=4242,
+        queues=["default", "emails"],
+        started_at=now - timedelta(hours=2),
+        last_heartbeat_at=now - timedelta(seconds=3),
+        jobs_run=1_284,
+    )
+    for minutes in range(1, 50, 3):  # the chart's last hour
+        for outcome in (AttemptOutcome.SUCCEEDED, AttemptOutcome.SUCCEEDED, AttemptOutcome.FAILED):
+            ended = now - timedelta(minutes=minutes)
+            done = Job.objects.create(
+                name="emails.welcome",
+                queue="emails",
+                status=JobStatus.SUCCEEDED,
+                attempt=1,
+                attempts_used=1,
+                run_at=ended - timedelta(seconds=2),
+                started_at=ended - timedelta(seconds=1),
+                finished_at=ended,
+            )
+            Attempt.objects.create(
+                job=done,
+                number=1,
+                owner=worker.id,
+                started_at=ended - timedelta(seconds=1),
+                finished_at=ended,
+                outcome=outcome,
+            )
+    running = Job.objects.create(
+        name="reports.add",
+        status=JobStatus.RUNNING,
+        attempt=1,
+        attempts_used=1,
+        lease_owner=worker.id,
+        lease_expires_at=now + timedelta(minutes=5),
+        run_at=now - timedelta(minutes=2),
+        started_at=now - timedelta(minutes=2),
+        progress_done=420,
+        progress_total=1000,
+        progress_note="rows copied",
+    )
+    Attempt.objects.create(job=running, number=1, owner=worker.id, started_at=running.started_at)
+    Job.objects.create(
+        name="demo.flaky",
+        attempt=1,
+        attempts_used=1,
+        max_attempts=3,
+        run_at=now + timedelta(seconds=40),
+        last_error="ConnectionError: the mail server did not answer",
+    )
+    Job.objects.create(name="reports.add", run_at=now + timedelta(hours=6))
+    dead = Job.objects.create(
+        name="demo.broken",
+        status=JobStatus.DEAD_LETTERED,
+        attempt=2,
+        attempts_used=2,
+        max_attempts=2,
+        run_at=now - timedelta(hours=1),
+        finished_at=now - timedelta(minutes=12),
+        last_error="RuntimeError: the report template is missing",
+    )
+    return running, dead
+
+
+def test_control_room_walk_in_browser(live_server, django_user_model, settings, tmp_path):
+    """The dashboard, the job list, a running job's page and its Cancel, a dead letter's
+    Retry: what an operator does first, in a real browser, with screenshots."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    django_user_model.objects.create_superuser("admin", "admin@example.com", PASSWORD)
+    running, dead = control_room_rows()
+    shots = Path(SCREENSHOTS) if SCREENSHOTS else tmp_path
+    shots.mkdir(parents=True, exist_ok=True)
+    dashboard = reverse("admin:django_jobs_dashboard")
+    jobs = reverse("admin:django_jobs_job_changelist")
+    running_page = reverse("admin:django_jobs_job_change", args=[running.pk])
+    dead_page = reverse("admin:django_jobs_job_change", args=[dead.pk])
+
+    # No database access in here: Playwright's sync API runs an event loop.
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1600, "height": 900})
+            page.set_default_timeout(TIMEOUT_MS)
+            sync_api.expect.set_options(timeout=TIMEOUT_MS)
+            page.goto(f"{live_server.url}{reverse('admin:login')}?next={dashboard}")
+            page.fill("#id_username", "admin")
+            page.fill("#id_password", PASSWORD)
+            page.get_by_role("button", name="Log in").click()
+            sync_api.expect(page).to_have_url(f"{live_server.url}{dashboard}")
+
+            emails = page.locator("tr.jobs-queue[data-queue=emails]").first
+            sync_api.expect(emails).to_be_visible()
+            sync_api.expect(page.locator("svg.jobs-chart").first).to_be_visible()
+            page.screenshot(path=str(shots / "admin-dashboard.png"), full_page=True)
+
+            page.goto(f"{live_server.url}{jobs}")
+            sync_api.expect(page.locator("#result_list")).to_contain_text("rows copied")
+            page.screenshot(path=str(shots / "admin-jobs.png"))
+
+            page.goto(f"{live_server.url}{running_page}")
+            sync_api.expect(page.locator("progress").first).to_be_visible()
+            page.screenshot(path=str(shots / "admin-job.png"), full_page=True)
+            page.locator("form.django-jobs-verb button", has_text="Cancel").click()
+            sync_api.expect(page.locator(".messagelist .success")).to_contain_text("asked to stop")
+
+            page.goto(f"{live_server.url}{dead_page}")
+            retry = page.locator("form.django-jobs-verb button", has_text="Retry").first
+            sync_api.expect(retry).to_have_text("Retry")
+            retry.click()
+            sync_api.expect(page.locator(".messagelist .success")).to_contain_text("queued again")
+        finally:
+            browser.close()
+
+    running.refresh_from_db()
+    dead.refresh_from_db()
+    assert running.status == JobStatus.RUNNING and running.cancel_requested_at is not None
+    assert (dead.status, dead.attempts_used) == (JobStatus.PENDING, 0)
