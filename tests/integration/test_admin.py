@@ -252,18 +252,6 @@ def test_admin_redirects_non_staff_to_login(client, django_user_model, changelis
     assert response["Location"] == f"{reverse('admin:login')}?next={url}"
 
 
-def test_worker_changelist_lists_live_workers_with_their_running_jobs(admin_client, make_job):
-    from django_jobs.worker.processes import register_worker
-
-    register_worker("web-1:4242:abcd", ["default", "emails"], timezone.now(), "default")
-    make_job(status=JobStatus.RUNNING, lease_owner="web-1:4242:abcd")
-    response = admin_client.get(reverse("admin:django_jobs_worker_changelist"))
-    assert response.status_code == 200
-    content = response.content.decode()
-    assert "web-1:4242:abcd" in content
-    assert '<td class="field-running">1</td>' in content
-
-
 # Recurring schedules: the edit form and the enable action.
 
 RECURRING_CHANGELIST = "admin:django_jobs_recurringjob_changelist"
