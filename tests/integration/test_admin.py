@@ -11,11 +11,8 @@ from django.contrib.messages import get_messages
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
-from freezegun import freeze_time
 
-from django_jobs import add_recurring_job
-from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, RecurringJob
-from tests.integration.test_recurring import T0, at, scheduler_fires_after_next_read
+from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus
 
 pytestmark = pytest.mark.django_db
 
@@ -250,88 +247,6 @@ def test_admin_redirects_non_staff_to_login(client, django_user_model, changelis
 
     assert response.status_code == 302
     assert response["Location"] == f"{reverse('admin:login')}?next={url}"
-
-
-# Recurring schedules: the edit form and the enable action.
-
-RECURRING_CHANGELIST = "admin:django_jobs_recurringjob_changelist"
-
-
-def schedule_form(**overrides: Any) -> dict[str, Any]:
-    return {
-        "name": "nightly",
-        "job_name": "tests.ok",
-        "cron": "* * * * *",
-        "timezone": "UTC",
-        "payload": "null",
-        "queue": "",
-        "priority": "",
-        "max_attempts": "",
-        "enabled": "on",
-        "overlap": "on",
-        **overrides,
-    }
-
-
-@pytest.fixture
-def minutely() -> Any:
-    with freeze_time(T0):  # 12:00:30; next run 12:01
-        return add_recurring_job("nightly", "* * * * *", "tests.ok")
-
-
-def test_admin_recurring_saving_an_unchanged_form_after_a_fire_keeps_next_run_at(
-    admin_client, minutely
-):
-    change = reverse("admin:django_jobs_recurringjob_change", args=[minutely.pk])
-    # The scheduler fires 12:01 after the admin has read the row, before it saves.
-    with scheduler_fires_after_next_read(at(1)):
-        response = admin_client.post(change, schedule_form())
-    assert response.status_code == 302
-    schedule = RecurringJob.objects.get()
-    assert (schedule.next_run_at, schedule.last_run_at) == (at(1.5), at(0.5))
-    assert Job.objects.count() == 1
-
-
-def test_admin_recurring_changed_cron_restarts_from_now(admin_client, minutely):
-    change = reverse("admin:django_jobs_recurringjob_change", args=[minutely.pk])
-    with freeze_time(at(3)):
-        response = admin_client.post(change, schedule_form(cron="*/10 * * * *", queue="emails"))
-    assert response.status_code == 302
-    schedule = RecurringJob.objects.get()
-    assert (schedule.cron, schedule.queue) == ("*/10 * * * *", "emails")
-    assert schedule.next_run_at == T0.replace(minute=10, second=0)
-
-
-@pytest.mark.parametrize(
-    ("field", "value", "message"),
-    [
-        ("cron", "0 0 30 2 *", "never fires"),
-        ("cron", "0 25 * * *", "hour &#x27;25&#x27; is out of range 0-23"),
-        ("max_attempts", "0", "max_attempts must be a positive integer, got 0"),
-    ],
-)
-def test_admin_recurring_form_refuses_a_schedule_that_could_never_fire(
-    admin_client, minutely, field, value, message
-):
-    change = reverse("admin:django_jobs_recurringjob_change", args=[minutely.pk])
-    response = admin_client.post(change, schedule_form(**{field: value}))
-    assert response.status_code == 200  # the form again, with the error: not a 500
-    assert message in response.content.decode()
-    assert RecurringJob.objects.get().cron == "* * * * *"
-    add = reverse("admin:django_jobs_recurringjob_add")
-    response = admin_client.post(add, schedule_form(name="another", **{field: value}))
-    assert response.status_code == 200
-    assert message in response.content.decode()
-    assert RecurringJob.objects.count() == 1
-
-
-def test_admin_recurring_enable_restarts_from_now(admin_client, minutely):
-    RecurringJob.objects.update(enabled=False)
-    changelist = reverse(RECURRING_CHANGELIST)
-    with freeze_time(at(30)):
-        admin_client.post(changelist, {"action": "enable", ACTION_CHECKBOX_NAME: [minutely.pk]})
-    schedule = RecurringJob.objects.get()
-    assert (schedule.enabled, schedule.next_run_at) == (True, at(30.5))
 
 
 def post_cancel(client: Client, jobs: list[Job]) -> Any:
