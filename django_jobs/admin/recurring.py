@@ -106,8 +106,15 @@ class RecurringJobForm(forms.ModelForm):
 
 
 def fired_jobs() -> QuerySet[Job]:
-    """The jobs a schedule fired, newest first: the index ``(schedule, -id)``."""
-    return Job.objects.filter(schedule=OuterRef("name")).order_by("-id")
+    """The jobs a schedule fired, newest first, read from the index ``(schedule, -id)``.
+
+    Not ``schedule = name ORDER BY id DESC``: PostgreSQL may then walk the primary
+    key backwards, hoping to meet one of the schedule's jobs soon, and read the
+    whole table for a schedule that never fired. A range of one value keeps
+    ``schedule`` in the sort, which only that index serves.
+    """
+    name = OuterRef("name")
+    return Job.objects.filter(schedule__gte=name, schedule__lte=name).order_by("schedule", "-id")
 
 
 def in_zone(value: datetime, zone_name: str) -> str | SafeString:

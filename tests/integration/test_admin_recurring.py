@@ -7,6 +7,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import pytest
+from django.contrib import admin
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.auth.models import Permission
 from django.contrib.messages import get_messages
@@ -483,3 +484,32 @@ def test_admin_recurring_enable_restarts_from_now(admin_client, minutely):
         )
     schedule = RecurringJob.objects.get()
     assert (schedule.enabled, schedule.next_run_at) == (True, at(30.5))
+
+
+def test_admin_recurring_last_outcome_reads_the_schedule_index_even_for_one_never_fired(
+    admin_client, make_job
+):
+    # Most jobs fired by no schedule, the rest by two busy ones, and schedules that never
+    # fired: reading the newest job by the primary key would scan every row for those.
+    for index in range(20):
+        with freeze_time(T0):
+            add_recurring_job(f"s{index:02}", "@hourly", "tests.ok")
+    make_job(schedule="s00")
+    make_job(schedule="s01")
+    make_job()
+    columns = ", ".join(
+        connection.ops.quote_name(field.column)
+        for field in Job._meta.concrete_fields
+        if not field.primary_key
+    )
+    table = connection.ops.quote_name(Job._meta.db_table)
+    with connection.cursor() as cursor:
+        for _ in range(15):  # 3 * 2**15 rows
+            cursor.execute(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {table}")  # noqa: S608
+        cursor.execute(f"ANALYZE {table}")
+    request = admin_client.get(reverse(CHANGELIST)).wsgi_request
+    schedules = admin.site._registry[RecurringJob].get_queryset(request)
+
+    plan = schedules.explain()
+
+    assert plan.count("django_jobs_schedule_idx") == 2, plan  # both subqueries
