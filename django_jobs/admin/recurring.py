@@ -131,6 +131,7 @@ def in_zone(value: datetime, zone_name: str) -> str | SafeString:
 class RecurringJobAdmin(admin.ModelAdmin):
     form = RecurringJobForm
     change_form_template = "admin/django_jobs/recurringjob/change_form.html"
+    change_list_template = "admin/django_jobs/recurringjob/change_list.html"
     list_display = (
         "name",
         "job",
@@ -138,7 +139,6 @@ class RecurringJobAdmin(admin.ModelAdmin):
         "timezone",
         "enabled",
         "next_run",
-        "last_fired",
         "last_outcome",
         "jobs",
         "source",
@@ -225,9 +225,9 @@ class RecurringJobAdmin(admin.ModelAdmin):
         return obj.job_name
 
     @admin.display(description="next run", ordering="next_run_at")
-    def next_run(self, obj: RecurringJob) -> str | SafeString | None:
+    def next_run(self, obj: RecurringJob) -> str | SafeString:
         if obj.next_run_at is None:
-            return None
+            return self.get_empty_value_display()
         return in_zone(obj.next_run_at, saved(obj).timezone)
 
     @admin.display(description="next five runs")
@@ -243,16 +243,16 @@ class RecurringJobAdmin(admin.ModelAdmin):
         return format_html_join("", "<div>{}</div>", ((format_time(run, zone),) for run in runs))
 
     @admin.display(description="last fired", ordering="last_run_at")
-    def last_fired(self, obj: RecurringJob) -> str | SafeString | None:
+    def last_fired(self, obj: RecurringJob) -> str | SafeString:
         if obj.last_run_at is None:
-            return None
+            return self.get_empty_value_display()
         return in_zone(obj.last_run_at, saved(obj).timezone)
 
     @admin.display(description="last run")
-    def last_outcome(self, obj: RecurringJob) -> SafeString | None:
+    def last_outcome(self, obj: RecurringJob) -> SafeString:
         job_id = getattr(obj, "last_job_id", None)
         if job_id is None:
-            return None
+            return self.get_empty_value_display()
         status = getattr(obj, "last_job_status", "")
         label = JobStatus(status).label if status in JobStatus.values else status
         return format_html(
@@ -264,9 +264,9 @@ class RecurringJobAdmin(admin.ModelAdmin):
         )
 
     @admin.display(description="jobs")
-    def jobs(self, obj: RecurringJob) -> SafeString | None:
+    def jobs(self, obj: RecurringJob) -> SafeString:
         if obj.pk is None:
-            return None
+            return self.get_empty_value_display()
         changelist = reverse("admin:django_jobs_job_changelist", current_app=self.admin_site.name)
         query = urlencode({"schedule": obj.name})
         return format_html('<a href="{}?{}">jobs it fired</a>', changelist, query)

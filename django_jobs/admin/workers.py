@@ -125,6 +125,7 @@ class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "running_jobs",
     )
     list_filter = (HeartbeatFilter,)
+    change_list_template = "admin/django_jobs/worker/change_list.html"
     fields = readonly_fields = (
         "id",
         "host",
@@ -174,10 +175,10 @@ class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return mark_safe('<span class="jobs-worker-live">live</span>')  # noqa: S308 - a constant
 
     @admin.display(description="running")
-    def running_jobs(self, obj: Worker) -> SafeString | None:
+    def running_jobs(self, obj: Worker) -> SafeString:
         running = shown(obj).running
         if not running:
-            return None
+            return self.get_empty_value_display()
         return format_html_join(
             ", ",
             '<a href="{}">{} #{}</a>',

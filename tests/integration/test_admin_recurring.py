@@ -315,12 +315,14 @@ def test_admin_recurring_shows_the_status_of_the_newest_job_it_fired(
     assert f"dead-lettered #{newest.pk}" in readonly(form, "last_outcome")
 
 
-def test_admin_recurring_shows_the_last_fired_occurrence_in_its_zone(admin_client, new_york):
+def test_admin_recurring_form_shows_the_last_fired_occurrence_in_its_zone(admin_client, new_york):
+    never = admin_client.get(change_url(new_york))
     RecurringJob.objects.update(last_run_at=datetime(2026, 1, 5, 0, 0, tzinfo=UTC))
 
-    assert cell(changelist(admin_client), "ny-report", "last_fired") == (
-        "2026-01-04 19:00:00 EST<br>2026-01-05 00:00:00 UTC"
-    )
+    fired = admin_client.get(change_url(new_york))
+
+    assert (readonly(never, "last_fired"), readonly(never, "last_outcome")) == ("-", "-")
+    assert readonly(fired, "last_fired") == "2026-01-04 19:00:00 EST<br>2026-01-05 00:00:00 UTC"
 
 
 def test_admin_recurring_links_to_the_job_changelist_filtered_on_the_schedule(

@@ -105,6 +105,10 @@ def test_worker_changelist_shows_an_idle_worker_without_jobs(admin_client, make_
 
     assert cell(response, "idle:1:a", "running_jobs") == "-"
     assert cell(response, "idle:1:a", "jobs_run") == "0"
+    with freeze_time(NOW):
+        page = admin_client.get(reverse("admin:django_jobs_worker_change", args=["idle:1:a"]))
+    assert '<div class="readonly">-</div>' in page.content.decode()
+    assert '<div class="readonly">None</div>' not in page.content.decode()
 
 
 def stale_after() -> float:
