@@ -135,8 +135,7 @@ class RecurringJobAdmin(admin.ModelAdmin):
     list_display = (
         "name",
         "job",
-        "cron",
-        "timezone",
+        "cron_in_zone",
         "enabled",
         "next_run",
         "last_outcome",
@@ -224,6 +223,10 @@ class RecurringJobAdmin(admin.ModelAdmin):
             )
         return obj.job_name
 
+    @admin.display(description="cron", ordering="cron")
+    def cron_in_zone(self, obj: RecurringJob) -> SafeString:
+        return format_html('{}<br><span class="quiet">{}</span>', obj.cron, obj.timezone)
+
     @admin.display(description="next run", ordering="next_run_at")
     def next_run(self, obj: RecurringJob) -> str | SafeString:
         if obj.next_run_at is None:
@@ -269,7 +272,7 @@ class RecurringJobAdmin(admin.ModelAdmin):
             return self.get_empty_value_display()
         changelist = reverse("admin:django_jobs_job_changelist", current_app=self.admin_site.name)
         query = urlencode({"schedule": obj.name})
-        return format_html('<a href="{}?{}">jobs it fired</a>', changelist, query)
+        return format_html('<a href="{}?{}">jobs</a>', changelist, query)
 
     @admin.display(description="created", ordering="created_at")
     def created(self, obj: RecurringJob) -> str:

@@ -113,14 +113,14 @@ class HeartbeatFilter(admin.SimpleListFilter):
 class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The runjobs processes; a registration is swept a lease after its last heartbeat."""
 
+    # The id is host:pid:random: the host links to the worker's page, which shows it.
     list_display = (
-        "id",
         "host",
         "pid",
-        "queue_names",
-        "started",
-        "heartbeat",
         "state",
+        "queue_names",
+        "heartbeat",
+        "started",
         "jobs_run",
         "running_jobs",
     )
@@ -160,9 +160,9 @@ class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return format_time(obj.started_at)
 
     @admin.display(description="last heartbeat", ordering="last_heartbeat_at")
-    def heartbeat(self, obj: Worker) -> str:
+    def heartbeat(self, obj: Worker) -> SafeString:
         age = format_age(shown(obj).now - obj.last_heartbeat_at)
-        return f"{format_time(obj.last_heartbeat_at)} ({age} ago)"
+        return format_html("{}<br>{} ago", format_time(obj.last_heartbeat_at), age)
 
     @admin.display(description="state")
     def state(self, obj: Worker) -> SafeString:

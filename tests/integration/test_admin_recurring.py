@@ -221,6 +221,9 @@ def test_admin_recurring_shows_the_next_run_in_its_zone_and_in_utc(
     both = "2026-01-05 19:00:00 EST<br>2026-01-06 00:00:00 UTC"
     assert cell(listed, "ny-report", "next_run") == both
     assert cell(listed, "nightly", "next_run") == "2026-01-05 12:01:00 UTC"  # UTC: once
+    assert cell(listed, "ny-report", "cron_in_zone") == (
+        '0 19 * * *<br><span class="quiet">America/New_York</span>'
+    )
     with freeze_time(T0):
         form = admin_client.get(change_url(new_york))
     assert readonly(form, "next_run") == both
@@ -337,7 +340,7 @@ def test_admin_recurring_links_to_the_job_changelist_filtered_on_the_schedule(
     link = cell(changelist(admin_client), "reports &amp; more", "jobs")
 
     href = "/admin/django_jobs/job/?schedule=reports+%26+more"
-    assert link == f'<a href="{href}">jobs it fired</a>'
+    assert link == f'<a href="{href}">jobs</a>'
     jobs = admin_client.get(href)
     assert jobs.status_code == 200
     assert [job.pk for job in jobs.context["cl"].result_list] == [mine.pk]
