@@ -117,24 +117,6 @@ def fired_jobs() -> QuerySet[Job]:
     return Job.objects.filter(schedule__gte=name, schedule__lte=name).order_by("schedule", "-id")
 
 
-class ScheduleFilter(admin.SimpleListFilter):
-    """For the jobs list: the jobs one schedule fired (``?schedule=<name>``, the link here).
-
-    Its choices are the schedules' names, never a ``DISTINCT`` over the jobs table.
-    """
-
-    title = "recurring schedule"
-    parameter_name = "schedule"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        names = RecurringJob.objects.order_by("name").values_list("name", flat=True)
-        return [(name, name) for name in names]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Job]) -> QuerySet[Job]:
-        value = self.value()
-        return queryset if value is None else queryset.filter(schedule=value)
-
-
 def in_zone(value: datetime, zone_name: str) -> str | SafeString:
     """``value`` in the schedule's zone, then in UTC (once, if the two read the same)."""
     utc = format_time(value, UTC)

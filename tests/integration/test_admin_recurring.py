@@ -546,25 +546,3 @@ def test_admin_recurring_last_outcome_reads_the_schedule_index_even_for_one_neve
         plan = admin.site._registry[RecurringJob].get_queryset(request).explain()
 
     assert plan.count("django_jobs_schedule_idx") == 2, plan  # both subqueries
-
-
-def test_admin_recurring_schedule_filter_for_the_jobs_list(admin_user, make_job):
-    from django_jobs.admin.jobs import JobAdmin
-    from django_jobs.admin.recurring import ScheduleFilter
-
-    with freeze_time(T0):
-        add_recurring_job("nightly", "@daily", "tests.ok")
-        add_recurring_job("hourly", "@hourly", "tests.ok")
-    mine = make_job(schedule="nightly")
-    make_job(schedule="hourly")
-    make_job()
-    request = RequestFactory().get("/", {"schedule": "nightly"})
-    request.user = admin_user
-    job_admin = JobAdmin(Job, admin.site)
-
-    chosen = ScheduleFilter(request, {"schedule": ["nightly"]}, Job, job_admin)
-    unset = ScheduleFilter(request, {}, Job, job_admin)
-
-    assert chosen.lookup_choices == [("hourly", "hourly"), ("nightly", "nightly")]
-    assert list(chosen.queryset(request, Job.objects.all())) == [mine]
-    assert unset.queryset(request, Job.objects.all()).count() == 3
