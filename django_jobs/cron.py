@@ -133,3 +133,16 @@ def occurrences(cron: str, zone_name: str, after: datetime, until: datetime) -> 
         if current > until:
             return found
         found.append(current)
+
+
+def next_occurrences(cron: str, zone_name: str, after: datetime, count: int) -> list[datetime]:
+    """The first ``count`` occurrences strictly after ``after``, in order (aware, UTC).
+
+    For previews; :class:`ScheduleError` for a cron or zone that cannot be read.
+    """
+    found: list[datetime] = []
+    current = after
+    while len(found) < count:
+        current = next_occurrence(cron, zone_name, current)
+        found.append(current)
+    return found

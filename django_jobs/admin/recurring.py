@@ -1,26 +1,57 @@
-"""Recurring schedules: edit, enable, disable, run now."""
+"""Recurring schedules: edit, enable, disable, run now; when they run next and how they last ran."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any, NamedTuple
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin, messages
-from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.contrib.admin.utils import unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.http import (
+    Http404,
+    HttpRequest,
+    HttpResponse,
+    HttpResponseNotAllowed,
+    HttpResponseRedirect,
+)
+from django.urls import URLPattern, path, reverse
 from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
 
-from ..cron import get_zone, validate_cron
+from ..cron import UTC, get_zone, next_occurrences, validate_cron
 from ..exceptions import JobsError
-from ..models import RecurringJob
+from ..models import Job, JobStatus, RecurringJob
 from ..payloads import encode_payload
 from ..recurring import change_schedule, check_schedule_options, first_run_at
 from ..recurring import run_now as enqueue_run_now
-from ..registry import get_definition
+from ..registry import get_definition, registered_names
+from .workers import format_time
+
+#: How many occurrences the change form previews.
+PREVIEW = 5
+# Set on a schedule read for its change form: the cron and zone as saved, before the
+# form writes what was posted onto the instance.
+SAVED = "django_jobs_saved"
+
+
+class Saved(NamedTuple):
+    cron: str
+    timezone: str
+
+
+def not_registered(name: str) -> bool:
+    return name not in registered_names()
 
 
 class RecurringJobForm(forms.ModelForm):
+    job_name = forms.ChoiceField(help_text="One of the job names registered with @job.")
+
     class Meta:
         model = RecurringJob
         fields = [
@@ -36,17 +67,35 @@ class RecurringJobForm(forms.ModelForm):
             "overlap",
         ]
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        field = self.fields["job_name"]
+        assert isinstance(field, forms.ChoiceField)
+        choices = [("", "---------"), *((name, name) for name in registered_names())]
+        stored = self.instance.job_name if self.instance.pk else ""
+        if stored and not_registered(stored):
+            # Kept, so saving another change does not lose it; flagged, so it gets fixed.
+            choices.append((stored, f"{stored} (not registered)"))
+            # The admin shows help text as HTML: the stored name is escaped.
+            field.help_text = format_html(
+                "<strong>{} is not registered</strong>: the schedule cannot fire until it is, "
+                "or until you choose a registered job.",
+                repr(stored),
+            )
+        field.choices = choices
+
     def clean(self) -> dict[str, Any]:
         data = super().clean() or {}
-        checks: tuple[tuple[str, Callable[[Any], Any]], ...] = (
+        checks: list[tuple[str, Callable[[Any], Any]]] = [
             ("cron", validate_cron),
             ("timezone", get_zone),
-            ("job_name", get_definition),
             ("payload", encode_payload),
             ("queue", lambda queue: check_schedule_options(queue=queue)),
             ("priority", lambda priority: check_schedule_options(priority=priority)),
             ("max_attempts", lambda attempts: check_schedule_options(max_attempts=attempts)),
-        )
+        ]
+        if "job_name" in self.changed_data:  # a stored name no longer registered may stay
+            checks.append(("job_name", get_definition))
         for field, check in checks:
             if data.get(field) is not None and field not in self.errors:
                 try:
@@ -56,23 +105,97 @@ class RecurringJobForm(forms.ModelForm):
         return data
 
 
+def fired_jobs() -> QuerySet[Job]:
+    """The jobs a schedule fired, newest first, read from the index ``(schedule, -id)``.
+
+    Not ``schedule = name ORDER BY id DESC``: PostgreSQL may then walk the primary
+    key backwards, hoping to meet one of the schedule's jobs soon, and read the
+    whole table for a schedule that never fired. A range of one value keeps
+    ``schedule`` in the sort, which only that index serves.
+    """
+    name = OuterRef("name")
+    return Job.objects.filter(schedule__gte=name, schedule__lte=name).order_by("schedule", "-id")
+
+
+def in_zone(value: datetime, zone_name: str) -> str | SafeString:
+    """``value`` in the schedule's zone, then in UTC (once, if the two read the same)."""
+    utc = format_time(value, UTC)
+    try:
+        local = format_time(value, get_zone(zone_name))
+    except JobsError as exc:
+        return f"{utc} ({exc})"
+    return utc if local == utc else format_html("{}<br>{}", local, utc)
+
+
 @admin.register(RecurringJob)
 class RecurringJobAdmin(admin.ModelAdmin):
     form = RecurringJobForm
+    change_form_template = "admin/django_jobs/recurringjob/change_form.html"
+    change_list_template = "admin/django_jobs/recurringjob/change_list.html"
     list_display = (
         "name",
-        "job_name",
-        "cron",
-        "timezone",
+        "job",
+        "cron_in_zone",
         "enabled",
-        "next_run_at",
-        "last_run_at",
+        "next_run",
+        "last_outcome",
+        "jobs",
         "source",
     )
     list_filter = ("enabled", "source")
     search_fields = ("name", "job_name")
-    readonly_fields = ("next_run_at", "last_run_at", "source", "created_at")
+    readonly_fields = (
+        "next_run",
+        "upcoming",
+        "last_fired",
+        "last_outcome",
+        "jobs",
+        "source",
+        "created",
+    )
     actions = ["enable", "disable", "run_now"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[RecurringJob]:
+        # The newest job each schedule fired, in the page's one query.
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                last_job_id=Subquery(fired_jobs().values("id")[:1]),
+                last_job_status=Subquery(fired_jobs().values("status")[:1]),
+            )
+        )
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        schedule = super().get_object(request, object_id, from_field)
+        if schedule is not None:
+            setattr(schedule, SAVED, Saved(schedule.cron, schedule.timezone))
+        return schedule
+
+    def get_urls(self) -> list[URLPattern]:
+        run_now = path(
+            "<path:object_id>/run-now/",
+            self.admin_site.admin_view(self.run_now_view),
+            name="django_jobs_recurringjob_run_now",
+        )
+        return [run_now, *super().get_urls()]
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: RecurringJob | None = None,
+    ) -> HttpResponse:
+        if obj is not None and obj.pk is not None and self.has_change_permission(request, obj):
+            context["run_now_url"] = reverse(
+                "admin:django_jobs_recurringjob_run_now",
+                args=[obj.pk],
+                current_app=self.admin_site.name,
+            )
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     def save_model(self, request: HttpRequest, obj: RecurringJob, form: Any, change: bool) -> None:
         if not change:
@@ -84,6 +207,117 @@ class RecurringJobAdmin(admin.ModelAdmin):
         saved = change_schedule(obj.pk, {field: getattr(obj, field) for field in form.changed_data})
         if saved is not None:
             obj.next_run_at, obj.last_run_at = saved.next_run_at, saved.last_run_at
+
+    # -- columns and read-only fields --------------------------------------------
+
+    def job_url(self, job_id: int) -> str:
+        return reverse(
+            "admin:django_jobs_job_change", args=[job_id], current_app=self.admin_site.name
+        )
+
+    @admin.display(description="job", ordering="job_name")
+    def job(self, obj: RecurringJob) -> str | SafeString:
+        if not_registered(obj.job_name):
+            return format_html(
+                '{} <strong class="jobs-not-registered">(not registered)</strong>', obj.job_name
+            )
+        return obj.job_name
+
+    @admin.display(description="cron", ordering="cron")
+    def cron_in_zone(self, obj: RecurringJob) -> SafeString:
+        return format_html('{}<br><span class="quiet">{}</span>', obj.cron, obj.timezone)
+
+    @admin.display(description="next run", ordering="next_run_at")
+    def next_run(self, obj: RecurringJob) -> str | SafeString:
+        if obj.next_run_at is None:
+            return self.get_empty_value_display()
+        return in_zone(obj.next_run_at, saved(obj).timezone)
+
+    @admin.display(description="next five runs")
+    def upcoming(self, obj: RecurringJob) -> str | SafeString:
+        if obj.pk is None:
+            return "Shown once the schedule is saved."
+        cron, zone_name = saved(obj)
+        try:
+            runs = next_occurrences(cron, zone_name, timezone.now(), PREVIEW)
+            zone = get_zone(zone_name)
+        except JobsError as exc:
+            return f"No preview: {exc}"
+        return format_html_join("", "<div>{}</div>", ((format_time(run, zone),) for run in runs))
+
+    @admin.display(description="last fired", ordering="last_run_at")
+    def last_fired(self, obj: RecurringJob) -> str | SafeString:
+        if obj.last_run_at is None:
+            return self.get_empty_value_display()
+        return in_zone(obj.last_run_at, saved(obj).timezone)
+
+    @admin.display(description="last run")
+    def last_outcome(self, obj: RecurringJob) -> SafeString:
+        job_id = getattr(obj, "last_job_id", None)
+        if job_id is None:
+            return self.get_empty_value_display()
+        status = getattr(obj, "last_job_status", "")
+        label = JobStatus(status).label if status in JobStatus.values else status
+        return format_html(
+            '<a class="jobs-status-{}" href="{}">{} #{}</a>',
+            status,
+            self.job_url(job_id),
+            label,
+            job_id,
+        )
+
+    @admin.display(description="jobs")
+    def jobs(self, obj: RecurringJob) -> SafeString:
+        if obj.pk is None:
+            return self.get_empty_value_display()
+        changelist = reverse("admin:django_jobs_job_changelist", current_app=self.admin_site.name)
+        query = urlencode({"schedule": obj.name})
+        return format_html('<a href="{}?{}">jobs</a>', changelist, query)
+
+    @admin.display(description="created", ordering="created_at")
+    def created(self, obj: RecurringJob) -> str:
+        return format_time(obj.created_at)
+
+    # -- run now, enable, disable ----------------------------------------------
+
+    def enqueue_now(self, request: HttpRequest, schedules: Iterable[RecurringJob]) -> None:
+        """Enqueue one run of each schedule, without moving them; report each job with a link."""
+        enqueued: list[Job] = []
+        for schedule in schedules:
+            try:
+                enqueued.append(enqueue_run_now(schedule))
+            except (JobsError, ValueError) as exc:
+                self.message_user(
+                    request, f"Schedule {schedule.name!r} not run: {exc}", messages.ERROR
+                )
+        if enqueued:
+            links = format_html_join(
+                ", ",
+                '<a href="{}">{} #{}</a>',
+                ((self.job_url(job.pk), job.name, job.pk) for job in enqueued),
+            )
+            self.message_user(
+                request,
+                format_html("{} job(s) enqueued: {}.", len(enqueued), links),
+                messages.SUCCESS,
+            )
+
+    def run_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """The change form's Run now button: POST only, with the change permission."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        schedule = self.get_object(request, unquote(object_id))
+        if schedule is None:
+            raise Http404(f"no recurring job with id {object_id!r}")
+        if not self.has_change_permission(request, schedule):
+            raise PermissionDenied
+        self.enqueue_now(request, [schedule])
+        change = reverse(
+            "admin:django_jobs_recurringjob_change",
+            args=[schedule.pk],
+            current_app=self.admin_site.name,
+        )
+        return HttpResponseRedirect(change)
 
     @admin.action(
         description="Enable selected schedules (next run from now)", permissions=["change"]
@@ -100,6 +334,10 @@ class RecurringJobAdmin(admin.ModelAdmin):
 
     @admin.action(description="Run selected schedules now", permissions=["change"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[RecurringJob]) -> None:
-        jobs = [enqueue_run_now(schedule) for schedule in queryset]
-        ids = ", ".join(f"#{job.pk}" for job in jobs)
-        self.message_user(request, f"{len(jobs)} job(s) enqueued: {ids}.", messages.SUCCESS)
+        self.enqueue_now(request, queryset)
+
+
+def saved(obj: RecurringJob) -> Saved:
+    """The cron and zone as stored: a posted form may have written others onto ``obj``."""
+    stored: Saved | None = getattr(obj, SAVED, None)
+    return stored or Saved(obj.cron, obj.timezone)

@@ -1,21 +1,197 @@
-"""Workers: the live runjobs processes."""
+"""Workers: the runjobs processes, their heartbeats and the jobs they hold."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime, timedelta, tzinfo
+from typing import Any, NamedTuple
+
 from django.contrib import admin
+from django.contrib.admin.views.main import ChangeList
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 
 from ..models import Job, JobStatus, Worker
+from ..stats import LATE_BEATS, heartbeat_is_stale
 from .common import ReadOnlyAdminMixin
+
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S %Z"
+# Set on each Worker shown: what one query per page found, and the instant the page reads.
+SHOWN = "django_jobs_shown"
+
+
+def format_time(value: datetime | None, zone: tzinfo | None = None) -> str:
+    """A time to the second with its zone's name: in ``zone``, else the active time zone."""
+    if value is None:
+        return "-"
+    return timezone.localtime(value, zone).strftime(TIME_FORMAT)
+
+
+def format_age(age: timedelta) -> str:
+    """``4 s``, ``3 min 05 s``, ``2 h 03 min``, ``3 d 04 h``: a duration, coarser as it grows."""
+    seconds = max(int(age.total_seconds()), 0)
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    if days:
+        return f"{days} d {hours:02d} h"
+    if hours:
+        return f"{hours} h {minutes:02d} min"
+    if minutes:
+        return f"{minutes} min {seconds:02d} s"
+    return f"{seconds} s"
+
+
+class HeldJob(NamedTuple):
+    id: int
+    name: str
+
+
+class Shown(NamedTuple):
+    now: datetime
+    running: list[HeldJob]
+
+
+def show_workers(workers: Iterable[Worker], now: datetime, using: str) -> None:
+    """Attach to each worker the running jobs leased to it: one query for them all."""
+    workers = list(workers)
+    held: dict[str, list[HeldJob]] = defaultdict(list)
+    if workers:
+        rows = (
+            Job.objects.using(using)
+            .filter(status=JobStatus.RUNNING, lease_owner__in=[worker.id for worker in workers])
+            .order_by("id")
+            .values_list("lease_owner", "id", "name", named=True)
+        )
+        for row in rows:
+            held[str(row.lease_owner)].append(HeldJob(row.id, row.name))
+    for worker in workers:
+        setattr(worker, SHOWN, Shown(now, held.get(worker.id, [])))
+
+
+def shown(worker: Worker) -> Shown:
+    """What :func:`show_workers` attached (worked out now for a worker shown without it)."""
+    if getattr(worker, SHOWN, None) is None:
+        show_workers([worker], timezone.now(), worker._state.db or "default")
+    value: Shown = getattr(worker, SHOWN)
+    return value
+
+
+class WorkerChangeList(ChangeList):
+    def get_results(self, request: HttpRequest) -> None:
+        super().get_results(request)
+        show_workers(self.result_list, timezone.now(), self.queryset.db)
+
+
+class HeartbeatFilter(admin.SimpleListFilter):
+    """Live or stale, by the one rule the dashboard uses (``stats.heartbeat_is_stale``)."""
+
+    title = "heartbeat"
+    parameter_name = "heartbeat"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("live", "live"), ("stale", "stale")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Worker]) -> QuerySet[Worker]:
+        if self.value() not in ("live", "stale"):
+            return queryset
+        # A row per live process (the maintenance sweeps the rest): read in one query.
+        now = timezone.now()
+        beats = queryset.order_by().values_list("id", "last_heartbeat_at")
+        stale = [pk for pk, beat in beats if heartbeat_is_stale(beat, now)]
+        if self.value() == "stale":
+            return queryset.filter(id__in=stale)
+        return queryset.exclude(id__in=stale)
 
 
 @admin.register(Worker)
 class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    """Live worker processes; a registration is swept a lease after its last heartbeat."""
+    """The runjobs processes; a registration is swept a lease after its last heartbeat."""
 
-    list_display = ("id", "host", "pid", "queues", "started_at", "last_heartbeat_at", "running")
-    readonly_fields = ("id", "host", "pid", "queues", "started_at", "last_heartbeat_at")
+    # The id is host:pid:random: the host links to the worker's page, which shows it.
+    list_display = (
+        "host",
+        "pid",
+        "state",
+        "queue_names",
+        "heartbeat",
+        "started",
+        "jobs_run",
+        "running_jobs",
+    )
+    list_filter = (HeartbeatFilter,)
+    change_list_template = "admin/django_jobs/worker/change_list.html"
+    fields = readonly_fields = (
+        "id",
+        "host",
+        "pid",
+        "queue_names",
+        "started",
+        "heartbeat",
+        "state",
+        "jobs_run",
+        "running_jobs",
+    )
     search_fields = ("id", "host")
 
-    @admin.display(description="running jobs")
-    def running(self, obj: Worker) -> int:
-        return Job.objects.filter(status=JobStatus.RUNNING, lease_owner=obj.id).count()
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
+        return WorkerChangeList
+
+    def get_object(self, request: HttpRequest, object_id: str, from_field: Any = None) -> Any:
+        worker = super().get_object(request, object_id, from_field)
+        if worker is not None:
+            show_workers([worker], timezone.now(), worker._state.db or "default")
+        return worker
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False  # the maintenance sweeps a registration a lease after its last beat
+
+    @admin.display(description="queues")
+    def queue_names(self, obj: Worker) -> str:
+        return ", ".join(obj.queues or [])
+
+    @admin.display(description="started", ordering="started_at")
+    def started(self, obj: Worker) -> str:
+        return format_time(obj.started_at)
+
+    @admin.display(description="last heartbeat", ordering="last_heartbeat_at")
+    def heartbeat(self, obj: Worker) -> SafeString:
+        age = format_age(shown(obj).now - obj.last_heartbeat_at)
+        return format_html("{}<br>{} ago", format_time(obj.last_heartbeat_at), age)
+
+    @admin.display(description="state")
+    def state(self, obj: Worker) -> SafeString:
+        if heartbeat_is_stale(obj.last_heartbeat_at, shown(obj).now):
+            return format_html(
+                '<strong class="jobs-worker-stale" title="{}">stale</strong>',
+                f"missed more than {LATE_BEATS} heartbeats: its jobs go back to the queue "
+                "when their leases expire",
+            )
+        return mark_safe('<span class="jobs-worker-live">live</span>')  # noqa: S308 - a constant
+
+    @admin.display(description="running")
+    def running_jobs(self, obj: Worker) -> SafeString:
+        running = shown(obj).running
+        if not running:
+            return self.get_empty_value_display()
+        return format_html_join(
+            ", ",
+            '<a href="{}">{} #{}</a>',
+            (
+                (
+                    reverse(
+                        "admin:django_jobs_job_change",
+                        args=[job.id],
+                        current_app=self.admin_site.name,
+                    ),
+                    job.name,
+                    job.id,
+                )
+                for job in running
+            ),
+        )

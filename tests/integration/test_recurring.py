@@ -12,7 +12,6 @@ import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
 from django.db import connection
-from django.urls import reverse
 from freezegun import freeze_time
 
 from django_jobs import ScheduleError, UnknownJob, add_recurring_job, remove_recurring_job
@@ -367,38 +366,6 @@ def test_runjobs_burst_syncs_schedules_from_settings(settings):
     }
     call_command("runjobs", "--burst", verbosity=0)
     assert RecurringJob.objects.get(name="synced").source == "settings"
-
-
-def test_admin_recurring_run_now_enable_disable_and_validation(admin_client):
-    with freeze_time(T0):
-        schedule = add_recurring_job("admin-made", "@daily", "tests.ok", {"a": 1})
-    changelist = reverse("admin:django_jobs_recurringjob_changelist")
-    page = admin_client.get(changelist)
-    assert page.status_code == 200 and "admin-made" in page.content.decode()
-    admin_client.post(changelist, {"action": "run_now", "_selected_action": [schedule.pk]})
-    assert (Job.objects.get().payload, Job.objects.get().schedule) == ({"a": 1}, "admin-made")
-    schedule.refresh_from_db()
-    assert schedule.next_run_at == datetime(2026, 1, 6, 0, 0, tzinfo=UTC)  # not moved
-    admin_client.post(changelist, {"action": "disable", "_selected_action": [schedule.pk]})
-    assert not RecurringJob.objects.get().enabled
-    admin_client.post(changelist, {"action": "enable", "_selected_action": [schedule.pk]})
-    assert RecurringJob.objects.get().enabled
-    change = reverse("admin:django_jobs_recurringjob_change", args=[schedule.pk])
-    response = admin_client.post(
-        change,
-        {
-            "name": "admin-made",
-            "job_name": "tests.ok",
-            "cron": "0 2 * *",
-            "timezone": "UTC",
-            "payload": "{}",
-            "enabled": "on",
-            "overlap": "on",
-        },
-    )
-    assert response.status_code == 200
-    assert "not a valid cron expression" in response.content.decode()
-    assert RecurringJob.objects.get().cron == "@daily"
 
 
 def test_docs_post_migrate_recipe_adds_schedules_on_a_fresh_database(tmp_path):

@@ -5,7 +5,13 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from django_jobs import ScheduleError
-from django_jobs.cron import next_occurrence, normalise_cron, occurrences, validate_cron
+from django_jobs.cron import (
+    next_occurrence,
+    next_occurrences,
+    normalise_cron,
+    occurrences,
+    validate_cron,
+)
 
 UTC = timezone.utc
 PARIS = ZoneInfo("Europe/Paris")
@@ -145,3 +151,54 @@ def test_next_occurrence_from_inside_the_repeated_hour_does_not_go_back():
     assert local([next_occurrence("*/15 * * * *", "Europe/Paris", second_passage)]) == [
         "25 03:00+0100"
     ]
+
+
+NEW_YORK = ZoneInfo("America/New_York")
+
+
+def new_york(instants):
+    return [t.astimezone(NEW_YORK).strftime("%m-%d %H:%M %Z") for t in instants]
+
+
+def test_next_occurrences_across_dst_forward_and_back():
+    # 2026-03-08 02:00 EST jumps to 03:00 EDT; 2026-11-01 02:00 EDT falls back to 01:00 EST.
+    spring = next_occurrences("30 2 * * *", "America/New_York", datetime(2026, 3, 6, tzinfo=UTC), 5)
+    assert new_york(spring) == [
+        "03-06 02:30 EST",
+        "03-07 02:30 EST",
+        "03-08 03:00 EDT",
+        "03-09 02:30 EDT",
+        "03-10 02:30 EDT",
+    ]
+    autumn = next_occurrences(
+        "30 1 * * *", "America/New_York", datetime(2026, 10, 30, tzinfo=UTC), 5
+    )
+    assert new_york(autumn) == [
+        "10-30 01:30 EDT",
+        "10-31 01:30 EDT",
+        "11-01 01:30 EDT",  # the repeated hour's first passage, once
+        "11-02 01:30 EST",
+        "11-03 01:30 EST",
+    ]
+    assert all(instant.tzinfo == UTC for instant in spring + autumn)
+
+
+def test_next_occurrences_are_strictly_after_and_as_many_as_asked():
+    after = datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
+    assert next_occurrences("0 * * * *", "UTC", after, 3) == [
+        datetime(2026, 1, 5, hour, 0, tzinfo=UTC) for hour in (13, 14, 15)
+    ]
+    assert next_occurrences("0 * * * *", "UTC", after, 0) == []
+
+
+@pytest.mark.parametrize(
+    ("cron", "zone", "message"),
+    [
+        ("0 0 30 2 *", "UTC", "has no occurrence after"),
+        ("every day", "UTC", "not a valid cron expression"),
+        ("@daily", "Mars/Olympus", "unknown time zone"),
+    ],
+)
+def test_next_occurrences_of_what_cannot_fire_is_a_schedule_error(cron, zone, message):
+    with pytest.raises(ScheduleError, match=message):
+        next_occurrences(cron, zone, datetime(2026, 1, 1, tzinfo=UTC), 5)

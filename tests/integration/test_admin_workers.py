@@ -1,0 +1,211 @@
+"""The workers page, through the test client: columns, the stale flag, one query per page."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+from django.contrib.admin.utils import quote
+from django.contrib.auth.models import Permission
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from freezegun import freeze_time
+
+from django_jobs.conf import settings as jobs_settings
+from django_jobs.models import Job, JobStatus, Worker
+from django_jobs.stats import LATE_BEATS
+
+pytestmark = pytest.mark.django_db
+
+UTC = timezone.utc
+NOW = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
+CHANGELIST = "admin:django_jobs_worker_changelist"
+
+
+def make_worker(worker_id: str, *, beat_ago: float = 1, **overrides: Any) -> Worker:
+    values: dict[str, Any] = {
+        "host": worker_id.split(":")[0],
+        "pid": 4242,
+        "queues": ["default"],
+        "started_at": NOW - timedelta(hours=1),
+        "last_heartbeat_at": NOW - timedelta(seconds=beat_ago),
+    }
+    values.update(overrides)
+    return Worker.objects.create(id=worker_id, **values)
+
+
+def running_job(make_job: Callable[..., Job], owner: str, name: str = "tests.ok") -> Job:
+    return make_job(name=name, status=JobStatus.RUNNING, lease_owner=owner, attempt=1)
+
+
+def changelist(client: Client, query: str = "") -> Any:
+    with freeze_time(NOW):
+        response = client.get(reverse(CHANGELIST) + query)
+    assert response.status_code == 200
+    return response
+
+
+def listed(response: Any) -> list[str]:
+    return [worker.id for worker in response.context["cl"].result_list]
+
+
+def cell(response: Any, worker_id: str, column: str) -> str:
+    """The text of ``column``'s cell in the row of ``worker_id``."""
+    page = response.content.decode()
+    row = page[page.index(reverse("admin:django_jobs_worker_change", args=[quote(worker_id)])) :]
+    start = row.index(f'class="field-{column}"')
+    return row[row.index(">", start) + 1 : row.index("</td>", start)]
+
+
+def test_worker_changelist_shows_host_pid_queues_times_jobs_run_and_running_jobs(
+    admin_client, make_job
+):
+    make_worker(
+        "web-1:4242:abcd", beat_ago=4, queues=["default", "emails"], host="web-1", jobs_run=17
+    )
+    first = running_job(make_job, "web-1:4242:abcd", "tests.ok")
+    second = running_job(make_job, "web-1:4242:abcd", "tests.sleepy")
+    make_job(status=JobStatus.PENDING, lease_owner="web-1:4242:abcd")  # not running: not shown
+    make_job(status=JobStatus.SUCCEEDED, lease_owner="web-1:4242:abcd")
+
+    response = changelist(admin_client)
+
+    worker = "web-1:4242:abcd"
+    change = reverse("admin:django_jobs_worker_change", args=[quote(worker)])
+    assert f'<th class="field-host"><a href="{change}">web-1</a></th>' in response.content.decode()
+    assert cell(response, worker, "pid") == "4242"
+    assert cell(response, worker, "queue_names") == "default, emails"
+    assert cell(response, worker, "started") == "2026-01-05 11:00:00 UTC"
+    assert cell(response, worker, "heartbeat") == "2026-01-05 11:59:56 UTC<br>4 s ago"
+    assert cell(response, worker, "jobs_run") == "17"
+    job_url = "/admin/django_jobs/job/{}/change/"
+    assert cell(response, worker, "running_jobs") == (
+        f'<a href="{job_url.format(first.pk)}">tests.ok #{first.pk}</a>, '
+        f'<a href="{job_url.format(second.pk)}">tests.sleepy #{second.pk}</a>'
+    )
+
+
+def test_worker_changelist_shows_times_in_the_active_time_zone(admin_client, settings):
+    settings.TIME_ZONE = "Europe/Paris"
+    make_worker("web-1:1:a", beat_ago=3725)
+
+    response = changelist(admin_client)
+
+    assert cell(response, "web-1:1:a", "started") == "2026-01-05 12:00:00 CET"
+    assert cell(response, "web-1:1:a", "heartbeat") == "2026-01-05 11:57:55 CET<br>1 h 02 min ago"
+
+
+def test_worker_changelist_shows_an_idle_worker_without_jobs(admin_client, make_job):
+    make_worker("idle:1:a")
+    running_job(make_job, "another:1:b")  # leased to a worker that is not this one
+
+    response = changelist(admin_client)
+
+    assert cell(response, "idle:1:a", "running_jobs") == "-"
+    assert cell(response, "idle:1:a", "jobs_run") == "0"
+    with freeze_time(NOW):
+        page = admin_client.get(reverse("admin:django_jobs_worker_change", args=["idle:1:a"]))
+    assert '<div class="readonly">-</div>' in page.content.decode()
+    assert '<div class="readonly">None</div>' not in page.content.decode()
+
+
+def stale_after() -> float:
+    return LATE_BEATS * jobs_settings.heartbeat_seconds()
+
+
+def test_worker_changelist_flags_workers_that_missed_their_heartbeats(admin_client):
+    make_worker("fresh:1:a", beat_ago=1)
+    make_worker("edge:1:b", beat_ago=stale_after())  # exactly two beats late: not yet
+    make_worker("late:1:c", beat_ago=stale_after() + 1)
+
+    response = changelist(admin_client)
+
+    assert "live" in cell(response, "fresh:1:a", "state")
+    assert "live" in cell(response, "edge:1:b", "state")
+    assert "stale" in cell(response, "late:1:c", "state")
+    assert 'class="jobs-worker-stale"' in cell(response, "late:1:c", "state")
+
+
+def test_worker_changelist_filters_live_and_stale(admin_client):
+    make_worker("fresh:1:a", beat_ago=1)
+    make_worker("edge:1:b", beat_ago=stale_after())
+    make_worker("late:1:c", beat_ago=stale_after() + 1)
+
+    assert sorted(listed(changelist(admin_client, "?heartbeat=live"))) == [
+        "edge:1:b",
+        "fresh:1:a",
+    ]
+    assert listed(changelist(admin_client, "?heartbeat=stale")) == ["late:1:c"]
+    assert len(listed(changelist(admin_client))) == 3
+
+
+def page_queries(client: Client, query: str = "") -> int:
+    with CaptureQueriesContext(connection) as queries:
+        changelist(client, query)
+    return len(queries)
+
+
+@pytest.mark.parametrize("query", ["", "?heartbeat=stale"])
+def test_worker_changelist_makes_as_many_queries_for_six_workers_as_for_one(
+    admin_client, make_job, query
+):
+    make_worker("w0:1:a", beat_ago=1000)
+    running_job(make_job, "w0:1:a")
+    one = page_queries(admin_client, query)
+    for index in range(1, 6):
+        make_worker(f"w{index}:1:a", beat_ago=1000)
+        running_job(make_job, f"w{index}:1:a")
+        running_job(make_job, f"w{index}:1:a")
+
+    six = page_queries(admin_client, query)
+
+    assert six == one
+    response = changelist(admin_client, query)
+    assert len(listed(response)) == 6
+    assert cell(response, "w5:1:a", "running_jobs").count("<a ") == 2
+
+
+def test_worker_change_page_shows_the_same_read_only_fields(admin_client, make_job):
+    make_worker("web-1:4242:abcd", beat_ago=stale_after() + 1, jobs_run=3)
+    job = running_job(make_job, "web-1:4242:abcd")
+
+    with freeze_time(NOW):
+        response = admin_client.get(
+            reverse("admin:django_jobs_worker_change", args=["web-1:4242:abcd"])
+        )
+
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert f'<a href="/admin/django_jobs/job/{job.pk}/change/">tests.ok #{job.pk}</a>' in page
+    assert 'class="jobs-worker-stale"' in page
+    assert "2026-01-05 11:00:00 UTC" in page
+    assert 'name="_save"' not in page
+
+
+def test_worker_admin_cannot_add_change_or_delete(admin_client):
+    make_worker("web-1:4242:abcd")
+    delete = reverse("admin:django_jobs_worker_delete", args=["web-1:4242:abcd"])
+
+    response = changelist(admin_client)
+
+    page = response.content.decode()
+    assert reverse("admin:django_jobs_worker_add") not in page
+    assert 'name="action"' not in page  # no bulk delete either
+    assert admin_client.post(delete, {"post": "yes"}).status_code == 403
+    assert admin_client.post(reverse("admin:django_jobs_worker_add"), {}).status_code == 403
+    assert Worker.objects.filter(id="web-1:4242:abcd").exists()
+
+
+def test_worker_changelist_needs_the_view_permission(client, django_user_model):
+    user = django_user_model.objects.create_user("staff", password="unused", is_staff=True)
+    client.force_login(user)
+    make_worker("web-1:4242:abcd")
+
+    assert client.get(reverse(CHANGELIST)).status_code == 403
+
+    user.user_permissions.add(Permission.objects.get(codename="view_worker"))
+    assert listed(changelist(client)) == ["web-1:4242:abcd"]
