@@ -3,7 +3,6 @@ a list that never counts the whole table, and deleting finished jobs only."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
@@ -21,6 +20,7 @@ from django.utils.text import Truncator
 
 from ..conf import settings
 from ..db import get_driver
+from ..display import format_span, format_time
 from ..models import FINISHED_STATUSES, LIVE_STATUSES, Attempt, Job, JobStatus, RecurringJob
 from ..redaction import masked_json
 from ..registry import get_definition, registered_names
@@ -35,34 +35,6 @@ if TYPE_CHECKING:
     JobAdminBase = admin.ModelAdmin[Job]
 else:
     JobAdminBase = object  # the mixins below go before admin.ModelAdmin
-
-
-# -- how times and durations read ------------------------------------------------------
-
-
-def format_time(value: datetime | None) -> str:
-    """A time in the active time zone, to the second, with the zone: ``2026-01-05 12:00:03 UTC``."""
-    if value is None:
-        return "-"
-    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
-
-
-def format_duration(span: timedelta) -> str:
-    """``250 ms``, ``42 s``, ``3 min 5 s``, ``3 h 5 min``, ``2 d 4 h``: two units at most."""
-    seconds = max(span.total_seconds(), 0.0)
-    if seconds < 1:
-        return f"{round(seconds * 1000)} ms"
-    whole = int(seconds)
-    days, rest = divmod(whole, 86_400)
-    hours, rest = divmod(rest, 3600)
-    minutes, secs = divmod(rest, 60)
-    if days:
-        return f"{days} d {hours} h" if hours else f"{days} d"
-    if hours:
-        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
-    if minutes:
-        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
-    return f"{seconds:.1f} s" if seconds < 10 else f"{whole} s"
 
 
 def status_label(status: str) -> str:
@@ -105,7 +77,7 @@ class AttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
     def duration(self, obj: Attempt) -> str:
         if obj.finished_at is None:
             return "running" if obj.outcome is None else "-"
-        return format_duration(obj.finished_at - obj.started_at)
+        return format_span(obj.finished_at - obj.started_at)
 
 
 TIME_FIELDS = tuple(
@@ -174,10 +146,10 @@ class JobDisplayMixin:
         if obj.started_at is None:
             return ""
         if obj.status == JobStatus.RUNNING:
-            return f"running for {format_duration(timezone.now() - obj.started_at)}"
+            return f"running for {format_span(timezone.now() - obj.started_at)}"
         if obj.finished_at is None:
             return ""
-        return format_duration(obj.finished_at - obj.started_at)
+        return format_span(obj.finished_at - obj.started_at)
 
     @admin.display(description="last error")
     def short_error(self, obj: Job) -> str:

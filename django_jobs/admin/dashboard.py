@@ -24,7 +24,7 @@ from django.utils import timezone
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
-from ..management.output import format_time
+from ..display import format_time
 from ..models import Job
 from ..stats import CHART_MINUTES, Minute, overview
 

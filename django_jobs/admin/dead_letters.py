@@ -9,6 +9,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
 
+from ..display import format_age
 from ..models import DeadLetter, Job, JobStatus
 from .common import (
     JOB_FIELDS,
@@ -20,7 +21,6 @@ from .common import (
     NameFilter,
     QueueFilter,
     ReadOnlyAdminMixin,
-    format_duration,
 )
 from .job_actions import JobActionsMixin
 
@@ -67,4 +67,4 @@ class DeadLetterAdmin(
         """How long ago it was dead-lettered."""
         if obj.finished_at is None:
             return ""
-        return format_duration(timezone.now() - obj.finished_at)
+        return format_age(timezone.now() - obj.finished_at)

@@ -25,13 +25,13 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from ..cron import UTC, get_zone, next_occurrences, validate_cron
+from ..display import format_time
 from ..exceptions import JobsError
 from ..models import Job, JobStatus, RecurringJob
 from ..payloads import encode_payload
 from ..recurring import change_schedule, check_schedule_options, first_run_at
 from ..recurring import run_now as enqueue_run_now
 from ..registry import get_definition, registered_names
-from .workers import format_time
 
 #: How many occurrences the change form previews.
 PREVIEW = 5

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable
-from datetime import datetime, timedelta, tzinfo
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from django.contrib import admin
@@ -16,35 +16,13 @@ from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
 
+from ..display import format_age, format_time
 from ..models import Job, JobStatus, Worker
 from ..stats import LATE_BEATS, heartbeat_is_stale
 from .common import ReadOnlyAdminMixin
 
-TIME_FORMAT = "%Y-%m-%d %H:%M:%S %Z"
 # Set on each Worker shown: what one query per page found, and the instant the page reads.
 SHOWN = "django_jobs_shown"
-
-
-def format_time(value: datetime | None, zone: tzinfo | None = None) -> str:
-    """A time to the second with its zone's name: in ``zone``, else the active time zone."""
-    if value is None:
-        return "-"
-    return timezone.localtime(value, zone).strftime(TIME_FORMAT)
-
-
-def format_age(age: timedelta) -> str:
-    """``4 s``, ``3 min 05 s``, ``2 h 03 min``, ``3 d 04 h``: a duration, coarser as it grows."""
-    seconds = max(int(age.total_seconds()), 0)
-    days, rest = divmod(seconds, 86400)
-    hours, rest = divmod(rest, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if days:
-        return f"{days} d {hours:02d} h"
-    if hours:
-        return f"{hours} h {minutes:02d} min"
-    if minutes:
-        return f"{minutes} min {seconds:02d} s"
-    return f"{seconds} s"
 
 
 class HeldJob(NamedTuple):

@@ -7,14 +7,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.utils import timezone
+from ..display import format_time
 
-
-def format_time(value: datetime | None) -> str:
-    """A time in the current time zone, to the second, with the zone's name."""
-    if value is None:
-        return "-"
-    return timezone.localtime(value).strftime("%Y-%m-%d %H:%M:%S %Z")
+__all__ = ["format_age", "format_duration", "format_time"]
 
 
 def format_age(age: timedelta | None) -> str:

@@ -11,7 +11,7 @@ from django import template
 from django.db import DatabaseError, connections, router, transaction
 from django.urls import NoReverseMatch, reverse
 
-from ..management.output import format_age, format_time
+from ..display import format_age, format_time
 from ..models import Job
 from ..stats import overview
 
@@ -61,7 +61,7 @@ def jobs_time(value: datetime | None) -> str:
 @register.filter
 def jobs_age_at(since: datetime | None, now: datetime) -> str:
     """How long before ``now`` ``since`` was: ``1h02m03s``, ``4m05s``, ``6s``."""
-    return format_age(None if since is None else now - since)
+    return "-" if since is None else format_age(now - since)
 
 
 @register.filter

@@ -152,7 +152,9 @@ def test_dashboard_shows_counts_by_status_and_the_oldest_due_age(
     }
     assert queue_row(html, "emails")["cancelled"] == "1"
     assert re.search(
-        r'data-count="oldest_due">1m30s <span class="quiet">\(due 2026-01-05 11:58:30 UTC\)', html
+        r'data-count="oldest_due">1 min 30 s <span class="quiet">'
+        r"\(due 2026-01-05 11:58:30 UTC\)",
+        html,
     )
 
 
@@ -245,14 +247,14 @@ def test_dashboard_flags_stale_workers_even_past_a_lease_and_unserved_queues(
     html = page(admin_client)
     unserved = re.findall(r'<li class="error jobs-flag-unserved">(.*?)</li>', html)
     assert unserved == [
-        "No live worker serves queue <strong>emails</strong>: 1 job due, the oldest waiting 5m00s."
+        "No live worker serves queue <strong>emails</strong>: 1 job due, the oldest waiting 5 min."
     ]
     stale = re.findall(
         r'<li class="warning jobs-flag-stale">Stale worker <strong>(\w+)</strong>.*?(\d+) running',
         html,
     )
     assert sorted(stale) == [("gone", "0"), ("late", "1")]
-    assert "last heartbeat 2026-01-05 11:56:39 UTC, 3m21s ago" in html
+    assert "last heartbeat 2026-01-05 11:56:39 UTC, 3 min 21 s ago" in html
 
 
 def test_queue_without_due_jobs_is_not_flagged_unserved(
@@ -286,7 +288,7 @@ def test_index_summary_shows_the_queues_the_flags_and_a_link_to_the_dashboard(
             "0",
             "0",
             "0",
-            "42s",
+            "42 s",
             '<span class="jobs-unserved">NO WORKER</span>',
         ]
         assert "jobs-flag-stale" in summary

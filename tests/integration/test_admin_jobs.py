@@ -20,7 +20,7 @@ from django.utils import timezone
 from freezegun import freeze_time
 
 from django_jobs.admin import common
-from django_jobs.admin.common import format_duration
+from django_jobs.display import format_span as format_duration
 from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, RecurringJob
 from tests.conftest import START
 
