@@ -188,7 +188,7 @@ def test_control_room_walk_in_browser(live_server, django_user_model, settings, 
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1600, "height": 900})
+            page = browser.new_page(viewport={"width": 1920, "height": 1000})
             page.set_default_timeout(TIMEOUT_MS)
             sync_api.expect.set_options(timeout=TIMEOUT_MS)
             page.goto(f"{live_server.url}{reverse('admin:login')}?next={dashboard}")
