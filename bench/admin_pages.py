@@ -59,7 +59,7 @@ SCHEDULED_EVERY = 10  # one finished job in ten was fired by a schedule
 CANCELLED_EVERY = 100  # one finished job in a hundred was cancelled
 ADMIN_USER = "bench-admin"
 DASHBOARD = "admin:django_jobs_dashboard"
-DEEP_PAGE = 1000
+DEEP_PAGE = 100  # the last page the job list offers: it counts at most 10,000 rows
 
 
 class BenchError(RuntimeError):
