@@ -73,3 +73,14 @@ def mail(to: str) -> str:
 @task(priority=-50)
 def low(n: int) -> int:
     return n
+
+
+@task()
+def deep(depth: int) -> None:
+    """Fails with ``depth`` chained errors: a traceback longer than an attempt's error holds."""
+    try:
+        if depth:
+            deep.func(depth - 1)
+        raise ValueError("at the bottom")
+    except ValueError as exc:
+        raise ValueError(f"at depth {depth}") from exc

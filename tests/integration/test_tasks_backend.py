@@ -153,6 +153,19 @@ def test_tasks_backend_fails_as_immediate_backend_fails(worker, one_attempt, nam
         got.return_value  # noqa: B018
 
 
+def test_tasks_backend_keeps_the_end_of_a_long_traceback(worker, one_attempt):
+    """An attempt's error holds 2,000 characters: the traceback loses its first frames."""
+    queued = tasks.deep.enqueue(30)
+    run_all(worker)
+    [error] = backend().get_result(queued.id).errors
+    assert error.exception_class_path == "builtins.ValueError"
+    lines = error.traceback.splitlines()
+    assert lines[:2] == ["Traceback (most recent call last):", "  ..."]
+    assert lines[-1] == "ValueError: at depth 30"
+    assert 'raise ValueError(f"at depth {depth}") from exc' in lines[-2]
+    assert len(Job.objects.get(pk=queued.id).last_error) <= 2000
+
+
 # -- statuses -----------------------------------------------------------------------
 
 
