@@ -11,15 +11,11 @@ from typing import Any
 from django.conf import settings
 from django.utils.module_loading import import_string
 
-BACKEND = "django_jobs.backend.JobsBackend"
-
 
 def runs_tasks(params: Any) -> bool:
     path = params.get("BACKEND") if isinstance(params, dict) else None
     if not isinstance(path, str):
         return False
-    if path == BACKEND:
-        return True
     try:
         backend = import_string(path)
     except ImportError:
