@@ -10,8 +10,9 @@ database: ``schedule_job("demo.noop", {"n": n})`` and ``example.tasks.noop.enque
 first each call its own transaction (autocommit: the commit, and on a durable
 database its flush to disk, is most of the cost), then all the calls of a round in
 one ``transaction.atomic()`` (what is left is the Python work and the INSERT). The
-two ways alternate in rounds of ``--jobs`` calls, so that a drift of the machine or
-of the database touches both alike; the jobs tables are emptied before each round.
+two ways alternate in rounds of ``--jobs`` calls, each going first in every other
+round, so that a drift of the machine or of the database, or what one round leaves
+to the next, touches both alike; the jobs tables are emptied before each round.
 It prints each way's median time per call over the rounds, its calls per second,
 and its ratio to ``schedule_job()``.
 Like ``bench/drain.py``, a non-SQLite database is migrated and its Job and
@@ -114,8 +115,9 @@ def measure(options: Options, atomic: bool) -> dict[str, list[float]]:
     times: dict[str, list[float]] = {label: [] for label in WAYS}
     for way in WAYS.values():
         way(10)  # warm up: imports, prepared statements
-    for _ in range(options.rounds):
-        for label, way in WAYS.items():
+    for number in range(options.rounds):
+        ways = list(WAYS.items())
+        for label, way in ways if number % 2 == 0 else reversed(ways):  # each goes first alike
             delete_jobs()
             start = time.perf_counter()
             with transaction.atomic() if atomic else nullcontext():
