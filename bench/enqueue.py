@@ -13,8 +13,10 @@ one ``transaction.atomic()`` (what is left is the Python work and the INSERT). T
 two ways alternate in rounds of ``--jobs`` calls, each going first in every other
 round, so that a drift of the machine or of the database, or what one round leaves
 to the next, touches both alike; the jobs tables are emptied before each round.
-It prints each way's median time per call over the rounds, its calls per second,
-and its ratio to ``schedule_job()``.
+It prints each way's median time per call over the rounds (wall clock), its calls
+per second, its ratio to ``schedule_job()``, and the median CPU time this process
+spent per call (``time.process_time()``: on SQLite the database's work is in it,
+on PostgreSQL the server's is not), which a busy machine disturbs less.
 Like ``bench/drain.py``, a non-SQLite database is migrated and its Job and
 Attempt rows are deleted: do not point it at a database whose jobs you want to keep.
 """
@@ -106,23 +108,27 @@ WAYS: dict[str, Callable[[int], None]] = {
 }
 
 
-def measure(options: Options, atomic: bool) -> dict[str, list[float]]:
-    """Seconds per call of each way, one figure per round; the ways alternate."""
+Times = dict[str, list[tuple[float, float]]]
+
+
+def measure(options: Options, atomic: bool) -> Times:
+    """(wall, CPU) seconds per call of each way, one pair per round; the ways alternate."""
     from django.db import transaction
 
     from django_jobs.models import Job
 
-    times: dict[str, list[float]] = {label: [] for label in WAYS}
+    times: Times = {label: [] for label in WAYS}
     for way in WAYS.values():
         way(10)  # warm up: imports, prepared statements
     for number in range(options.rounds):
         ways = list(WAYS.items())
         for label, way in ways if number % 2 == 0 else reversed(ways):  # each goes first alike
             delete_jobs()
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             with transaction.atomic() if atomic else nullcontext():
                 way(options.jobs)
-            times[label].append((time.perf_counter() - start) / options.jobs)
+            wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+            times[label].append((wall / options.jobs, cpu / options.jobs))
             if Job.objects.count() != options.jobs:
                 raise RuntimeError(f"{label}: expected {options.jobs} jobs")
     delete_jobs()
@@ -150,12 +156,15 @@ def describe() -> str:
     )
 
 
-def table(times: dict[str, list[float]], title: str) -> list[str]:
-    base = statistics.median(times["schedule_job()"])
-    lines = [title, f"{'way':<32}{'us/call':>10}{'calls/s':>10}{'ratio':>8}"]
+def table(times: Times, title: str) -> list[str]:
+    base = statistics.median(wall for wall, _ in times["schedule_job()"])
+    lines = [title, f"{'way':<32}{'us/call':>10}{'calls/s':>10}{'ratio':>8}{'CPU us/call':>13}"]
     for label, figures in times.items():
-        median = statistics.median(figures)
-        lines.append(f"{label:<32}{median * 1e6:>10.0f}{1 / median:>10,.0f}{median / base:>8.2f}")
+        wall = statistics.median(figure[0] for figure in figures)
+        cpu = statistics.median(figure[1] for figure in figures)
+        lines.append(
+            f"{label:<32}{wall * 1e6:>10.0f}{1 / wall:>10,.0f}{wall / base:>8.2f}{cpu * 1e6:>13.0f}"
+        )
     return lines
 
 

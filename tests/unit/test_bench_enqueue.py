@@ -8,11 +8,15 @@ enqueue = load_bench_module("enqueue")
 
 
 def test_bench_enqueue_table_gives_each_way_its_ratio_to_schedule_job():
-    times = {"schedule_job()": [0.002, 0.001, 0.003], "task.enqueue() (JobsBackend)": [0.003] * 3}
+    times = {
+        "schedule_job()": [(0.002, 0.001), (0.001, 0.0005), (0.003, 0.002)],
+        "task.enqueue() (JobsBackend)": [(0.003, 0.0012)] * 3,
+    }
     title, header, base, task = enqueue.table(times, "title")
-    assert (title, header.split()) == ("title", ["way", "us/call", "calls/s", "ratio"])
-    assert base.split()[-3:] == ["2000", "500", "1.00"]
-    assert task.split()[-3:] == ["3000", "333", "1.50"]
+    assert title == "title"
+    assert header.split() == ["way", "us/call", "calls/s", "ratio", "CPU", "us/call"]
+    assert base.split()[-4:] == ["2000", "500", "1.00", "1000"]
+    assert task.split()[-4:] == ["3000", "333", "1.50", "1200"]
 
 
 def test_bench_enqueue_refuses_no_rounds():
