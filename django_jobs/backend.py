@@ -156,7 +156,10 @@ class JobsBackend(BaseTaskBackend):
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         """Warn about a queue of ``QUEUES`` that ``DJANGO_JOBS["QUEUES"]`` does not declare."""
-        declared = set(jobs_settings.QUEUES)
+        try:
+            declared = set(jobs_settings.QUEUES)
+        except ImproperlyConfigured:
+            return []  # django_jobs.E001 or E004 says what is wrong
         return [
             checks.Warning(
                 f"TASKS[{self.alias!r}]['QUEUES'] names {queue!r}, which DJANGO_JOBS['QUEUES'] "

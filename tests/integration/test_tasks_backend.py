@@ -428,6 +428,12 @@ def test_tasks_backend_check_warns_of_an_undeclared_queue():
     assert JobsBackend("any", {"QUEUES": []}).check() == []
 
 
+def test_tasks_backend_check_leaves_bad_queues_to_the_settings_check(settings):
+    """A bad ``DJANGO_JOBS["QUEUES"]`` is django_jobs.E004's to report, not a crash here."""
+    settings.DJANGO_JOBS = {**settings.DJANGO_JOBS, "QUEUES": {"default": {"timeout": "30s"}}}
+    assert JobsBackend("other", {"QUEUES": ["default", "nowhere"]}).check() == []
+
+
 # -- signals -------------------------------------------------------------------------------
 
 
