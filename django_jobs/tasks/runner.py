@@ -29,7 +29,7 @@ from .. import signals
 from ..context import JobContext
 from ..exceptions import JobCancelled
 from ..models import Attempt, Job
-from ..redaction import masker
+from ..redaction import Mask, masker
 from ..registry import job
 from .framework import (
     TaskContext,
@@ -100,7 +100,7 @@ def run_task(ctx: JobContext, payload: Any) -> Any:
 
 def mask_arguments(
     func: Any, takes_context: bool, args: Sequence[Any], kwargs: Mapping[str, Any]
-) -> Any:
+) -> Mask:
     """A masker for the task's secrets: arguments whose names are secret, positional ones too."""
     try:
         bound = inspect.signature(func).bind_partial(
