@@ -253,10 +253,10 @@ def test_tasks_backend_aget_result_and_refresh_read_the_row(worker):
     assert queued.status == TaskResultStatus.SUCCESSFUL and queued.return_value == 42
 
 
-def test_tasks_backend_runs_in_tests_with_run_until_empty():
-    """A worker on the host's clock, serving every queue, as the testing guide says."""
+def test_tasks_backend_runs_in_tests_with_run_until_empty(worker):
+    """A worker serving every queue (``queues=None``), on the test's thread."""
     queued = tasks.mail.enqueue("ada@example.com")
-    assert run_until_empty().succeeded == 1
+    assert run_until_empty(worker(queues=None)).succeeded == 1
     assert backend().get_result(queued.id).return_value == "sent to ada@example.com"
 
 
