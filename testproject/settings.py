@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from importlib.util import find_spec
 from pathlib import Path
 
 import environ
@@ -84,3 +85,18 @@ DJANGO_JOBS = {
     "SHUTDOWN_GRACE_SECONDS": env("JOBS_SHUTDOWN_GRACE_SECONDS"),
     "LISTEN": env("JOBS_LISTEN"),
 }
+
+# Django's Tasks framework run by django-jobs: Django 6's own, or on Django 5.2 the
+# django-tasks backport when it is installed. "immediate" runs the same tasks in-process.
+TASKS_FRAMEWORK = "django.tasks" if find_spec("django.tasks") else None
+if TASKS_FRAMEWORK is None and find_spec("django_tasks"):
+    TASKS_FRAMEWORK = "django_tasks"
+    INSTALLED_APPS.append("django_tasks")
+if TASKS_FRAMEWORK is not None:
+    TASKS = {
+        "default": {"BACKEND": "django_jobs.backend.JobsBackend", "QUEUES": ["default", "emails"]},
+        "immediate": {
+            "BACKEND": f"{TASKS_FRAMEWORK}.backends.immediate.ImmediateBackend",
+            "QUEUES": [],
+        },
+    }

@@ -1,0 +1,172 @@
+"""``JobsBackend``: Django's Tasks framework, run durably by django-jobs.
+
+::
+
+    TASKS = {"default": {"BACKEND": "django_jobs.backend.JobsBackend", "QUEUES": ["default"]}}
+
+``task.enqueue()`` writes a job row on the caller's connection (it commits
+with the caller's transaction); ``manage.py runjobs`` runs it with leases,
+retries and dead letters; ``get_result()`` reads it back. On Django 5.2 it
+needs the ``django-tasks`` backport (see :mod:`django_jobs.tasks.framework`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+from django.db import router, transaction
+
+from .conf import settings as jobs_settings
+from .models import Job
+from .scheduling import schedule_job
+from .tasks.framework import (
+    BaseTaskBackend,
+    Task,
+    TaskResult,
+    TaskResultDoesNotExist,
+    TaskResultStatus,
+    normalize_json,
+    task_enqueued,
+)
+from .tasks.results import RUNNER
+from .tasks.runner import load_result, send
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+ATTRIBUTE = "django_jobs_options"
+OPTION_KEYS = {"MAX_ATTEMPTS"}
+
+
+@dataclass(frozen=True)
+class TaskOptions:
+    """What a task's jobs get that Django's ``@task`` has no argument for."""
+
+    max_attempts: int | None = None
+
+
+def _max_attempts(value: Any, where: str) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{where} must be a positive integer, got {value!r}")
+    return value
+
+
+def job_options(*, max_attempts: int | None = None) -> Callable[[F], F]:
+    """Give a task's jobs options Django's ``@task`` has no place for. Put it under ``@task``::
+
+        @task(queue_name="emails")
+        @job_options(max_attempts=8)
+        def send_welcome(user_id): ...
+
+    Other backends ignore it, so the same task runs on ``ImmediateBackend`` in tests.
+    """
+    options = TaskOptions(_max_attempts(max_attempts, "job_options(max_attempts=...)"))
+
+    def decorate(func: F) -> F:
+        if isinstance(func, Task):
+            raise TypeError("put @job_options(...) under @task, on the function itself")
+        setattr(func, ATTRIBUTE, options)
+        return func
+
+    return decorate
+
+
+def options_of(task: Task) -> TaskOptions:
+    found = getattr(task.func, ATTRIBUTE, None)
+    return found if isinstance(found, TaskOptions) else TaskOptions()
+
+
+class JobsBackend(BaseTaskBackend):
+    """Tasks as django-jobs jobs: durable, leased, retried, dead-lettered, in the admin.
+
+    ``OPTIONS``: ``MAX_ATTEMPTS``, the attempts a task gets unless its
+    ``@job_options`` say otherwise (default: ``DJANGO_JOBS["MAX_ATTEMPTS"]``).
+    A Django priority (-100 to 100, higher first) is the job's priority as it
+    is; ``run_after`` is the job's ``run_at``.
+    """
+
+    supports_defer = True
+    supports_async_task = True
+    supports_get_result = True
+    supports_priority = True
+    #: ``django_jobs`` registers the task runner when a ``TASKS`` backend says this.
+    runs_on_django_jobs = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        unknown = set(self.options) - OPTION_KEYS
+        if unknown:
+            raise ImproperlyConfigured(
+                f"TASKS[{alias!r}]['OPTIONS'] has unknown keys {sorted(unknown)}; "
+                f"known: {sorted(OPTION_KEYS)}"
+            )
+        try:
+            self.max_attempts = _max_attempts(
+                self.options.get("MAX_ATTEMPTS"), f"TASKS[{alias!r}]['OPTIONS']['MAX_ATTEMPTS']"
+            )
+        except ValueError as exc:
+            raise ImproperlyConfigured(str(exc)) from None
+
+    def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
+        """Write the task's job row; ``task_enqueued`` is sent once it commits."""
+        self.validate_task(task)
+        args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
+        payload = {
+            "task": task.module_path,
+            "args": args,
+            "kwargs": kwargs,
+            "backend": self.alias,
+            "run_after": task.run_after.isoformat() if task.run_after else None,
+        }
+        row = schedule_job(
+            RUNNER,
+            payload,
+            run_at=task.run_after,
+            queue=task.queue_name,
+            priority=task.priority,
+            max_attempts=options_of(task).max_attempts or self.max_attempts,
+        )
+        result: TaskResult[Any, Any] = TaskResult(
+            task=task,
+            id=str(row.pk),
+            status=TaskResultStatus.READY,
+            enqueued_at=row.created_at,
+            started_at=None,
+            last_attempted_at=None,
+            finished_at=None,
+            args=args,
+            kwargs=kwargs,
+            backend=self.alias,
+            errors=[],
+            worker_ids=[],
+        )
+        transaction.on_commit(lambda: send(task_enqueued, result), using=router.db_for_write(Job))
+        return result
+
+    def get_result(self, result_id: str) -> TaskResult:
+        """The task's result as it is now; ``TaskResultDoesNotExist`` for an unknown id."""
+        if not isinstance(result_id, str) or not result_id.isascii() or not result_id.isdigit():
+            raise TaskResultDoesNotExist(f"no task result with id {result_id!r}")
+        return load_result(int(result_id))
+
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """Warn about a queue of ``QUEUES`` that ``DJANGO_JOBS["QUEUES"]`` does not declare."""
+        try:
+            declared = set(jobs_settings.QUEUES)
+        except ImproperlyConfigured:
+            return []  # django_jobs.E001 or E004 says what is wrong
+        return [
+            checks.Warning(
+                f"TASKS[{self.alias!r}]['QUEUES'] names {queue!r}, which DJANGO_JOBS['QUEUES'] "
+                "does not declare: `manage.py runjobs` does not serve it.",
+                hint=f"Add {queue!r} to DJANGO_JOBS['QUEUES'], or run "
+                f"`manage.py runjobs --queue {queue}`.",
+                id="django_jobs.W030",
+            )
+            for queue in sorted(self.queues - declared)
+        ]

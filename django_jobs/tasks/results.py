@@ -1,0 +1,185 @@
+"""A task's job row as Django's ``TaskResult``, and a task's error as stored text.
+
+The runtime stores one error text per attempt (``Attempt.error``), at most
+2,000 characters, secrets masked. The runner writes a task's exception into
+it as ``TaskFailed: <class path>: <first line of the message>`` followed by
+its traceback (cut from the front to fit); :func:`task_error` reads it back.
+"""
+
+from __future__ import annotations
+
+import builtins
+import traceback
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from django.utils.dateparse import parse_datetime
+from django.utils.module_loading import import_string
+
+from .. import exceptions as jobs_exceptions
+from ..models import AttemptOutcome, Job, JobStatus
+from ..outcomes import ERROR_LIMIT
+from .framework import Task, TaskError, TaskResult, TaskResultStatus
+
+#: The job every task runs as; its payload names the task.
+RUNNER = "django_jobs.task"
+
+PREFIX = "TaskFailed: "
+#: Room left for masking, which can lengthen a text a little (a secret of 1 or 2 characters).
+MARGIN = 100
+MESSAGE_LIMIT = 200
+ELIDED = "  ...\n"
+
+STATUSES = {
+    JobStatus.PENDING: TaskResultStatus.READY,
+    JobStatus.RUNNING: TaskResultStatus.RUNNING,
+    JobStatus.SUCCEEDED: TaskResultStatus.SUCCESSFUL,
+    JobStatus.DEAD_LETTERED: TaskResultStatus.FAILED,
+    JobStatus.CANCELLED: TaskResultStatus.FAILED,
+}
+
+#: The attempts that end in an error a ``TaskResult`` lists.
+FAILED_OUTCOMES = {
+    AttemptOutcome.FAILED,
+    AttemptOutcome.TIMED_OUT,
+    AttemptOutcome.LEASE_EXPIRED,
+    AttemptOutcome.CANCELLED,
+}
+
+
+class TaskFailed(Exception):
+    """A task raised: the message carries the exception's class path and traceback."""
+
+
+class TaskTimedOut(Exception):
+    """The attempt ran past its queue's ``timeout``; the worker cancelled it."""
+
+
+class WorkerLost(Exception):
+    """The worker running the attempt stopped renewing its lease (killed, cut off)."""
+
+
+def class_path(kind: type[BaseException]) -> str:
+    return f"{kind.__module__}.{kind.__qualname__}"
+
+
+def failure_text(exc: BaseException) -> str:
+    """``exc`` as :class:`TaskFailed`'s message: class path, message's first line, traceback."""
+    try:
+        message = str(exc)
+    except Exception:
+        message = ""
+    first = message.strip().splitlines()[0][:MESSAGE_LIMIT] if message.strip() else ""
+    head = f"{class_path(type(exc))}: {first}" if first else class_path(type(exc))
+    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    room = ERROR_LIMIT - MARGIN - len(PREFIX) - len(head) - 1
+    if len(trace) > room:
+        lines = trace.splitlines(keepends=True)
+        kept = lines[0] + ELIDED
+        tail = trace[len(trace) - (room - len(kept)) :]
+        trace = kept + tail[tail.find("\n") + 1 :] if "\n" in tail else kept + tail
+    return f"{head}\n{trace}"
+
+
+def task_error(error: str, outcome: str | None) -> TaskError:
+    """The ``TaskError`` an attempt's stored error text stands for."""
+    if error.startswith(PREFIX):
+        head, _, trace = error[len(PREFIX) :].partition("\n")
+        return TaskError(exception_class_path=head.partition(": ")[0], traceback=trace)
+    if outcome == AttemptOutcome.TIMED_OUT:
+        return TaskError(exception_class_path=class_path(TaskTimedOut), traceback=error)
+    if outcome == AttemptOutcome.LEASE_EXPIRED:
+        return TaskError(exception_class_path=class_path(WorkerLost), traceback=error)
+    if outcome == AttemptOutcome.CANCELLED:
+        return TaskError(
+            exception_class_path=class_path(jobs_exceptions.JobCancelled), traceback=error
+        )
+    return TaskError(exception_class_path=_path_of_name(error.partition(":")[0]), traceback=error)
+
+
+def _path_of_name(name: str) -> str:
+    """The class path of an error the runtime stored by name (``PayloadError``, ...)."""
+    for module in (jobs_exceptions, builtins):
+        kind = getattr(module, name, None)
+        if isinstance(kind, type) and issubclass(kind, BaseException):
+            return class_path(kind)
+    return class_path(Exception)
+
+
+def resolve_task(path: str) -> Task:
+    """The ``Task`` at ``path`` (``module.name``), as ``@task`` left it there."""
+    try:
+        found = import_string(path)
+    except ImportError as exc:
+        raise ValueError(f"task {path!r} cannot be imported: {exc}") from None
+    if not isinstance(found, Task):
+        raise ValueError(f"{path!r} is not a task (decorate it with @task)")
+    return found
+
+
+def run_after(payload: Mapping[str, Any]) -> datetime | None:
+    value = payload.get("run_after")
+    return parse_datetime(value) if isinstance(value, str) else None
+
+
+def payload_of(job: Job) -> dict[str, Any]:
+    """The payload of a task's job: the task's path, its arguments, its backend."""
+    payload = job.payload
+    if not (
+        isinstance(payload, dict)
+        and isinstance(payload.get("task"), str)
+        and isinstance(payload.get("args"), list)
+        and isinstance(payload.get("kwargs"), dict)
+        and isinstance(payload.get("backend"), str)
+    ):
+        raise ValueError(
+            f"job #{job.pk} is not a task's job: its payload has no task, args, kwargs"
+        )
+    return payload
+
+
+def task_of(job: Job) -> Task:
+    """The task a job runs, with the options it was enqueued with."""
+    payload = payload_of(job)
+    task = resolve_task(payload["task"])
+    return task.using(
+        priority=job.priority,
+        queue_name=job.queue,
+        run_after=run_after(payload),
+        backend=payload["backend"],
+    )
+
+
+def build_result(job: Job, attempts: Sequence[Mapping[str, Any]], task: Task) -> TaskResult:
+    """The ``TaskResult`` of ``job`` and its ``attempts`` (``number``, ``owner``,
+    ``started_at``, ``outcome``, ``error``; in order)."""
+    status = STATUSES[JobStatus(job.status)]
+    errors = [
+        task_error(row["error"], row["outcome"])
+        for row in attempts
+        if row["outcome"] in FAILED_OUTCOMES
+    ]
+    if status == TaskResultStatus.FAILED and not errors and job.last_error:
+        # Finished without an attempt of its own failing: cancelled before it ran, say.
+        outcome = AttemptOutcome.CANCELLED if job.status == JobStatus.CANCELLED else None
+        errors.append(task_error(job.last_error, outcome))
+    finished = status in (TaskResultStatus.SUCCESSFUL, TaskResultStatus.FAILED)
+    payload = payload_of(job)
+    result: TaskResult[Any, Any] = TaskResult(
+        task=task,
+        id=str(job.pk),
+        status=status,
+        enqueued_at=job.created_at,
+        started_at=attempts[0]["started_at"] if attempts else None,
+        last_attempted_at=attempts[-1]["started_at"] if attempts else None,
+        finished_at=job.finished_at if finished else None,
+        args=payload["args"],
+        kwargs=payload["kwargs"],
+        backend=payload["backend"],
+        errors=errors,
+        worker_ids=[row["owner"] for row in attempts],
+    )
+    if status == TaskResultStatus.SUCCESSFUL:
+        object.__setattr__(result, "_return_value", job.result)
+    return result

@@ -1,0 +1,26 @@
+"""bench/enqueue.py's pure parts: its options and the table it prints."""
+
+import pytest
+
+from tests.unit.bench_modules import load_bench_module
+
+enqueue = load_bench_module("enqueue")
+
+
+def test_bench_enqueue_table_gives_each_way_its_ratio_to_schedule_job():
+    times = {
+        "schedule_job()": [(0.002, 0.001), (0.001, 0.0005), (0.003, 0.002)],
+        "task.enqueue() (JobsBackend)": [(0.003, 0.0012)] * 3,
+    }
+    title, header, base, task = enqueue.table(times, "title")
+    assert title == "title"
+    assert header.split() == ["way", "us/call", "calls/s", "ratio", "CPU", "us/call"]
+    assert base.split()[-4:] == ["2000", "500", "1.00", "1000"]
+    assert task.split()[-4:] == ["3000", "333", "1.50", "1200"]
+
+
+def test_bench_enqueue_refuses_no_rounds():
+    with pytest.raises(SystemExit):
+        enqueue.parse_options(["--rounds", "0"])
+    assert enqueue.parse_options([]) == enqueue.Options(jobs=2000, rounds=5)
+    assert enqueue.pg_version(150018) == "15.18"
