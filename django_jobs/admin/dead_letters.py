@@ -34,6 +34,7 @@ class DeadLetterAdmin(
     ReadOnlyAdminMixin,
     admin.ModelAdmin,
 ):
+    change_list_template = "admin/django_jobs/job/change_list.html"  # the jobs list's look
     list_display = (
         "id",
         "name",
