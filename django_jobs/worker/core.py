@@ -148,13 +148,22 @@ class Worker:
         finished jobs never delays the rescuer, and one pass deletes at most
         ``PRUNE_BATCHES`` short batches (the next passes go on).
         """
+        reclaimed = self.rescue(now)
+        self.prune(now)
+        return reclaimed
+
+    def rescue(self, now: datetime) -> int:
+        """Take back expired leases, dead-letter what has no attempt left, sweep workers."""
         with self.deadline("the maintenance pass"):
             reclaimed = reclaim_expired_leases(self.driver, now)
             dead_letter_exhausted(self.driver, now)
             sweep_workers(now, self.lease_seconds, self.using)
-        with self.deadline("pruning finished jobs"):
-            prune_finished(now, using=self.using, max_batches=PRUNE_BATCHES)
         return reclaimed
+
+    def prune(self, now: datetime) -> int:
+        """Delete finished jobs past their retention: at most ``PRUNE_BATCHES`` batches."""
+        with self.deadline("pruning finished jobs"):
+            return prune_finished(now, using=self.using, max_batches=PRUNE_BATCHES)
 
     def deadline(self, what: str, seconds: float | None = None) -> Any:
         """A deadline for one database call of this worker (see :mod:`django_jobs.deadlines`)."""
@@ -350,9 +359,6 @@ class Worker:
         from .server import Server
 
         Server(self).run(stop_event)
-
-    def maintain_now(self) -> int:
-        return self.maintain(self.clock.now())
 
     def guarded(self, step: Callable[[], T]) -> T | None:
         """Run one step of a loop; log a failure and carry on serving."""

@@ -128,18 +128,31 @@ class Server:
         next_maintenance = next_refresh = 0.0
         elapsed = 0.0
         while not stop_event.is_set():
+            steps: list[Callable[[], object]] = []
             if elapsed >= next_maintenance:
-                w.guarded(w.maintain_now)
+                steps += [lambda: w.rescue(w.clock.now()), lambda: w.prune(w.clock.now())]
                 next_maintenance = elapsed + maintenance_every
             if elapsed >= next_refresh:
-                w.guarded(self.refresh_registration)
+                steps.append(self.refresh_registration)
                 next_refresh = elapsed + refresh_every
-            w.guarded(self.enqueue_due)
+            steps.append(self.enqueue_due)
+            if not self.run_steps(steps, stop_event):
+                return
             if w.burst and w.guarded(self.is_drained):
                 logger.info("no due or running jobs left; burst worker exits")
                 return
             stop_event.wait(poll)
             elapsed += poll
+
+    def run_steps(self, steps: list[Callable[[], object]], stop_event: threading.Event) -> bool:
+        """Run the main loop's steps in turn, each guarded; False (and the rest skipped)
+        once a stop is asked: each step may wait out its deadline on a database that
+        does not answer, and a stop must not wait for every one of them."""
+        for step in steps:
+            if stop_event.is_set():
+                return False
+            self.worker.guarded(step)
+        return not stop_event.is_set()
 
     def register(self) -> None:
         w = self.worker

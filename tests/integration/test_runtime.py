@@ -74,3 +74,21 @@ def test_runtime_claim_cycle_costs_one_statement_whatever_the_batch(
         w.inflight.close()
     assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 12
     assert w.inflight.snapshot() == []
+
+
+def test_runtime_stop_between_main_loop_steps_skips_the_rest(worker):
+    """Each step may wait out its deadline on a database that does not answer: a stop
+    asked during one must not wait for the others too."""
+    from django_jobs.worker.server import Server
+
+    server = Server(worker())
+    stop = threading.Event()
+    ran: list[str] = []
+    steps = [
+        lambda: ran.append("rescue"),
+        lambda: (ran.append("prune"), stop.set()),
+        lambda: ran.append("refresh registration"),
+        lambda: ran.append("recurring"),
+    ]
+    assert server.run_steps(steps, stop) is False
+    assert ran == ["rescue", "prune"]
