@@ -77,6 +77,13 @@ class TickResult:
             self.retried += 1
 
 
+def due_again(settled: Settlement) -> bool:
+    """The settlement leaves its job pending and due now."""
+    return settled.status == JobStatus.PENDING and (
+        settled.run_at is None or settled.run_at <= settled.ended_at
+    )
+
+
 def normalise_queues(queues: Mapping[str, int] | Iterable[str] | None) -> dict[str, int]:
     if queues is None:
         queues = list(settings.QUEUES)
@@ -266,7 +273,26 @@ class Worker:
                 self.announce(outcome.claimed, settled)
         with self._counting:
             self.jobs_run += len(outcomes) - len(lost_pairs)
+        self.wake_for_due_again(
+            [
+                o.claimed.queue
+                for o, s in zip(outcomes, decided, strict=True)
+                if due_again(s) and s.pair not in lost_pairs
+            ]
+        )
         return statuses
+
+    def wake_for_due_again(self, queues: Sequence[str]) -> None:
+        """Wake the workers of ``queues``: a job there is due again at once (handed back at a
+        stop, or retried with no backoff), so another worker need not wait for its poll.
+        Best effort: a lost wake-up costs only that poll."""
+        if not queues:
+            return
+        try:
+            with self.deadline("waking the queues"):
+                self.driver.notify(queues)
+        except DatabaseError as exc:
+            logger.debug("wake-up not sent: %s", exc, extra={"event": "wake_failed"})
 
     @staticmethod
     def announce(claimed: ClaimedJob, settled: Settlement) -> None:
@@ -310,7 +336,10 @@ class Worker:
         settlements = [released(job_id, self.owner, attempt, now) for job_id, attempt in pairs]
         with self.deadline("handing jobs back", grace):
             lost = {s.pair for s in self.driver.settle(settlements)}
-        return {s.job_id for s in settlements if s.pair not in lost}
+        handed_back = {s.job_id for s in settlements if s.pair not in lost}
+        if handed_back:
+            self.wake_for_due_again(list(self.queues))
+        return handed_back
 
     def execute_held(self, claimed: ClaimedJob) -> JobStatus | None:
         """Run a claimed job while the heartbeat keeps its lease, then hand its outcome over.

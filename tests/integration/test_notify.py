@@ -291,3 +291,24 @@ def test_waker_behind_a_transaction_pooler_detects_it_and_stops(pgbouncer_alias,
     assert warning.event == "listen_undelivered"
     assert "LISTEN is not delivered" in warning.getMessage()
     assert "polls every POLL_SECONDS" in warning.getMessage()
+
+
+@pytest.mark.listen_notify
+def test_notify_a_job_due_again_after_its_outcome_wakes_its_queue(listener, worker, make_job):
+    """Handed back at a stop, or retried with no backoff: another worker takes it at once."""
+    from django_jobs.models import AttemptOutcome
+    from django_jobs.outcomes import HandlerResult
+    from django_jobs.worker.settler import Outcome
+
+    make_job(queue="emails")
+    make_job()
+    w = worker(queues={"default": 1, "emails": 1})
+    released, done = w.claim("emails", timezone.now(), 1) + w.claim("default", timezone.now(), 1)
+    assert received(listener, 0.2) == set()
+    w.write_outcomes([Outcome(done, HandlerResult(AttemptOutcome.SUCCEEDED))])
+    assert received(listener, 0.3) == set()  # finished: nothing to wake for
+    w.write_outcomes([Outcome(released, HandlerResult(AttemptOutcome.RELEASED, "stop"))])
+    assert received(listener) == {"emails"}
+    [again] = w.claim("emails", timezone.now(), 1)
+    assert w.release([again.pair], timezone.now()) == {again.id}  # the stop's hand-back
+    assert received(listener) == {"default", "emails"}
