@@ -5,6 +5,7 @@ import random
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
@@ -27,6 +28,23 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: fl
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout}s")
         time.sleep(interval)
+
+
+def execute_held_on_a_thread(w: Any, claimed: Any, statuses: list[Any]) -> threading.Thread:
+    """Run ``w.execute_held(claimed)`` on a handler thread of its own, as the server does;
+    its job status goes into ``statuses``."""
+
+    def run() -> None:
+        from django.db import connections
+
+        try:
+            statuses.append(w.execute_held(claimed))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -314,16 +314,20 @@ class PostgresDriver(Driver):
         expires: datetime,
         give_up_seconds: float,
     ) -> tuple[str, list[Any]]:
+        sql = self.text("renew", self.renew_text)
+        columns = [[getattr(row, name) for row in rows] for name in RENEW_FIELDS]
+        return sql, [expires, *columns, owner, now, float(give_up_seconds)]
+
+    def renew_text(self) -> str:
+        """One statement for any number of leases: the rows come as arrays."""
         qn, job = self.qn, self.job_table
-        sql = (
+        return (
             f"UPDATE {job} j SET {qn('lease_expires_at')} = %s, "
             + self.progress_assignments("j", "h")
             + " FROM unnest(%s::bigint[], %s::integer[], %s::boolean[], %s::bigint[],"
-            " %s::bigint[], %s::text[]) AS h(id, attempt, reported, done, total, note)"
+            f" %s::bigint[], %s::text[]) AS h({', '.join(RENEW_FIELDS)})"
             f" WHERE j.{qn('id')} = h.id AND j.{qn('attempt')} = h.attempt"
             f" AND j.{qn('lease_owner')} = %s AND {self.running_guard('j')}"
             f" AND j.{qn('lease_expires_at')} > %s::timestamptz + %s * interval '1 second'"
             f" RETURNING j.{qn('id')}, j.{qn('cancel_requested_at')}"
         )
-        columns = [[getattr(row, name) for row in rows] for name in RENEW_FIELDS]
-        return sql, [expires, *columns, owner, now, float(give_up_seconds)]

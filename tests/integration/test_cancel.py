@@ -1,15 +1,12 @@
 """cancel_job(): a pending job never runs; a running one stops at its next heartbeat."""
 
-import threading
-
 import pytest
-from django.db import connections
 
 from django_jobs import JobNotCancellable, cancel_job
 from django_jobs.models import AttemptOutcome, Job, JobStatus
 from django_jobs.outcomes import HandlerResult, cancelled
 from django_jobs.worker.execution import make_context
-from tests.conftest import START, wait_until
+from tests.conftest import START, execute_held_on_a_thread, wait_until
 
 pytestmark = pytest.mark.django_db
 
@@ -55,14 +52,7 @@ def test_cancel_running_job_through_execute_held_ends_cancelled_not_retried(
     [claimed] = w.claim("default", clock.now(), 1)
     statuses = []
 
-    def handler_thread() -> None:
-        try:
-            statuses.append(w.execute_held(claimed))
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=handler_thread)
-    thread.start()
+    thread = execute_held_on_a_thread(w, claimed, statuses)
     wait_until(w.inflight.snapshot)
     cancel_job(job.pk)
     clock.advance(w.inflight.beat_seconds)

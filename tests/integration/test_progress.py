@@ -1,14 +1,11 @@
 """ctx.progress(): validated in the handler, written by the heartbeat's renewal."""
 
-import threading
-
 import pytest
-from django.db import connections
 
 from django_jobs import JobContext
 from django_jobs.models import Job, JobStatus
 from django_jobs.worker.execution import make_context
-from tests.conftest import wait_until
+from tests.conftest import execute_held_on_a_thread, wait_until
 
 
 def test_progress_refuses_what_is_not_a_count():
@@ -47,14 +44,7 @@ def test_progress_of_a_running_handler_reaches_the_row_under_execute_held(worker
     [claimed] = w.claim("default", clock.now(), 1)
     statuses = []
 
-    def handler_thread() -> None:
-        try:
-            statuses.append(w.execute_held(claimed))
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=handler_thread)
-    thread.start()
+    thread = execute_held_on_a_thread(w, claimed, statuses)
     wait_until(lambda: any(h.ctx.reported_progress()[0] for h in w.inflight.snapshot()))
     w.inflight.beat(clock.now())
     assert Job.objects.get(pk=job.pk).progress_done == 0
