@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import reprlib
 import threading
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .exceptions import JobCancelled
+from .text import storable_text
 
 #: The longest progress note stored; a longer one is cut.
 PROGRESS_NOTE_LENGTH = 200
+#: The largest count the progress columns hold (a 64-bit integer).
+PROGRESS_COUNT_MAX = 2**63 - 1
 
 
 class Progress(NamedTuple):
@@ -21,9 +25,16 @@ class Progress(NamedTuple):
 
 
 def _count(value: Any, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise ValueError(f"ctx.progress(): {what} must be a whole number >= 0, got {value!r}")
-    return value
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not 0 <= value <= PROGRESS_COUNT_MAX
+    ):
+        raise ValueError(
+            f"ctx.progress(): {what} must be a whole number from 0 to 2**63 - 1, "
+            f"got {reprlib.repr(value)}"
+        )
+    return int(value)
 
 
 @dataclass
@@ -69,7 +80,8 @@ class JobContext:
             total = _count(total, "total")
         if not isinstance(note, str):
             raise ValueError(f"ctx.progress(): note must be a string, got {note!r}")
-        self._progress = Progress(done, total, note[:PROGRESS_NOTE_LENGTH])
+        # Stored as the error text is: NUL written out, a lone surrogate replaced.
+        self._progress = Progress(done, total, storable_text(str(note))[:PROGRESS_NOTE_LENGTH])
         self._progress_version += 1
 
     def reported_progress(self) -> tuple[int, Progress | None]:

@@ -34,6 +34,25 @@ def test_context_wait_times_out_when_not_cancelled():
         ctx.raise_if_cancelled()
 
 
+@pytest.mark.parametrize("count", [2**63, -1, 1.5, True, "3"])
+def test_context_progress_refuses_a_count_the_columns_cannot_hold(count):
+    ctx = make_context()
+    with pytest.raises(ValueError, match="from 0 to 2\\*\\*63 - 1"):
+        ctx.progress(count)
+    with pytest.raises(ValueError, match="total must be"):
+        ctx.progress(1, count)
+    assert ctx.reported_progress() == (0, None)  # nothing kept to be written
+
+
+def test_context_progress_keeps_the_largest_count_and_a_storable_note():
+    ctx = make_context()
+    ctx.progress(2**63 - 1, 2**63 - 1, note="bad \x00 byte, lone \udc80 half" + "x" * 300)
+    _, report = ctx.reported_progress()
+    assert (report.done, report.total) == (2**63 - 1, 2**63 - 1)
+    assert report.note.startswith("bad \\x00 byte, lone \ufffd half")
+    assert len(report.note) == 200
+
+
 def test_conf_defaults_and_overrides():
     assert settings.LEASE_SECONDS == 300
     with override_settings(DJANGO_JOBS={"LEASE_SECONDS": 2.5}):
