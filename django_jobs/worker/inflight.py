@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from ..context import JobContext, Progress
 from ..db import ClaimedJob
 from ..db.base import Renewed
-from ..deadlines import OffThread
+from ..deadlines import CallerBusy, DatabaseTimeout, OffThread
 from ..models import AttemptOutcome
 from ..outcomes import HandlerResult
 from .heartbeat import LeaseKeeper, Renewal
@@ -44,6 +44,19 @@ Renewer = Callable[[Pairs, datetime, float, dict[int, Progress]], Renewed]
 PROGRESS_SECONDS = 1.0
 # release(pairs, now) -> ids handed back
 Releaser = Callable[[Pairs, datetime], set[int]]
+
+
+def may_be_the_rows(error: BaseException | None) -> bool:
+    """Whether a failed renewal may have failed on what its rows carry, not on the database:
+    it raised at once, rather than running out of time."""
+    return error is not None and not isinstance(error, (TimeoutError, CallerBusy, DatabaseTimeout))
+
+
+def error_line(error: BaseException | None) -> str:
+    if error is None:
+        return "no time left before the give-up point"
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
 
 
 def run_on_a_thread(write: Callable[[], object]) -> None:
@@ -183,25 +196,46 @@ class InFlight:
     def _renew(self, due: list[Held], now: datetime) -> datetime:
         """Renew ``due`` leases, waiting at most until the first give-up point.
 
-        Returns the time at which the wait ended: ``now`` plus the time spent.
+        The reports of jobs with progress ride in the same statement. If it
+        fails, one report may be what the database refused (nothing a job
+        brings may cost the others their leases): the leases are renewed
+        alone at once, then each report is written on its own, and one the
+        database refuses is dropped. Every call is made before the first
+        give-up point, so each renews from ``now``. Returns the time at which
+        the wait ended: ``now`` plus the time spent.
         """
         pairs = [(h.claimed.id, h.claimed.attempt) for h in due]
         reports = {h.claimed.id: h.ctx.reported_progress() for h in due}
-        progress = {job_id: p for job_id, (_, p) in reports.items() if p is not None}
-        wait = min(h.keeper.time_to_give_up(now) for h in due)
+        progress = {  # the reports not written yet: a written (or dropped) one is not sent again
+            h.claimed.id: p
+            for h in due
+            if (p := reports[h.claimed.id][1]) is not None
+            and reports[h.claimed.id][0] != h.progress_sent
+        }
         started = time.monotonic()
-        result: Renewed | None = None
-        error: BaseException | None = None
-        if wait > 0:
-            try:
-                result = self.renewer.call(lambda: self.renew(pairs, now, wait, progress), wait)
-            except Exception as exc:
-                error = exc
+        give_up_in = min(h.keeper.time_to_give_up(now) for h in due)
+
+        def left() -> float:
+            return give_up_in - (time.monotonic() - started)
+
+        result, error = self._call_renew(pairs, now, give_up_in, progress)
+        reported = set(reports)  # the jobs whose report is written (or given up on)
+        if result is None and progress and may_be_the_rows(error):
+            first_error = error
+            result, error = self._call_renew(pairs, now, left(), {})
+            if result is not None:
+                logger.warning(
+                    "lease renewal with progress failed (%s); leases renewed without it",
+                    error_line(first_error),
+                    extra={"event": "lease_renewal_failed"},
+                )
+                reported = set(reports) - set(progress)
+                reported |= self._write_reports_alone(due, progress, now, left)
         after = now + timedelta(seconds=time.monotonic() - started)
         if result is None:
             logger.warning(
                 "lease renewal failed (%s); retrying while the lease holds",
-                error or "no time left before the give-up point",
+                error_line(error),
                 extra={"event": "lease_renewal_failed"},
             )
             for h in due:
@@ -212,13 +246,57 @@ class InFlight:
         for h in due:
             if h.claimed.id in renewed:
                 h.keeper.record(Renewal.RENEWED, now, expires)
-                h.progress_sent, h.progress_sent_at = reports[h.claimed.id][0], now
+                if h.claimed.id in reported:
+                    h.progress_sent, h.progress_sent_at = reports[h.claimed.id][0], now
                 if h.claimed.id in cancel_requested:
                     self._request_cancel(h)
             else:
                 h.keeper.record(Renewal.REFUSED, after)
                 self._give_up(h, "another worker holds its lease, or it lapsed")
         return after
+
+    def _call_renew(
+        self, pairs: Pairs, now: datetime, wait: float, progress: dict[int, Progress]
+    ) -> tuple[Renewed | None, BaseException | None]:
+        """One renewal on the renewer's thread, waited for at most ``wait`` seconds."""
+        if wait <= 0:
+            return None, None
+        try:
+            return self.renewer.call(lambda: self.renew(pairs, now, wait, progress), wait), None
+        except Exception as exc:
+            return None, exc
+
+    def _write_reports_alone(
+        self,
+        due: list[Held],
+        progress: dict[int, Progress],
+        now: datetime,
+        left: Callable[[], float],
+    ) -> set[int]:
+        """Write each report in a renewal of its own job; drop one the database refuses.
+
+        Returns the jobs whose report is written or dropped; the others (no
+        time left) are tried again at the next beat.
+        """
+        done: set[int] = set()
+        for h in due:
+            job_id = h.claimed.id
+            if job_id not in progress:
+                continue
+            pair = [(job_id, h.claimed.attempt)]
+            result, error = self._call_renew(pair, now, left(), {job_id: progress[job_id]})
+            if result is None and not may_be_the_rows(error):
+                break  # out of time, or the database itself: the next beat tries again
+            done.add(job_id)
+            if result is None:
+                logger.warning(
+                    "job #%s attempt %s: its progress report cannot be stored (%s); dropped",
+                    job_id,
+                    h.claimed.attempt,
+                    error_line(error),
+                    extra={"event": "job_progress_dropped", "job_id": job_id},
+                )
+        return done
 
     def _request_cancel(self, held: Held) -> None:
         """``cancel_job()`` asked for it: cancel the handler; its attempt ends cancelled."""

@@ -3,7 +3,9 @@
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 
+from django_jobs.context import Progress
 from django_jobs.models import AttemptOutcome, Job, JobStatus
 from django_jobs.outcomes import HandlerResult
 from django_jobs.worker.execution import make_context
@@ -133,3 +135,45 @@ def test_release_all_hands_jobs_back_without_using_an_attempt(
     assert job.attempts.get().outcome == AttemptOutcome.RELEASED
     [again] = w.claim("default", clock.now(), 1)  # max_attempts=1, and it runs again
     assert (again.attempt, again.attempts_used) == (2, 1)
+
+
+# What a handler could report if ctx.progress() let it through: text no database stores,
+# a count past the columns' 64-bit range.
+UNSTORABLE_REPORTS = {
+    "nul": Progress(1, 2, "bad \x00 byte"),
+    "surrogate": Progress(1, 2, "lone \udc80 half"),
+    "count": Progress(2**63, None, ""),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(UNSTORABLE_REPORTS))
+def test_heartbeat_one_unstorable_report_costs_no_other_job_its_lease(
+    worker, clock, make_job, lease_settings, caplog, kind
+):
+    w = worker(queues={"default": 3})
+    for _ in range(3):
+        make_job()
+    claimed = w.claim("default", clock.now(), 3)
+    contexts = [make_context(job) for job in claimed]
+    for job, ctx in zip(claimed, contexts, strict=True):
+        w.inflight.add(job, ctx, clock.now(), None)
+    good, bad, quiet = contexts
+    good.progress(3, 10, "copying")
+    bad._progress, bad._progress_version = UNSTORABLE_REPORTS[kind], 1  # past the checks
+    for _ in range(3):  # a lease's worth of beats: the bad report must not cost one
+        clock.advance(LEASE / 3)
+        w.inflight.beat(clock.now())
+        rows = {row.pk: row for row in Job.objects.filter(pk__in=[job.id for job in claimed])}
+        for job in claimed:
+            assert rows[job.id].lease_expires_at == clock.now() + timedelta(seconds=LEASE)
+        assert not any(ctx.cancelled for ctx in contexts)
+    assert (rows[good.job_id].progress_done, rows[good.job_id].progress_note) == (3, "copying")
+    assert rows[quiet.job_id].progress_done is None
+    # Where the database refuses it (SQLite stores a NUL), the bad report is dropped, once,
+    # with a line that says so.
+    dropped = [
+        r.job_id for r in caplog.records if getattr(r, "event", "") == "job_progress_dropped"
+    ]
+    stored = rows[bad.job_id].progress_done is not None
+    assert dropped == ([] if stored else [bad.job_id])
+    assert stored == (kind == "nul" and connection.vendor == "sqlite")
