@@ -29,8 +29,8 @@ def send(signal: Signal, **details: Any) -> None:
 
 
 def signal_for(status: JobStatus, outcome: AttemptOutcome) -> Signal | None:
-    """The signal that reports an attempt's written outcome (None for a release)."""
-    if outcome == AttemptOutcome.RELEASED:
+    """The signal that reports an attempt's written outcome (None for a hand-back)."""
+    if outcome == AttemptOutcome.RELEASED and status == JobStatus.PENDING:
         return None
     return {
         JobStatus.SUCCEEDED: signals.job_succeeded,

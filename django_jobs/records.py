@@ -58,3 +58,17 @@ class Settlement:
     @property
     def pair(self) -> tuple[int, int]:
         return (self.job_id, self.attempt)
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a settle wrote: the settlements fenced out, and those ended ``cancelled``.
+
+    A job that ``cancel_job()`` asked to stop ends cancelled whatever its
+    attempt did, unless it succeeded: the settle statement reads the request
+    on the row it writes, so a request that the heartbeat had not yet carried
+    back is honoured too. Its attempt keeps its own outcome and error.
+    """
+
+    lost: list[Settlement]
+    cancelled: frozenset[tuple[int, int]] = frozenset()

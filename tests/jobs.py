@@ -115,3 +115,13 @@ def patient(ctx: JobContext, payload: Any) -> None:
     """Waits up to ``payload["seconds"]``, stopping as soon as it is cancelled."""
     ctx.wait(payload["seconds"])
     ctx.raise_if_cancelled()
+
+
+@job("tests.cancelled_then_fails", max_attempts=3)
+def cancelled_then_fails(ctx: JobContext, payload: Any) -> None:
+    """``cancel_job()`` asks while it runs, and it fails before a renewal carries the request
+    back: the race between a cancel and a failing attempt, made certain."""
+    from django_jobs import cancel_job
+
+    cancel_job(ctx.job_id)
+    raise RuntimeError("failed after the cancel request")

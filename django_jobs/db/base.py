@@ -28,7 +28,7 @@ from django.db import DataError, IntegrityError, connections, transaction
 
 from ..context import Progress
 from ..models import Attempt, Job, JobStatus
-from ..records import ClaimedJob, Settlement
+from ..records import ClaimedJob, Settled, Settlement
 
 logger = logging.getLogger(__name__)
 
@@ -243,20 +243,20 @@ class Driver:
         lease_seconds: float,
         limit: int,
         settlements: Sequence[Settlement],
-    ) -> tuple[list[ClaimedJob], list[Settlement]]:
+    ) -> tuple[list[ClaimedJob], Settled]:
         """Settle ``settlements`` and claim in one transaction: one commit for both.
 
-        Returns the claimed jobs and the settlements whose lease was lost. A
+        Returns the claimed jobs and what the settle wrote (see :meth:`settle`). A
         refused row (``ROW_ERRORS``) rolls both back: the caller settles
         apart and claims again, row by row.
         """
         if not settlements:
-            return self.claim(queue, owner, now, lease_seconds, limit), []
+            return self.claim(queue, owner, now, lease_seconds, limit), Settled([])
         expires = lease_end(now, lease_seconds)
         with self.write_transaction():
-            lost = self.settle_rows(settlements)
+            settled = self.settle_rows(settlements)
             claimed = self.claim_rows(queue, owner, now, expires, limit)
-        return claimed, lost
+        return claimed, settled
 
     def claim_batch(
         self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
@@ -394,21 +394,60 @@ class Driver:
 
     # -- after the claim: every write fenced by owner and attempt --------------
 
-    def settle(self, settlements: Sequence[Settlement]) -> list[Settlement]:
-        """Write many attempts' ends at once; return those whose lease was lost.
+    def settle(self, settlements: Sequence[Settlement]) -> Settled:
+        """Write many attempts' ends at once.
 
         Each job row changes only while it is running under the
         settlement's owner and attempt; its open attempt row is closed with
-        the outcome. A settlement fenced out changes nothing and is returned.
+        the outcome. A settlement fenced out changes nothing and is returned
+        in ``lost``. A job with a cancel request ends cancelled unless its
+        settlement succeeded (:meth:`settled_status_sql`): those are returned
+        in ``cancelled``.
         """
         if not settlements:
-            return []
+            return Settled([])
         with self.write_transaction():
             return self.settle_rows(settlements)
 
-    def settle_rows(self, settlements: Sequence[Settlement]) -> list[Settlement]:
+    def settle_rows(self, settlements: Sequence[Settlement]) -> Settled:
         """The settle's statements, inside the caller's transaction."""
         raise NotImplementedError
+
+    def settled_columns_sql(self, target: str, source: str) -> str:
+        """The ``SET`` clauses of a settle for the outcome columns, from ``source`` (``v``).
+
+        ``cancel_job()`` may have asked while the attempt ran, after the last
+        renewal that would have carried the request back: whatever the
+        attempt did short of succeeding, the job then ends cancelled, now,
+        with the attempt's error, and is not retried.
+        """
+        qn = self.qn
+        requested = (
+            f"{target}.{qn('cancel_requested_at')} IS NOT NULL"
+            f" AND {source}.status <> '{JobStatus.SUCCEEDED.value}'"
+        )
+        return (
+            f"{qn('status')} = CASE WHEN {requested} THEN '{JobStatus.CANCELLED.value}'"
+            f" ELSE {source}.status END,"
+            f" {qn('run_at')} = COALESCE({source}.run_at, {target}.{qn('run_at')}),"
+            f" {qn('finished_at')} = CASE WHEN {requested} THEN {source}.ended_at"
+            f" ELSE COALESCE({source}.finished_at, {target}.{qn('finished_at')}) END,"
+            f" {qn('last_error')} = CASE WHEN {requested} THEN {source}.error"
+            f" ELSE COALESCE({source}.last_error, {target}.{qn('last_error')}) END"
+        )
+
+    @staticmethod
+    def settled(
+        settlements: Sequence[Settlement], written: Iterable[tuple[int, int, str]]
+    ) -> Settled:
+        """:class:`Settled` from the (id, attempt, new status) rows a settle wrote."""
+        statuses = {(job_id, attempt): status for job_id, attempt, status in written}
+        cancelled = frozenset(
+            s.pair
+            for s in settlements
+            if statuses.get(s.pair) == JobStatus.CANCELLED and s.status != JobStatus.CANCELLED
+        )
+        return Settled([s for s in settlements if s.pair not in statuses], cancelled)
 
     def renew(
         self,

@@ -33,7 +33,7 @@ from django.db import transaction
 
 from ..conf import settings
 from ..models import Job, JobStatus
-from ..outcomes import Settlement
+from ..records import Settled, Settlement
 from .base import CANDIDATE_COLUMNS, RENEW_FIELDS, ClaimedJob, Driver, RenewRow, lease_end
 from .notify import CHANNEL
 
@@ -163,10 +163,10 @@ class PostgresDriver(Driver):
         lease_seconds: float,
         limit: int,
         settlements: Sequence[Settlement],
-    ) -> tuple[list[ClaimedJob], list[Settlement]]:
+    ) -> tuple[list[ClaimedJob], Settled]:
         """Settle ``settlements`` and claim, in one statement: one round trip, one commit."""
         if not settlements:
-            return self.claim(queue, owner, now, lease_seconds, limit), []
+            return self.claim(queue, owner, now, lease_seconds, limit), Settled([])
         expires = lease_end(now, lease_seconds)
         settle_ctes, settle_params = self.settle_ctes(settlements)
         claim_ctes, claim_params = self.claim_ctes(queue, owner, now, expires, limit)
@@ -175,14 +175,14 @@ class PostgresDriver(Driver):
             lambda: (
                 f"WITH {settle_ctes}, {claim_ctes}"
                 f" SELECT 1, {self.claimed_columns} FROM marked"
-                " UNION ALL SELECT 0, id, NULL, NULL, NULL, attempt, NULL, NULL, NULL, NULL"
-                " FROM settled"
+                " UNION ALL SELECT 0, id, NULL, new_status, NULL, attempt, NULL, NULL, NULL,"
+                " NULL FROM settled"
             ),
         )
         rows = self.execute(sql, [*settle_params, *claim_params])
-        written = {(row[1], row[5]) for row in rows if row[0] == 0}
+        written = [(row[1], row[5], row[3]) for row in rows if row[0] == 0]
         claimed = self.claimed_rows([row[1:] for row in rows if row[0] == 1], owner, expires)
-        return claimed, [s for s in settlements if s.pair not in written]
+        return claimed, self.settled(settlements, written)
 
     def claimed_rows(
         self, rows: list[tuple[Any, ...]], owner: str, expires: datetime
@@ -248,14 +248,17 @@ class PostgresDriver(Driver):
         )
         return sql
 
-    def settle(self, settlements: Sequence[Settlement]) -> list[Settlement]:
+    def settle(self, settlements: Sequence[Settlement]) -> Settled:
         if not settlements:
-            return []
+            return Settled([])
         ctes, params = self.settle_ctes(settlements)
-        sql = self.text("settle", lambda: f"WITH {ctes} SELECT id, attempt FROM settled")
+        sql = self.text(
+            "settle", lambda: f"WITH {ctes} SELECT id, attempt, new_status FROM settled"
+        )
         rows = self.execute(sql, params)
-        written = {(job_id, attempt) for job_id, attempt in rows}
-        return [s for s in settlements if s.pair not in written]
+        return self.settled(
+            settlements, [(job_id, attempt, status) for job_id, attempt, status in rows]
+        )
 
     def settle_ctes(self, settlements: Sequence[Settlement]) -> tuple[str, list[Any]]:
         """``v`` (the settlements), ``settled`` (the job rows they fenced in), ``closed``."""
@@ -269,16 +272,14 @@ class PostgresDriver(Driver):
             " %s::text[], %s::text[], %s::timestamptz[], %s::text[])"
             " AS v(id, owner, attempt, status, run_at, finished_at, last_error, give_back,"
             " outcome, error, ended_at, result)),"
-            f" settled AS (UPDATE {job} j SET {qn('status')} = v.status,"
-            f" {qn('run_at')} = COALESCE(v.run_at, j.{qn('run_at')}),"
-            f" {qn('finished_at')} = COALESCE(v.finished_at, j.{qn('finished_at')}),"
-            f" {qn('last_error')} = COALESCE(v.last_error, j.{qn('last_error')}),"
+            f" settled AS (UPDATE {job} j SET {self.settled_columns_sql('j', 'v')},"
             f" {qn('attempts_used')} = j.{qn('attempts_used')} - v.give_back,"
             f" {qn('result')} = COALESCE(v.result::jsonb, j.{qn('result')}),"
             f" {qn('lease_owner')} = NULL, {qn('lease_expires_at')} = NULL"
             f" FROM v WHERE j.{qn('id')} = v.id AND j.{qn('lease_owner')} = v.owner"
             f" AND j.{qn('attempt')} = v.attempt AND {self.running_guard('j')}"
-            " RETURNING v.id, v.attempt, v.outcome, v.error, v.ended_at),"
+            f" RETURNING v.id, v.attempt, v.outcome, v.error, v.ended_at,"
+            f" j.{qn('status')} AS new_status),"
             f" closed AS (UPDATE {attempts} a SET {qn('outcome')} = settled.outcome,"
             f" {qn('finished_at')} = settled.ended_at, {qn('error')} = settled.error"
             f" FROM settled WHERE a.{qn('job_id')} = settled.id"

@@ -24,7 +24,7 @@ from django.core.checks import CheckMessage, Error, Warning
 from django.db import DatabaseError, OperationalError, transaction
 
 from ..context import Progress
-from ..outcomes import Settlement
+from ..records import Settled, Settlement
 from .base import RENEW_FIELDS, ClaimedJob, DatabaseBusy, Driver, Pairs, Renewed, RenewRow
 
 logger = logging.getLogger(__name__)
@@ -114,7 +114,7 @@ class SQLiteDriver(Driver):
         lease_seconds: float,
         limit: int,
         settlements: Sequence[Settlement],
-    ) -> tuple[list[ClaimedJob], list[Settlement]]:
+    ) -> tuple[list[ClaimedJob], Settled]:
         try:
             return super().claim_and_settle(queue, owner, now, lease_seconds, limit, settlements)
         except OperationalError as exc:
@@ -122,9 +122,9 @@ class SQLiteDriver(Driver):
                 raise
             raise DatabaseBusy(str(exc)) from exc
 
-    def settle_rows(self, settlements: Sequence[Settlement]) -> list[Settlement]:
+    def settle_rows(self, settlements: Sequence[Settlement]) -> Settled:
         if not settlements:
-            return []
+            return Settled([])
         qn, job = self.qn, self.job_table
         columns = (
             "id, owner, attempt, status, run_at, finished_at, last_error, give_back,"
@@ -149,24 +149,22 @@ class SQLiteDriver(Driver):
             ]
         update_jobs = (
             f"WITH v({columns}) AS (VALUES {values})"
-            f" UPDATE {job} SET {qn('status')} = v.status,"
-            f" {qn('run_at')} = COALESCE(v.run_at, {job}.{qn('run_at')}),"
-            f" {qn('finished_at')} = COALESCE(v.finished_at, {job}.{qn('finished_at')}),"
-            f" {qn('last_error')} = COALESCE(v.last_error, {job}.{qn('last_error')}),"
+            f" UPDATE {job} SET {self.settled_columns_sql(job, 'v')},"
             f" {qn('attempts_used')} = {job}.{qn('attempts_used')} - v.give_back,"
             f" {qn('result')} = COALESCE(v.result, {job}.{qn('result')}),"
             f" {qn('lease_owner')} = NULL, {qn('lease_expires_at')} = NULL"
             f" FROM v WHERE {job}.{qn('id')} = v.id AND {job}.{qn('lease_owner')} = v.owner"
             f" AND {job}.{qn('attempt')} = v.attempt AND {self.running_guard(job)}"
-            f" RETURNING {job}.{qn('id')}, {job}.{qn('attempt')}"
+            f" RETURNING {job}.{qn('id')}, {job}.{qn('attempt')}, {job}.{qn('status')}"
         )
         with self.connection.cursor() as cursor:
             cursor.execute(update_jobs, params)
-            written = {(job_id, attempt) for job_id, attempt in cursor.fetchall()}
-            done = [s for s in settlements if s.pair in written]
+            written = [(job_id, attempt, status) for job_id, attempt, status in cursor.fetchall()]
+            pairs = {(job_id, attempt) for job_id, attempt, _ in written}
+            done = [s for s in settlements if s.pair in pairs]
             if done:
                 self.close_attempts(cursor, done)
-        return [s for s in settlements if s.pair not in written]
+        return self.settled(settlements, written)
 
     def close_attempts(self, cursor: Any, done: Sequence[Settlement]) -> None:
         qn, attempts = self.qn, self.attempt_table

@@ -34,7 +34,8 @@ from ..maintenance.cleaner import prune_finished
 from ..maintenance.rescuer import dead_letter_exhausted, reclaim_expired_leases
 from ..maintenance.scheduler import enqueue_due
 from ..models import AttemptOutcome, Job, JobStatus
-from ..outcomes import HandlerResult, Settlement, cancelled, decide, released
+from ..outcomes import HandlerResult, Settlement, cancel_honoured, cancelled, decide, released
+from ..records import Settled
 from ..registry import get_definition
 from ..retry_policy import RetryPolicy
 from .execution import log_lease_lost, log_outcome, make_context, run_handler
@@ -64,6 +65,7 @@ class TickResult:
     retried: int = 0
     dead_lettered: int = 0
     released: int = 0
+    cancelled: int = 0
     lost: int = 0
 
     def record(self, status: JobStatus | None) -> None:
@@ -73,6 +75,8 @@ class TickResult:
             self.succeeded += 1
         elif status == JobStatus.DEAD_LETTERED:
             self.dead_lettered += 1
+        elif status == JobStatus.CANCELLED:
+            self.cancelled += 1
         else:
             self.retried += 1
 
@@ -216,10 +220,10 @@ class Worker:
         if all(o.result.outcome == AttemptOutcome.RELEASED for o in outcomes):
             patience = min(patience, float(settings.SHUTDOWN_GRACE_SECONDS))
         try:
-            lost = self.settle(decided, patience)
+            settled = self.settle(decided, patience)
         finally:
             self.release_held(outcomes)
-        return self.written(outcomes, decided, lost)
+        return self.written(outcomes, decided, settled)
 
     def decide(self, outcomes: Sequence[Outcome], now: datetime) -> list[Settlement]:
         return [decide(o.claimed, o.result, now, self.policy, self.rng) for o in outcomes]
@@ -241,7 +245,7 @@ class Worker:
         decided = self.decide(carried, now)
         try:
             with self.deadline("the claim"):
-                claimed, lost = self.driver.claim_and_settle(
+                claimed, settled = self.driver.claim_and_settle(
                     queue, self.owner, now, self.lease_seconds, limit, decided
                 )
         except DatabaseBusy:
@@ -254,23 +258,24 @@ class Worker:
             self.settler.give_back(carried)
             raise
         self.release_held(carried)
-        self.written(carried, decided, lost)
+        self.written(carried, decided, settled)
         return claimed
 
     def written(
-        self, outcomes: Sequence[Outcome], decided: Sequence[Settlement], lost: list[Settlement]
+        self, outcomes: Sequence[Outcome], decided: Sequence[Settlement], settled: Settled
     ) -> list[JobStatus | None]:
         """Log each written outcome; the jobs' new statuses, None where the lease was lost."""
-        lost_pairs = {s.pair for s in lost}
+        lost_pairs = {s.pair for s in settled.lost}
+        decided = [cancel_honoured(s) if s.pair in settled.cancelled else s for s in decided]
         statuses: list[JobStatus | None] = []
-        for outcome, settled in zip(outcomes, decided, strict=True):
-            if settled.pair in lost_pairs:
-                log_lease_lost(settled)
+        for outcome, written in zip(outcomes, decided, strict=True):
+            if written.pair in lost_pairs:
+                log_lease_lost(written)
                 statuses.append(None)
             else:
-                log_outcome(outcome.claimed, outcome.result, settled)
-                statuses.append(settled.status)
-                self.announce(outcome.claimed, settled)
+                log_outcome(outcome.claimed, outcome.result, written)
+                statuses.append(written.status)
+                self.announce(outcome.claimed, written)
         with self._counting:
             self.jobs_run += len(outcomes) - len(lost_pairs)
         self.wake_for_due_again(
@@ -308,8 +313,8 @@ class Worker:
                 error=settled.error,
             )
 
-    def settle(self, settlements: Sequence[Settlement], patience: float) -> list[Settlement]:
-        def write() -> list[Settlement]:
+    def settle(self, settlements: Sequence[Settlement], patience: float) -> Settled:
+        def write() -> Settled:
             with self.deadline(f"recording {len(settlements)} outcome(s)"):
                 return self.driver.settle(settlements)
 
@@ -335,8 +340,16 @@ class Worker:
         grace = max(1.0, float(settings.SHUTDOWN_GRACE_SECONDS))
         settlements = [released(job_id, self.owner, attempt, now) for job_id, attempt in pairs]
         with self.deadline("handing jobs back", grace):
-            lost = {s.pair for s in self.driver.settle(settlements)}
-        handed_back = {s.job_id for s in settlements if s.pair not in lost}
+            settled = self.driver.settle(settlements)
+        for job_id, attempt in sorted(settled.cancelled):
+            logger.info(
+                "job #%s attempt %s: cancel requested; cancelled at the stop, not handed back",
+                job_id,
+                attempt,
+                extra={"event": "job_cancelled", "job_id": job_id, "attempt": attempt},
+            )
+        kept = {s.pair for s in settled.lost} | settled.cancelled
+        handed_back = {s.job_id for s in settlements if s.pair not in kept}
         if handed_back:
             self.wake_for_due_again(list(self.queues))
         return handed_back

@@ -95,6 +95,16 @@ def log_outcome(claimed: ClaimedJob, result: HandlerResult, settled: Settlement)
                 claimed.attempt,
                 extra={"event": "job_succeeded", **extra},
             )
+    elif status == JobStatus.CANCELLED:
+        # Cancelled while it ran; an attempt that ended otherwise says how.
+        how = "" if result.outcome == AttemptOutcome.CANCELLED else f" ({result.error})"
+        logger.info(
+            "%s cancelled on attempt %s%s",
+            label,
+            claimed.attempt,
+            how,
+            extra={"event": "job_cancelled", **extra},
+        )
     elif result.outcome == AttemptOutcome.RELEASED:
         logger.info(
             "%s released on attempt %s",
@@ -110,13 +120,6 @@ def log_outcome(claimed: ClaimedJob, result: HandlerResult, settled: Settlement)
             result.error,
             result.traceback,
             extra={"event": "job_dead_lettered", **extra},
-        )
-    elif status == JobStatus.CANCELLED:
-        logger.info(
-            "%s cancelled on attempt %s",
-            label,
-            claimed.attempt,
-            extra={"event": "job_cancelled", **extra},
         )
     else:
         logger.warning(

@@ -5,10 +5,18 @@ import pytest
 from django_jobs import JobNotCancellable, cancel_job
 from django_jobs.models import AttemptOutcome, Job, JobStatus
 from django_jobs.outcomes import HandlerResult, cancelled
+from django_jobs.signals import job_cancelled, job_dead_lettered, job_failed, job_succeeded
 from django_jobs.worker.execution import make_context
 from tests.conftest import START, execute_held_on_a_thread, wait_until
 
 pytestmark = pytest.mark.django_db
+
+SIGNALS = {
+    "succeeded": job_succeeded,
+    "failed": job_failed,
+    "dead_lettered": job_dead_lettered,
+    "cancelled": job_cancelled,
+}
 
 
 def test_cancel_pending_job_is_cancelled_at_once_and_never_runs(worker, make_job, clock):
@@ -106,3 +114,41 @@ def test_cancel_a_handler_that_succeeds_anyway_keeps_its_success(worker, make_jo
     assert w.inflight.finish(held)
     assert w.record(claimed, HandlerResult(AttemptOutcome.SUCCEEDED)) == JobStatus.SUCCEEDED
     assert Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED
+
+
+@pytest.fixture
+def outcome_signals():
+    heard = []
+
+    def receiver(sender, signal, **details):
+        heard.append(next(name for name, s in SIGNALS.items() if s is signal))
+
+    for signal in SIGNALS.values():
+        signal.connect(receiver, sender=Job)
+    yield heard
+    for signal in SIGNALS.values():
+        signal.disconnect(receiver, sender=Job)
+
+
+@pytest.mark.parametrize("path", ["run_once", "execute_held"])
+def test_cancel_requested_while_an_attempt_fails_ends_cancelled_not_retried(
+    worker, make_job, clock, settings, outcome_signals, path
+):
+    """The request lands after the last renewal: the settle itself honours it."""
+    settings.DJANGO_JOBS = {"RETRY_BASE_SECONDS": 0}
+    job = make_job(name="tests.cancelled_then_fails", max_attempts=3)
+    w = worker()
+    if path == "run_once":
+        result = w.run_once()
+        assert (result.claimed, result.retried, result.cancelled) == (1, 0, 1)
+    else:
+        [claimed] = w.claim("default", clock.now(), 1)
+        assert w.execute_held(claimed) == JobStatus.CANCELLED
+    job.refresh_from_db()
+    assert (job.status, job.finished_at) == (JobStatus.CANCELLED, START)
+    assert job.last_error == "RuntimeError: failed after the cancel request"
+    attempt = job.attempts.get()  # the attempt says what it did
+    assert (attempt.outcome, attempt.error) == (AttemptOutcome.FAILED, job.last_error)
+    assert outcome_signals == ["cancelled"]
+    clock.advance(3600)
+    assert w.run_once().claimed == 0  # not retried

@@ -350,8 +350,8 @@ def test_driver_settle_batch_writes_the_others_and_returns_the_one_fenced_out(ma
         make_job()
     first, second, third = claim(limit=3)
     fenced_out = succeeded(second, owner="someone-else")
-    lost = get_driver().settle([succeeded(first), fenced_out, succeeded(third)])
-    assert lost == [fenced_out]
+    settled = get_driver().settle([succeeded(first), fenced_out, succeeded(third)])
+    assert settled.lost == [fenced_out]
     statuses = dict(Job.objects.values_list("id", "status"))
     assert statuses == {first.id: "succeeded", second.id: "running", third.id: "succeeded"}
     outcomes = dict(Attempt.objects.values_list("job_id", "outcome"))
@@ -362,7 +362,7 @@ def test_driver_settle_a_stale_attempt_changes_nothing(make_job):
     make_job()
     [job] = claim()
     stale = succeeded(job, attempt=job.attempt - 1)
-    assert get_driver().settle([stale]) == [stale]
+    assert get_driver().settle([stale]).lost == [stale]
     assert Job.objects.get(pk=job.id).status == JobStatus.RUNNING
 
 
@@ -375,7 +375,7 @@ def test_driver_settle_batch_costs_the_same_statements_for_1_or_20(
         make_job()
     settlements = [succeeded(job) for job in claim(limit=batch)]
     with django_assert_num_queries(STATEMENTS_PER_SETTLE[connection.vendor]):
-        assert get_driver().settle(settlements) == []
+        assert get_driver().settle(settlements).lost == []
     assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == batch
 
 
@@ -388,8 +388,8 @@ def test_driver_claim_and_settle_writes_both_in_one_statement_on_postgresql(
     done = [succeeded(job) for job in claim(limit=3)]
     statements = {"postgresql": 1, "sqlite": 7}[connection.vendor]
     with django_assert_num_queries(statements):
-        claimed, lost = get_driver().claim_and_settle("default", "w1", START, LEASE, 3, done)
-    assert lost == [] and len(claimed) == 3
+        claimed, settled = get_driver().claim_and_settle("default", "w1", START, LEASE, 3, done)
+    assert settled.lost == [] and len(claimed) == 3
     assert {c.id for c in claimed}.isdisjoint(s.job_id for s in done)
     assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 3
     assert Job.objects.filter(status=JobStatus.RUNNING).count() == 3
@@ -400,9 +400,66 @@ def test_driver_claim_and_settle_returns_the_settlements_fenced_out(make_job):
         make_job()
     [job] = claim()
     fenced_out = succeeded(job, owner="someone-else")
-    claimed, lost = get_driver().claim_and_settle("default", "w1", START, LEASE, 1, [fenced_out])
-    assert lost == [fenced_out] and len(claimed) == 1
+    claimed, settled = get_driver().claim_and_settle("default", "w1", START, LEASE, 1, [fenced_out])
+    assert settled.lost == [fenced_out] and len(claimed) == 1
     assert Job.objects.get(pk=job.id).status == JobStatus.RUNNING
+
+
+# How an attempt can end, as decide() makes it; the job has max_attempts=3 and used one.
+ENDINGS = {
+    "failed": ("failed", "RuntimeError: boom"),
+    "timed_out": ("timed_out", "TimedOut: ran past its timeout"),
+    "released": ("released", None),  # released() says why
+    "last_failure": ("failed", "RuntimeError: the last one"),
+}
+
+
+def ended(job, kind, now=START):
+    from django_jobs.models import AttemptOutcome
+    from django_jobs.outcomes import HandlerResult, decide, released
+    from django_jobs.retry_policy import RetryPolicy
+
+    outcome, error = ENDINGS[kind]
+    if kind == "released":
+        return released(job.id, job.owner, job.attempt, now)
+    if kind == "last_failure":
+        job = dataclasses.replace(job, attempts_used=job.max_attempts)
+    return decide(job, HandlerResult(AttemptOutcome(outcome), error), now, RetryPolicy())
+
+
+@pytest.mark.parametrize("way", ["settle", "claim_and_settle"])
+@pytest.mark.parametrize("kind", sorted(ENDINGS))
+def test_driver_settle_ends_a_job_with_a_cancel_request_cancelled_whatever_its_attempt_did(
+    make_job, way, kind
+):
+    """cancel_job() asked after the last renewal that could carry it: honoured at the settle."""
+    job_row = make_job(max_attempts=3)
+    [job] = claim()
+    Job.objects.filter(pk=job.id).update(cancel_requested_at=START)
+    later = START + timedelta(seconds=5)
+    settlement = ended(job, kind, later)
+    assert settlement.status != JobStatus.CANCELLED  # what the worker decided without it
+    if way == "settle":
+        settled = get_driver().settle([settlement])
+    else:
+        _, settled = get_driver().claim_and_settle("default", "w1", later, LEASE, 1, [settlement])
+    assert settled.lost == [] and settled.cancelled == {job.pair}
+    job_row.refresh_from_db()
+    assert (job_row.status, job_row.finished_at) == (JobStatus.CANCELLED, later)
+    assert (job_row.lease_owner, job_row.last_error) == (None, settlement.error)
+    attempt = job_row.attempts.get()  # the attempt keeps what it did
+    assert (attempt.outcome, attempt.error) == (ENDINGS[kind][0], settlement.error)
+    assert settlement.error.startswith(ENDINGS[kind][1] or "Released: ")
+    assert claim(now=later + timedelta(days=1)) == []  # never run again
+
+
+def test_driver_settle_a_success_after_a_cancel_request_stays_a_success(make_job):
+    make_job()
+    [job] = claim()
+    Job.objects.filter(pk=job.id).update(cancel_requested_at=START)
+    settled = get_driver().settle([succeeded(job)])
+    assert settled.lost == [] and settled.cancelled == frozenset()
+    assert Job.objects.get(pk=job.id).status == JobStatus.SUCCEEDED
 
 
 def test_driver_renew_writes_progress_of_the_jobs_that_reported(make_job):

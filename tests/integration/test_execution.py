@@ -112,11 +112,11 @@ def test_settle_is_fenced_by_owner_and_attempt(worker, make_job, clock):
 
     wrong_owner = settlement(owner="someone-else")
     stale_attempt = settlement(attempt=claimed.attempt - 1)
-    assert w.driver.settle([wrong_owner, stale_attempt]) == [wrong_owner, stale_attempt]
+    assert w.driver.settle([wrong_owner, stale_attempt]).lost == [wrong_owner, stale_attempt]
     job = Job.objects.get(pk=claimed.id)
     assert job.status == JobStatus.RUNNING
     assert Attempt.objects.get(job=job).outcome is None
-    assert w.driver.settle([settlement()]) == []
+    assert w.driver.settle([settlement()]).lost == []
     assert Job.objects.get(pk=claimed.id).status == JobStatus.SUCCEEDED
 
 

@@ -53,8 +53,8 @@ def test_result_rides_in_the_claim_that_carries_its_outcome(make_job):
     [done] = driver.claim("default", "w1", START, 60, 1)
     succeeded = HandlerResult(AttemptOutcome.SUCCEEDED, result='{"rows": 3}')
     settled = decide(done, succeeded, START, RetryPolicy())
-    claimed, lost = driver.claim_and_settle("default", "w1", START, 60, 1, [settled])
-    assert lost == [] and len(claimed) == 1
+    claimed, written = driver.claim_and_settle("default", "w1", START, 60, 1, [settled])
+    assert written.lost == [] and len(claimed) == 1
     assert Job.objects.get(pk=done.id).result == {"rows": 3}
 
 
@@ -67,5 +67,5 @@ def test_result_is_kept_by_an_outcome_that_carries_none(make_job):
     job_row.save(update_fields=["result"])
     succeeded = decide(job, HandlerResult(AttemptOutcome.SUCCEEDED), START, RetryPolicy())
     assert succeeded.result is None
-    assert driver.settle([succeeded]) == []
+    assert driver.settle([succeeded]).lost == []
     assert Job.objects.get(pk=job.id).result == {"kept": True}
