@@ -34,23 +34,37 @@ def with_backoff(
     """Call ``write`` until it succeeds or ``give_up_after`` seconds have passed.
 
     Waits 1 s, 2 s, 4 s ... up to 30 s between tries, closing the broken
-    connection each time so that the next try reconnects. Only errors that
+    connection each time so that the next try reconnects; a first failure
+    that closed a dropped connection is tried again at once, on a new one. Only errors that
     can pass (:data:`PASSING`) are retried; the last one is raised when time
     is up.
     """
     deadline = monotonic() + give_up_after
     policy = RetryPolicy(base_seconds=first_wait, max_seconds=max_wait, jitter=0.0)
-    tries = 0
+    waits = 0
+    reconnected = False
     while True:
-        tries += 1
         try:
             return write()
         except PASSING as exc:
-            connections[using].close_if_unusable_or_obsolete()
+            connection = connections[using]
+            was_open = connection.connection is not None
+            connection.close_if_unusable_or_obsolete()
             left = deadline - monotonic()
             if left <= 0:
                 raise
-            wait = backoff_seconds(tries, policy)
+            if not reconnected and was_open and connection.connection is None:
+                # A connection the server dropped (a restart, pg_terminate_backend):
+                # closed now, so the next try reconnects; make it at once.
+                logger.info(
+                    "database write failed on a dropped connection (%s); retrying on a new one",
+                    exc,
+                    extra={"event": "write_retry"},
+                )
+                reconnected = True
+                continue
+            waits += 1
+            wait = backoff_seconds(waits, policy)
             logger.warning(
                 "database write failed (%s: %s); retrying in %.1fs",
                 type(exc).__name__,

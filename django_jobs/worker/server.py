@@ -244,13 +244,22 @@ class Server:
         """A queue's dispatcher: claim as many jobs as there are idle threads."""
         w = self.worker
         poll = float(settings.POLL_SECONDS)
+        failed = False
         try:
             while not stop_event.is_set():
                 free = self.wait_for_threads(state, stop_event, poll)
                 if stop_event.is_set():
                     break
                 state.woken.clear()
-                jobs = w.guarded(partial(w.claim_and_settle, state.name, free)) or []
+                claimed = w.guarded(partial(w.claim_and_settle, state.name, free))
+                if claimed is None and not failed:
+                    # The first failure after a success is most often a connection the
+                    # server dropped (a restart, pg_terminate_backend): guarded() closed
+                    # it, so claim again at once on a new one rather than after a poll.
+                    failed = True
+                    continue
+                failed = claimed is None
+                jobs = claimed or []
                 with state.changed:
                     state.busy += len(jobs)
                 for job in jobs:

@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 import pytest
 from django.db import connection
 
-from django_jobs import schedule_jobs
+from django_jobs import schedule_job, schedule_jobs
 from django_jobs.models import Job, JobStatus
-from tests.conftest import RunjobsProcesses, database_url
+from tests.conftest import RunjobsProcesses, database_url, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.skip_locked]
 
@@ -99,3 +99,44 @@ def test_connections_of_a_busy_runjobs_process_stay_within_the_documented_count(
         f"{sample.most} connections at once for {handler_threads} handler threads on "
         f"{len(QUEUES)} queues (limit {limit}); {len(sample.backends)} opened: {seen}"
     )
+
+
+def test_connections_dropped_by_the_server_a_worker_claims_again_at_once(
+    runjobs_process: RunjobsProcesses,
+) -> None:
+    """After pg_terminate_backend (or a restart), the first claim fails on its dead
+    connection: the worker claims again at once on a new one, not a poll later."""
+    application_name = f"django-jobs-drop-{uuid.uuid4().hex[:8]}"
+    worker = runjobs_process.start(
+        "--queue",
+        "default",
+        env={
+            "DATABASE_URL": f"{database_url()}?application_name={application_name}",
+            "JOBS_POLL_SECONDS": "5",  # a wake-up comes through LISTEN; a poll takes 5 s
+        },
+    )
+    first = schedule_job("example.sleep", {"seconds": 0})
+    wait_until(lambda: Job.objects.get(pk=first.pk).status == JobStatus.SUCCEEDED, timeout=30)
+
+    def backends(listening: bool) -> list[int]:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
+                " AND (query LIKE 'LISTEN%%') = %s",
+                [application_name, listening],
+            )
+            return [pid for (pid,) in cursor.fetchall()]
+
+    wait_until(lambda: backends(listening=True), timeout=10)  # the waker hears the next job
+    with connection.cursor() as cursor:  # every other connection of the worker is dropped
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid",
+            [backends(listening=False)],
+        )
+    started = time.monotonic()
+    job = schedule_job("example.sleep", {"seconds": 0})
+    wait_until(lambda: Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED, timeout=30)
+    took = time.monotonic() - started
+    os.kill(worker.pid, signal.SIGTERM)
+    assert worker.wait(20) == 0, runjobs_process.log(worker)
+    assert took < 2.5, f"{took:.1f}s to run a job after the drop\n{runjobs_process.log(worker)}"

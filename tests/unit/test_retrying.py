@@ -91,3 +91,21 @@ def test_with_backoff_retries_errors_that_can_pass(db_free_connection, error):
         "written"
     )
     assert time.sleeps == [1, 2]
+
+
+def test_with_backoff_retries_at_once_on_a_new_connection_after_a_dropped_one(monkeypatch):
+    """A server restart drops the connection: the first retry reconnects without waiting."""
+    from django.db import connections
+
+    wrapper = connections["default"]
+    monkeypatch.setattr(wrapper, "connection", object())  # open, and then found broken
+    monkeypatch.setattr(wrapper, "close_if_unusable_or_obsolete", lambda: None)
+
+    def closes() -> None:
+        monkeypatch.setattr(wrapper, "connection", None)
+
+    monkeypatch.setattr(wrapper, "close_if_unusable_or_obsolete", closes)
+    time = FakeTime()
+    write, calls = flaky(3)
+    assert with_backoff(write, give_up_after=300, sleep=time.sleep, monotonic=time.monotonic)
+    assert (calls["n"], time.sleeps) == (4, [1, 2])  # at once, then the backoff goes on
