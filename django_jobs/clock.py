@@ -19,6 +19,11 @@ from django.utils import timezone
 
 logger = logging.getLogger(__name__)
 
+#: A re-measure whose round trip is longer (and longer than the kept one's) is not taken:
+#: it could move the offset by half of it.
+MAX_ROUND_TRIP_SECONDS = 0.5
+MAX_ROUND_TRIP = timedelta(seconds=MAX_ROUND_TRIP_SECONDS)
+
 
 @runtime_checkable
 class Clock(Protocol):
@@ -59,6 +64,7 @@ class DatabaseClock:
         self.refresh_seconds = refresh_seconds
         self.timeout_seconds = timeout_seconds
         self._offset: timedelta | None = None
+        self._round_trip = timedelta(0)  # the kept measure's
         self._measured_at: datetime | None = None
         self._measuring: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -115,19 +121,33 @@ class DatabaseClock:
             return get_driver(self.using).database_now()
 
     def measure(self) -> timedelta:
-        """Read the database's clock and store its offset from this host's."""
+        """Read the database's clock and store its offset from this host's.
+
+        The reading is taken to fall halfway through its round trip, so a
+        measure is wrong by up to half of it. A re-measure whose round trip
+        is longer than both :data:`MAX_ROUND_TRIP_SECONDS` and the kept
+        measure's (a slow answer, a stalled thread) keeps the last offset.
+        """
         before = self.host.now()
         db_now = self.read()
         after = self.host.now()
+        round_trip = after - before
         if db_now is None:
             offset = timedelta(0)
         else:
             if timezone.is_naive(db_now):
                 db_now = timezone.make_aware(db_now, dt_timezone.utc)
-            offset = db_now - (before + (after - before) / 2)
+            offset = db_now - (before + round_trip / 2)
         with self._lock:
-            self._offset = offset
             self._measured_at = after
+            if self._offset is not None and round_trip > max(MAX_ROUND_TRIP, self._round_trip):
+                logger.info(
+                    "database clock re-measure kept the last offset: its round trip took %.2fs",
+                    round_trip.total_seconds(),
+                    extra={"event": "clock_measure_slow"},
+                )
+                return self._offset
+            self._offset, self._round_trip = offset, round_trip
         return offset
 
     @property

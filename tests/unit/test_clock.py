@@ -84,3 +84,26 @@ def test_clock_re_measures_in_the_background_and_takes_the_new_offset():
     clock.now()
     wait_until(lambda: clock.offset == timedelta(seconds=2))
     assert clock.now() == host.now() + timedelta(seconds=2)
+
+
+def test_clock_re_measure_with_a_long_round_trip_keeps_the_last_offset():
+    """A reading halfway through a 5 s round trip could be 2.5 s off: it is not taken."""
+    host = FakeClock(START)
+    database = Database(host, timedelta(seconds=1))
+    clock = DatabaseClock(host=host, refresh_seconds=60, read=database)
+    clock.now()
+
+    def slow():  # the answer arrives at once; the reply then takes 5 s to come back
+        reading = host.now() + timedelta(seconds=1)
+        host.advance(5)
+        return reading
+
+    clock.read = slow
+    host.advance(61)
+    clock.measure()
+    assert clock.offset == timedelta(seconds=1)  # taken, it would be 1 - 2.5 s
+    clock.read = database  # a quick one is taken again
+    database.offset = timedelta(seconds=2)
+    host.advance(61)
+    clock.measure()
+    assert clock.offset == timedelta(seconds=2)
