@@ -23,6 +23,7 @@ from django.db import router, transaction
 from .conf import settings as jobs_settings
 from .models import Job
 from .scheduling import schedule_job
+from .tasks.declared import declare, is_module_name
 from .tasks.framework import (
     BaseTaskBackend,
     Task,
@@ -38,7 +39,7 @@ from .tasks.runner import load_result, send
 F = TypeVar("F", bound=Callable[..., Any])
 
 ATTRIBUTE = "django_jobs_options"
-OPTION_KEYS = {"MAX_ATTEMPTS"}
+OPTION_KEYS = {"MAX_ATTEMPTS", "MODULES"}
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,17 @@ def _max_attempts(value: Any, where: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"{where} must be a positive integer, got {value!r}")
     return value
+
+
+def _modules(value: Any, where: str) -> frozenset[str]:
+    if value is None:
+        return frozenset()
+    if not isinstance(value, list | tuple) or not all(is_module_name(name) for name in value):
+        raise ImproperlyConfigured(
+            f"{where} must be a list of dotted module names, such as ['myapp.emails'], "
+            f"got {value!r}"
+        )
+    return frozenset(value)
 
 
 def job_options(*, max_attempts: int | None = None) -> Callable[[F], F]:
@@ -85,7 +97,9 @@ class JobsBackend(BaseTaskBackend):
     """Tasks as django-jobs jobs: durable, leased, retried, dead-lettered, in the admin.
 
     ``OPTIONS``: ``MAX_ATTEMPTS``, the attempts a task gets unless its
-    ``@job_options`` say otherwise (default: ``DJANGO_JOBS["MAX_ATTEMPTS"]``).
+    ``@job_options`` say otherwise (default: ``DJANGO_JOBS["MAX_ATTEMPTS"]``);
+    ``MODULES``, the modules besides installed apps' ``tasks`` whose tasks a
+    worker may import (see :mod:`django_jobs.tasks.declared`).
     A Django priority (-100 to 100, higher first) is the job's priority as it
     is; ``run_after`` is the job's ``run_at``.
     """
@@ -111,6 +125,14 @@ class JobsBackend(BaseTaskBackend):
             )
         except ValueError as exc:
             raise ImproperlyConfigured(str(exc)) from None
+        self.task_modules = _modules(
+            self.options.get("MODULES"), f"TASKS[{alias!r}]['OPTIONS']['MODULES']"
+        )
+
+    def validate_task(self, task: Task) -> None:
+        """Django's checks; then ``task``'s path is one this process's rows may name."""
+        super().validate_task(task)
+        declare(task)
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         """Write the task's job row; ``task_enqueued`` is sent once it commits."""

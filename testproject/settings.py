@@ -94,7 +94,13 @@ if TASKS_FRAMEWORK is None and find_spec("django_tasks"):
     INSTALLED_APPS.append("django_tasks")
 if TASKS_FRAMEWORK is not None:
     TASKS = {
-        "default": {"BACKEND": "django_jobs.backend.JobsBackend", "QUEUES": ["default", "emails"]},
+        "default": {
+            "BACKEND": "django_jobs.backend.JobsBackend",
+            "QUEUES": ["default", "emails"],
+            # The tests' tasks: `tests` is not an installed app, so its tasks module is listed
+            # for `runjobs` to import (an installed app's tasks.py needs no listing).
+            "OPTIONS": {"MODULES": ["tests.tasks"]},
+        },
         "immediate": {
             "BACKEND": f"{TASKS_FRAMEWORK}.backends.immediate.ImmediateBackend",
             "QUEUES": [],

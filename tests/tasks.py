@@ -8,6 +8,7 @@ from django_jobs.backend import job_options
 from django_jobs.tasks.framework import TaskContext, task
 
 CALLS: list[str] = []  # what the tasks saw, for the tests that run them in-process
+IMPORTED: list[str] = []  # the modules tests.import_witness and tests.lazy_tasks, as imported
 
 
 @task()

@@ -15,11 +15,11 @@ from datetime import datetime
 from typing import Any
 
 from django.utils.dateparse import parse_datetime
-from django.utils.module_loading import import_string
 
 from .. import exceptions as jobs_exceptions
 from ..models import AttemptOutcome, Job, JobStatus
 from ..outcomes import ERROR_LIMIT
+from .declared import resolve_task
 from .framework import Task, TaskError, TaskResult, TaskResultStatus
 
 #: The job every task runs as; its payload names the task.
@@ -107,25 +107,13 @@ def _path_of_name(name: str) -> str:
     return class_path(Exception)
 
 
-def resolve_task(path: str) -> Task:
-    """The ``Task`` at ``path`` (``module.name``), as ``@task`` left it there."""
-    try:
-        found = import_string(path)
-    except ImportError as exc:
-        raise ValueError(f"task {path!r} cannot be imported: {exc}") from None
-    if not isinstance(found, Task):
-        raise ValueError(f"{path!r} is not a task (decorate it with @task)")
-    return found
-
-
 def run_after(payload: Mapping[str, Any]) -> datetime | None:
     value = payload.get("run_after")
     return parse_datetime(value) if isinstance(value, str) else None
 
 
-def payload_of(job: Job) -> dict[str, Any]:
-    """The payload of a task's job: the task's path, its arguments, its backend."""
-    payload = job.payload
+def task_payload(payload: Any, job_id: int) -> dict[str, Any]:
+    """A task's job's payload: the task's path, its arguments, its backend; else ``ValueError``."""
     if not (
         isinstance(payload, dict)
         and isinstance(payload.get("task"), str)
@@ -134,16 +122,25 @@ def payload_of(job: Job) -> dict[str, Any]:
         and isinstance(payload.get("backend"), str)
     ):
         raise ValueError(
-            f"job #{job.pk} is not a task's job: its payload has no task, args, kwargs"
+            f"job #{job_id} is not a task's job: its payload has no task, args, kwargs"
         )
     return payload
+
+
+def payload_of(job: Job) -> dict[str, Any]:
+    return task_payload(job.payload, job.pk)
+
+
+def task_named(payload: Any, job_id: int) -> Task:
+    """The task a task's job's payload names, if the project declares it (see :mod:`.declared`)."""
+    checked = task_payload(payload, job_id)
+    return resolve_task(checked["task"], checked["backend"])
 
 
 def task_of(job: Job) -> Task:
     """The task a job runs, with the options it was enqueued with."""
     payload = payload_of(job)
-    task = resolve_task(payload["task"])
-    return task.using(
+    return task_named(payload, job.pk).using(
         priority=job.priority,
         queue_name=job.queue,
         run_after=run_after(payload),

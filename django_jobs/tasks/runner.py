@@ -2,7 +2,8 @@
 
 A task is enqueued as one job named :data:`~.results.RUNNER` whose payload
 names the task by its module path (as Django's own ``Task`` pickles it) with
-its arguments. The runner imports the task, refuses anything that is not a
+its arguments. The runner resolves that path only if the project declares it
+(:mod:`.declared`: nothing else is imported), refuses anything that is not a
 ``Task``, and calls it as Django's ``ImmediateBackend`` does: ``Task.call``,
 which runs a coroutine function to completion with ``async_to_sync``.
 
@@ -42,7 +43,15 @@ from .framework import (
     task_finished,
     task_started,
 )
-from .results import RUNNER, TaskFailed, build_result, class_path, failure_text, task_of
+from .results import (
+    RUNNER,
+    TaskFailed,
+    build_result,
+    class_path,
+    failure_text,
+    task_named,
+    task_of,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -73,6 +82,9 @@ def load_result(job_id: int, using: str | None = None) -> TaskResult:
 @job(RUNNER)
 def run_task(ctx: JobContext, payload: Any) -> Any:
     """Run the task the payload names; its return value is the job's result."""
+    # A path the project does not declare fails here, as an unknown job's name does:
+    # before a query, with nothing imported.
+    task_named(payload, ctx.job_id)
     result = load_result(ctx.job_id)
     object.__setattr__(result, "status", TaskResultStatus.RUNNING)
     task = result.task
@@ -182,7 +194,10 @@ def announce_finished(
     if kept is not None and kept[0] == (status == TaskResultStatus.SUCCESSFUL):
         result = kept[1]
     else:  # the worker ended it (a timeout, a cancel), or it never ran: read it back
-        result = load_result(job_id)
+        try:
+            result = load_result(job_id)
+        except ValueError:  # no task to report on: refused, or not a task (its error says so)
+            return
     object.__setattr__(result, "status", status)
     if status != TaskResultStatus.READY and result.finished_at is None:
         object.__setattr__(result, "finished_at", timezone.now())

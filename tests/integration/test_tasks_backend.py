@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from collections.abc import Iterator
 from datetime import timedelta
@@ -17,6 +18,7 @@ pytest.importorskip("django_jobs.backend", reason="needs django.tasks or the dja
 
 from django_jobs import cancel_job  # noqa: E402
 from django_jobs.backend import JobsBackend, job_options  # noqa: E402
+from django_jobs.context import JobContext  # noqa: E402
 from django_jobs.db import get_driver  # noqa: E402
 from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus  # noqa: E402
 from django_jobs.tasks.framework import (  # noqa: E402
@@ -30,6 +32,7 @@ from django_jobs.tasks.framework import (  # noqa: E402
     task_started,
 )
 from django_jobs.tasks.results import RUNNER, TaskTimedOut, WorkerLost  # noqa: E402
+from django_jobs.tasks.runner import run_task  # noqa: E402
 from django_jobs.testing import FakeClock, run_until_empty  # noqa: E402
 from django_jobs.worker.core import TickResult  # noqa: E402
 from tests import tasks  # noqa: E402
@@ -57,13 +60,43 @@ def clock() -> FakeClock:
     return FakeClock(timezone.now() + timedelta(seconds=1))
 
 
+def set_options(settings: Any, **options: Any) -> None:
+    """Set ``OPTIONS`` of the default backend, keeping the others (its ``MODULES``)."""
+    default = settings.TASKS["default"]
+    settings.TASKS = {
+        **settings.TASKS,
+        "default": {**default, "OPTIONS": {**default.get("OPTIONS", {}), **options}},
+    }
+
+
 @pytest.fixture
 def one_attempt(settings: Any) -> None:
     """The default backend gives each task one attempt, as ImmediateBackend runs it once."""
-    settings.TASKS = {
-        **settings.TASKS,
-        "default": {**settings.TASKS["default"], "OPTIONS": {"MAX_ATTEMPTS": 1}},
-    }
+    set_options(settings, MAX_ATTEMPTS=1)
+
+
+@pytest.fixture
+def not_imported(monkeypatch: Any) -> None:
+    """The modules that record their import in ``tasks.IMPORTED`` are not imported yet."""
+    for name in ("import_witness", "lazy_tasks"):
+        monkeypatch.delitem(sys.modules, f"tests.{name}", raising=False)
+        monkeypatch.delattr(sys.modules["tests"], name, raising=False)
+    tasks.IMPORTED.clear()
+
+
+def task_row(make_job: Any, path: str, *args: Any, **overrides: Any) -> Job:
+    """A task's row as a hand-written one (or the admin's schedule form) would be."""
+    payload = {"task": path, "args": list(args), "kwargs": {}, "backend": "default"}
+    return make_job(name=RUNNER, payload=payload, **overrides)
+
+
+def refusal(path: str) -> str:
+    module = path.rpartition(".")[0]
+    return (
+        f"ValueError: task {path!r} is refused: {module!r} is neither an installed app's tasks "
+        "module nor listed in TASKS['default']['OPTIONS']['MODULES'] (define the task in an "
+        "installed app's tasks.py, or list its module there)"
+    )
 
 
 @pytest.fixture
@@ -351,10 +384,7 @@ def test_tasks_backend_does_not_run_a_deferred_task_early(worker, clock):
 def test_tasks_backend_max_attempts_from_options_and_job_options(settings):
     assert Job.objects.get(pk=tasks.add.enqueue(1, 1).id).max_attempts == 5  # DJANGO_JOBS'
     assert Job.objects.get(pk=tasks.twice.enqueue("x").id).max_attempts == 2
-    settings.TASKS = {
-        **settings.TASKS,
-        "default": {**settings.TASKS["default"], "OPTIONS": {"MAX_ATTEMPTS": 4}},
-    }
+    set_options(settings, MAX_ATTEMPTS=4)
     assert Job.objects.get(pk=tasks.add.enqueue(1, 1).id).max_attempts == 4
     assert Job.objects.get(pk=tasks.twice.enqueue("x").id).max_attempts == 2
 
@@ -370,11 +400,22 @@ def test_tasks_backend_job_options_run_on_immediate_backend_too():
         ({"MAX_ATTEMPTS": 0}, "MAX_ATTEMPTS'] must be a positive integer"),
         ({"MAX_ATTEMPTS": "3"}, "MAX_ATTEMPTS'] must be a positive integer"),
         ({"RETRIES": 3}, "unknown keys \\['RETRIES'\\]"),
+        ({"MODULES": "myapp.emails"}, "MODULES'] must be a list of dotted module names"),
+        ({"MODULES": ["myapp.emails", 3]}, "MODULES'] must be a list of dotted module names"),
+        ({"MODULES": ["myapp..emails"]}, "MODULES'] must be a list of dotted module names"),
+        ({"MODULES": ["myapp/emails.py"]}, "MODULES'] must be a list of dotted module names"),
+        ({"MODULES": [""]}, "MODULES'] must be a list of dotted module names"),
     ],
 )
 def test_tasks_backend_refuses_bad_options(options, message):
     with pytest.raises(ImproperlyConfigured, match=message):
         JobsBackend("bad", {"OPTIONS": options})
+
+
+def test_tasks_backend_takes_good_options():
+    backend = JobsBackend("ok", {"OPTIONS": {"MAX_ATTEMPTS": 3, "MODULES": ("a.b", "c")}})
+    assert (backend.max_attempts, backend.task_modules) == (3, {"a.b", "c"})
+    assert JobsBackend("none", {}).task_modules == frozenset()
 
 
 def test_tasks_backend_job_options_refuse_bad_values_and_placement():
@@ -411,15 +452,91 @@ def test_tasks_backend_refuses_arguments_that_are_not_json():
     assert not Job.objects.exists()
 
 
-def test_tasks_backend_runner_refuses_a_path_that_is_not_a_task(worker, make_job):
-    row = make_job(
-        name=RUNNER,
-        payload={"task": "os.getcwd", "args": [], "kwargs": {}, "backend": "default"},
-        max_attempts=1,
-    )
+# -- the paths a row may name: declared tasks, and modules the project allows --------------
+
+
+def test_tasks_backend_runner_refuses_a_module_the_project_does_not_declare(worker, make_job):
+    row = task_row(make_job, "os.getcwd", max_attempts=1)
     assert worker().run_once().dead_lettered == 1
     row.refresh_from_db()
-    assert row.last_error == "ValueError: 'os.getcwd' is not a task (decorate it with @task)"
+    assert row.last_error == refusal("os.getcwd")
+
+
+def test_tasks_backend_runner_never_imports_a_module_it_refuses(
+    worker, make_job, not_imported, caplog
+):
+    row = task_row(make_job, "tests.import_witness.not_a_task", max_attempts=2)
+    assert worker().run_once().retried == 1  # a failed attempt, as for an unknown job's name
+    row.refresh_from_db()
+    assert row.last_error == refusal("tests.import_witness.not_a_task")
+    with pytest.raises(ValueError, match="is refused: 'tests.import_witness' is neither"):
+        backend().get_result(str(row.pk))
+    assert "tests.import_witness" not in sys.modules and tasks.IMPORTED == []
+    # No task to report on: task_finished is not sent, and no receiver fails.
+    assert "signal_receiver_failed" not in {getattr(r, "event", None) for r in caplog.records}
+
+
+def test_tasks_backend_runner_refuses_before_a_query(
+    make_job, not_imported, django_assert_num_queries
+):
+    """As an unknown job's name: the attempt fails before the row or its attempts are read."""
+    row = task_row(make_job, "tests.import_witness.not_a_task")
+    ctx = JobContext(job_id=row.pk, name=RUNNER, queue="default", attempt=1, payload=None)
+    with django_assert_num_queries(0), pytest.raises(ValueError, match="is refused"):
+        run_task(ctx, row.payload)
+    assert "tests.import_witness" not in sys.modules
+
+
+def test_tasks_backend_runner_refuses_what_is_not_a_task_in_an_allowed_module(
+    worker, make_job, settings, not_imported
+):
+    set_options(settings, MODULES=["tests.tasks", "tests.import_witness"])
+    row = task_row(make_job, "tests.import_witness.not_a_task", max_attempts=1)
+    assert worker().run_once().dead_lettered == 1
+    row.refresh_from_db()
+    assert row.last_error == (
+        "ValueError: 'tests.import_witness.not_a_task' is not a task (decorate it with @task)"
+    )
+    assert tasks.IMPORTED == ["tests.import_witness"]
+
+
+def test_tasks_backend_runs_a_task_of_a_listed_module_not_yet_imported(
+    worker, make_job, settings, not_imported
+):
+    refused = task_row(make_job, "tests.lazy_tasks.double", 4, max_attempts=1)
+    assert worker().run_once().dead_lettered == 1
+    assert Job.objects.get(pk=refused.pk).last_error == refusal("tests.lazy_tasks.double")
+    assert tasks.IMPORTED == []
+
+    set_options(settings, MODULES=["tests.tasks", "tests.lazy_tasks"])
+    row = task_row(make_job, "tests.lazy_tasks.double", 21)
+    assert worker().run_once().succeeded == 1
+    assert backend().get_result(str(row.pk)).return_value == 42
+    assert tasks.IMPORTED == ["tests.lazy_tasks"]
+
+
+def test_tasks_backend_runs_a_task_of_an_installed_apps_tasks_module(worker, make_job, monkeypatch):
+    """``testproject.example`` is an installed app: its ``tasks`` module needs no listing."""
+    monkeypatch.delitem(sys.modules, "testproject.example.tasks", raising=False)
+    row = task_row(make_job, "testproject.example.tasks.send_welcome", "ada@example.com")
+    assert worker().run_once().succeeded == 1
+    assert backend().get_result(str(row.pk)).return_value == "welcome mail to ada@example.com"
+    assert "testproject.example.tasks" in sys.modules
+
+
+def test_tasks_backend_runs_a_declared_task_of_a_module_not_listed(worker, make_job, not_imported):
+    """A task ``@task`` made in this process resolves wherever its module is: it is imported."""
+    lazy_tasks = importlib.import_module("tests.lazy_tasks")
+    row = task_row(make_job, "tests.lazy_tasks.double", 5)
+    assert worker().run_once().succeeded == 1
+    assert lazy_tasks.double.get_result(str(row.pk)).return_value == 10
+    assert tasks.IMPORTED == ["tests.lazy_tasks"]  # by this test, not by the worker
+    # Declared, but its module is no longer imported: it is not imported again for a row.
+    del sys.modules["tests.lazy_tasks"]
+    again = task_row(make_job, "tests.lazy_tasks.double", 6)
+    assert worker().run_once().retried == 1
+    assert Job.objects.get(pk=again.pk).last_error == refusal("tests.lazy_tasks.double")
+    assert tasks.IMPORTED == ["tests.lazy_tasks"]
 
 
 def test_tasks_backend_check_warns_of_an_undeclared_queue():

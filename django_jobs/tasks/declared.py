@@ -1,0 +1,78 @@
+"""The tasks a project declares: the only paths a task's job row may name.
+
+A row names its task by module path, and whoever can write a row (the admin's
+schedule form, a hand-written insert) chooses that path. So the path is checked
+before anything is imported. It resolves when it is
+
+- a task declared in this process: Django's ``Task`` calls its backend's
+  ``validate_task`` as ``@task`` makes it, and ``JobsBackend.validate_task``
+  records its path here (its module is imported already); or
+- in a module the project allows: each installed app's ``tasks`` module, and
+  those its backend's ``OPTIONS["MODULES"]`` lists. That module is imported,
+  and the path must then name a ``Task``.
+
+Anything else is refused with :class:`ValueError`, and nothing is imported.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Collection
+from typing import Any
+
+from django.apps import apps
+from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
+
+from .framework import Task, task_backends
+
+#: The module paths of the tasks made for a ``JobsBackend`` in this process.
+_declared: set[str] = set()
+
+
+def declare(task: Task) -> None:
+    """Record ``task``'s path: this process made it, so rows may name it."""
+    _declared.add(task.module_path)
+
+
+def is_module_name(name: Any) -> bool:
+    return isinstance(name, str) and all(part.isidentifier() for part in name.split("."))
+
+
+def allowed_modules(backend: str) -> set[str]:
+    """Every installed app's ``tasks`` module, and the modules ``backend``'s ``MODULES`` lists."""
+    modules = {f"{app.name}.tasks" for app in apps.get_app_configs()}
+    try:
+        listed: Collection[str] = getattr(task_backends[backend], "task_modules", ())
+    except ImproperlyConfigured:  # not a configured alias: Task.using() says so afterwards
+        listed = ()
+    return modules | set(listed)
+
+
+def is_declared(path: str) -> bool:
+    return path in _declared and path.rpartition(".")[0] in sys.modules
+
+
+def refusal(path: str, backend: str) -> str:
+    module = path.rpartition(".")[0]
+    return (
+        f"task {path!r} is refused: {module!r} is neither an installed app's tasks module nor "
+        f"listed in TASKS[{backend!r}]['OPTIONS']['MODULES'] (define the task in an installed "
+        "app's tasks.py, or list its module there)"
+    )
+
+
+def resolve_task(path: str, backend: str) -> Task:
+    """The ``Task`` at ``path`` (``module.name``) if the project declares it, else ``ValueError``.
+
+    Nothing is imported before the check; see the module's text.
+    """
+    if not is_declared(path) and path.rpartition(".")[0] not in allowed_modules(backend):
+        raise ValueError(refusal(path, backend))
+    try:
+        found = import_string(path)
+    except ImportError as exc:
+        raise ValueError(f"task {path!r} cannot be imported: {exc}") from None
+    if not isinstance(found, Task):
+        raise ValueError(f"{path!r} is not a task (decorate it with @task)")
+    return found
