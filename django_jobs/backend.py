@@ -20,6 +20,7 @@ from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import router, transaction
 
+from .conf import INT_MAX, is_int
 from .conf import settings as jobs_settings
 from .models import Job
 from .scheduling import schedule_job
@@ -52,8 +53,8 @@ class TaskOptions:
 def _max_attempts(value: Any, where: str) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{where} must be a positive integer, got {value!r}")
+    if not is_int(value, 1):
+        raise ValueError(f"{where} must be an integer from 1 to {INT_MAX}, got {value!r}")
     return value
 
 

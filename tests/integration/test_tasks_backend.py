@@ -397,8 +397,9 @@ def test_tasks_backend_job_options_run_on_immediate_backend_too():
 @pytest.mark.parametrize(
     ("options", "message"),
     [
-        ({"MAX_ATTEMPTS": 0}, "MAX_ATTEMPTS'] must be a positive integer"),
-        ({"MAX_ATTEMPTS": "3"}, "MAX_ATTEMPTS'] must be a positive integer"),
+        ({"MAX_ATTEMPTS": 0}, "MAX_ATTEMPTS'] must be an integer from 1 to 2147483647"),
+        ({"MAX_ATTEMPTS": "3"}, "MAX_ATTEMPTS'] must be an integer from 1 to 2147483647"),
+        ({"MAX_ATTEMPTS": 2**31}, "MAX_ATTEMPTS'] must be an integer from 1 to 2147483647"),
         ({"RETRIES": 3}, "unknown keys \\['RETRIES'\\]"),
         ({"MODULES": "myapp.emails"}, "MODULES'] must be a list of dotted module names"),
         ({"MODULES": ["myapp.emails", 3]}, "MODULES'] must be a list of dotted module names"),
@@ -413,14 +414,16 @@ def test_tasks_backend_refuses_bad_options(options, message):
 
 
 def test_tasks_backend_takes_good_options():
-    backend = JobsBackend("ok", {"OPTIONS": {"MAX_ATTEMPTS": 3, "MODULES": ("a.b", "c")}})
-    assert (backend.max_attempts, backend.task_modules) == (3, {"a.b", "c"})
+    backend = JobsBackend("ok", {"OPTIONS": {"MAX_ATTEMPTS": 2**31 - 1, "MODULES": ("a.b", "c")}})
+    assert (backend.max_attempts, backend.task_modules) == (2**31 - 1, {"a.b", "c"})
     assert JobsBackend("none", {}).task_modules == frozenset()
 
 
 def test_tasks_backend_job_options_refuse_bad_values_and_placement():
-    with pytest.raises(ValueError, match="max_attempts=...\\) must be a positive integer"):
-        job_options(max_attempts=0)
+    for value in (0, 2**31, 2**40, True):
+        with pytest.raises(ValueError, match="max_attempts=...\\) must be an integer from 1 to"):
+            job_options(max_attempts=value)
+    assert job_options(max_attempts=2**31 - 1)
     with pytest.raises(TypeError, match="under @task"):
         job_options(max_attempts=2)(tasks.add)
 
