@@ -23,17 +23,18 @@ from .conf import (
     DEFAULTS,
     NON_NEGATIVE,
     POSITIVE,
+    SCHEDULE_NAME_MAX_LENGTH,
     USE_TZ_REASON,
     heartbeat_problem,
     is_number,
     queues_problems,
     retention_problems,
     setting_problem,
+    text_problem,
 )
 
 NUMBER_KEYS = (*POSITIVE, *NON_NEGATIVE, "HEARTBEAT_SECONDS", "MAX_ATTEMPTS")
 SCHEDULE_EXAMPLE = "For example {'cron': '0 2 * * *', 'job': 'reports.nightly'}."
-SCHEDULE_NAME_MAX_LENGTH = 200  # RecurringJob.name's max_length
 
 
 def _key_errors(
@@ -174,11 +175,11 @@ def _schedule_entry_errors(name: Any, options: Any) -> list[CheckMessage]:
 
     where = f"DJANGO_JOBS['RECURRING'][{name!r}]"
     errors: list[CheckMessage] = []
-    if not isinstance(name, str) or not name.strip() or len(name) > SCHEDULE_NAME_MAX_LENGTH:
+    wrong_name = text_problem(name, SCHEDULE_NAME_MAX_LENGTH)
+    if wrong_name:
         errors.append(
             Error(
-                "A schedule name in DJANGO_JOBS['RECURRING'] must be a non-empty string of at "
-                f"most {SCHEDULE_NAME_MAX_LENGTH} characters: {reprlib.repr(name)}.",
+                f"A schedule name in DJANGO_JOBS['RECURRING'] {wrong_name}: {reprlib.repr(name)}.",
                 hint="Name it for what it does, e.g. 'nightly-report'.",
                 id="django_jobs.E005",
             )
@@ -331,8 +332,8 @@ def _schedule_row_warnings(using: str) -> list[CheckMessage]:
 
     user = getattr(django_settings, "DJANGO_JOBS", {})
     declared = user.get("RECURRING") if isinstance(user, Mapping) else None
-    names = (
-        [name for name in declared if isinstance(name, str)]
+    names = (  # a name no row can have (E005's) is left out of the query, which it would break
+        [name for name in declared if text_problem(name, SCHEDULE_NAME_MAX_LENGTH) is None]
         if isinstance(declared, Mapping)
         else []
     )

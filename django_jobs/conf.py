@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import difflib
 import math
+import reprlib
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any, NamedTuple
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
+
+from .text import UNSTORABLE
 
 DEFAULTS: dict[str, Any] = {
     # queue name -> options; "workers" is the number of handler threads.
@@ -72,8 +75,12 @@ MAX_RETENTION = timedelta(days=365_000)
 
 # The range of the database's integer columns (priority, max_attempts).
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
-# Job.queue's max_length.
-QUEUE_NAME_MAX_LENGTH = 100
+# The models' max_lengths (no model import here; tests/unit/test_argument_limits.py holds
+# them to the fields).
+QUEUE_NAME_MAX_LENGTH = 100  # Job.queue, RecurringJob.queue
+JOB_NAME_MAX_LENGTH = 200  # Job.name, RecurringJob.job_name
+SCHEDULE_NAME_MAX_LENGTH = 200  # RecurringJob.name, Job.schedule
+UNIQUE_KEY_MAX_LENGTH = 255  # Job.unique_key
 
 USE_TZ_REASON = (
     "django-jobs needs USE_TZ = True: lease expiry and schedule times are compared "
@@ -99,10 +106,37 @@ def is_int(value: Any, low: int = INT_MIN, high: int = INT_MAX) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
 
 
+def text_problem(text: Any, max_length: int, *, blank: bool = False) -> str | None:
+    """Why ``text`` cannot go in a text column of ``max_length`` characters, or None.
+
+    It must be a non-empty string (not blank either, unless ``blank``) that every
+    database stores as given: PostgreSQL refuses a NUL character, and neither
+    database takes a lone surrogate.
+    """
+    if (
+        not isinstance(text, str)
+        or not (text if blank else text.strip())
+        or len(text) > max_length
+        or UNSTORABLE.search(text)
+    ):
+        return (
+            f"must be a non-empty string of at most {max_length} characters without NUL "
+            "characters or lone surrogates"
+        )
+    return None
+
+
 def queue_name_problem(name: Any) -> str | None:
     """Why ``name`` cannot be a queue's name, or None."""
-    if not isinstance(name, str) or not name.strip() or len(name) > QUEUE_NAME_MAX_LENGTH:
-        return f"must be a non-empty string of at most {QUEUE_NAME_MAX_LENGTH} characters"
+    return text_problem(name, QUEUE_NAME_MAX_LENGTH)
+
+
+def max_attempts_problem(max_attempts: Any) -> str | None:
+    """Why ``max_attempts`` cannot be a job's number of attempts, or None."""
+    if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        return "must be a positive integer"
+    if max_attempts > INT_MAX:
+        return f"must be a positive integer of at most {INT_MAX}"
     return None
 
 
@@ -115,20 +149,33 @@ def priority_problem(priority: Any) -> str | None:
     return None
 
 
+def refuse(argument: str, problem: str | None, value: Any) -> None:
+    """:class:`ValueError` naming ``argument``, its ``problem`` and ``value`` (shortened)."""
+    if problem:
+        raise ValueError(f"{argument} {problem}, got {reprlib.repr(value)}")
+
+
+def require_text(text: Any, argument: str, max_length: int, *, blank: bool = False) -> str:
+    """``text`` if it can go in its column; else :class:`ValueError` naming ``argument``."""
+    refuse(argument, text_problem(text, max_length, blank=blank), text)
+    return str(text)
+
+
 def require_queue_name(queue: Any, argument: str = "queue") -> str:
     """``queue`` if it can be a queue's name; else :class:`ValueError` naming ``argument``."""
-    problem = queue_name_problem(queue)
-    if problem:
-        raise ValueError(f"{argument} {problem}, got {queue!r}")
-    return str(queue)
+    return require_text(queue, argument, QUEUE_NAME_MAX_LENGTH)
 
 
 def require_priority(priority: Any, argument: str = "priority") -> int:
     """``priority`` if it can be a job's priority; else :class:`ValueError` naming ``argument``."""
-    problem = priority_problem(priority)
-    if problem:
-        raise ValueError(f"{argument} {problem}, got {priority!r}")
+    refuse(argument, priority_problem(priority), priority)
     return int(priority)
+
+
+def require_max_attempts(max_attempts: Any, argument: str = "max_attempts") -> int:
+    """``max_attempts`` if a job can have it; else :class:`ValueError` naming ``argument``."""
+    refuse(argument, max_attempts_problem(max_attempts), max_attempts)
+    return int(max_attempts)
 
 
 def setting_problem(key: str, value: Any) -> Problem | None:

@@ -14,7 +14,7 @@ from typing import Any
 from django.db import IntegrityError, router, transaction
 from django.utils import timezone as dj_timezone
 
-from .conf import require_use_tz, settings
+from .conf import SCHEDULE_NAME_MAX_LENGTH, require_text, require_use_tz, settings
 from .cron import get_zone, next_occurrence, validate_cron
 from .exceptions import JobsError, ScheduleError
 from .models import RecurringJob, ScheduleSource
@@ -80,8 +80,7 @@ def validate_schedule(
     **options: Any,
 ) -> str:
     """Check a schedule's parts; return its job name. Errors name the schedule."""
-    if not isinstance(name, str) or not name.strip():
-        raise ValueError("a recurring job needs a non-empty name")
+    require_text(name, "a recurring job's name", SCHEDULE_NAME_MAX_LENGTH)
     try:
         return check_schedule_parts(cron, job, payload, zone, **options)
     except JobsError as exc:

@@ -13,7 +13,13 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .conf import require_priority, require_queue_name
+from .conf import (
+    JOB_NAME_MAX_LENGTH,
+    require_max_attempts,
+    require_priority,
+    require_queue_name,
+    require_text,
+)
 from .exceptions import DuplicateJobName, UnknownJob
 
 if TYPE_CHECKING:
@@ -65,11 +71,10 @@ def job(
     The name is what the database stores, so renaming the function does not
     orphan queued jobs. The handler is called as ``handler(ctx, payload)``.
     """
-    if not isinstance(name, str) or not name.strip():
-        raise ValueError("a job name must be a non-empty string")
+    require_text(name, "a job name", JOB_NAME_MAX_LENGTH)
     require_queue_name(queue)
-    if max_attempts is not None and (not isinstance(max_attempts, int) or max_attempts < 1):
-        raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}")
+    if max_attempts is not None:
+        require_max_attempts(max_attempts)
     require_priority(priority)
     seconds = _seconds(timeout)
 

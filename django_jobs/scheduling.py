@@ -13,13 +13,23 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
 from . import signals
-from .conf import require_priority, require_queue_name, require_use_tz, settings
+from .conf import (
+    SCHEDULE_NAME_MAX_LENGTH,
+    UNIQUE_KEY_MAX_LENGTH,
+    require_max_attempts,
+    require_priority,
+    require_queue_name,
+    require_text,
+    require_use_tz,
+    settings,
+)
 from .db import get_driver
 from .db.notify import notify, supports_notify
 from .events import send
@@ -55,13 +65,22 @@ def _resolve_run_at(run_at: datetime | None, delay: timedelta | None) -> datetim
     if delay is not None:
         if not isinstance(delay, timedelta):
             raise ValueError(f"delay must be a timedelta, got {delay!r}")
-        return timezone.now() + delay
+        try:
+            return timezone.now() + delay
+        except OverflowError:
+            raise ValueError(
+                f"delay must keep run_at within the years 1 to 9999, got {delay!r}"
+            ) from None
     if run_at is None:
         return timezone.now()
     if not isinstance(run_at, datetime):
         raise ValueError(f"run_at must be a datetime, got {run_at!r}")
     if timezone.is_naive(run_at):
         raise ValueError("run_at must be timezone-aware")
+    try:
+        run_at.astimezone(dt_timezone.utc)  # as SQLite stores it: the calendar's ends overflow
+    except OverflowError:
+        raise ValueError(f"run_at must be from year 1 to 9999 in UTC, got {run_at!r}") from None
     return run_at
 
 
@@ -71,10 +90,8 @@ def check_job_options(*, queue: str | None, priority: int | None, max_attempts: 
     Shared by :func:`build_job` and the recurring schedules, so a schedule is
     refused when it is saved rather than on every tick.
     """
-    if max_attempts is not None and (
-        not isinstance(max_attempts, int) or isinstance(max_attempts, bool) or max_attempts < 1
-    ):
-        raise ValueError(f"max_attempts must be a positive integer, got {max_attempts!r}")
+    if max_attempts is not None:
+        require_max_attempts(max_attempts)
     if priority is not None:
         require_priority(priority)
     if queue is not None:
@@ -93,8 +110,10 @@ def build_job(spec: JobSpec) -> Job:
     priority = spec.priority if spec.priority is not None else definition.priority
     queue = spec.queue if spec.queue is not None else definition.queue
     check_job_options(queue=queue, priority=priority, max_attempts=max_attempts)
-    if spec.unique_key is not None and not (isinstance(spec.unique_key, str) and spec.unique_key):
-        raise ValueError("unique_key must be a non-empty string")
+    if spec.unique_key is not None:
+        require_text(spec.unique_key, "unique_key", UNIQUE_KEY_MAX_LENGTH, blank=True)
+    if spec.schedule is not None:
+        require_text(spec.schedule, "schedule", SCHEDULE_NAME_MAX_LENGTH)
     return Job(
         name=definition.name,
         queue=queue,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 from django.core.management.base import SystemCheckError
-from django.db import connection
+from django.db import connection, transaction
 from freezegun import freeze_time
 
 from django_jobs import ScheduleError, UnknownJob, add_recurring_job, remove_recurring_job
@@ -104,6 +104,30 @@ def test_add_recurring_job_refuses_bad_schedules_naming_them(kwargs, error, mess
         )
     assert issubclass(ScheduleError, ValueError)
     assert not RecurringJob.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("name", "options"),
+    [
+        ("n" * 201, {}),
+        ("n\x00", {}),
+        ("n\ud800", {}),
+        ("bad-one", {"queue": "q\x00"}),
+        ("bad-one", {"queue": "q\udfff"}),
+        ("bad-one", {"max_attempts": 2**31}),
+    ],
+    ids=repr,
+)
+def test_add_recurring_job_refuses_what_no_database_stores_and_the_transaction_goes_on(
+    name, options
+):
+    with transaction.atomic():
+        add_recurring_job("kept", "@daily", "tests.ok")
+        with pytest.raises(ValueError, match="at most (200|100|2147483647)"):
+            add_recurring_job(name, "@hourly", "tests.ok", **options)
+        assert list(RecurringJob.objects.values_list("name", flat=True)) == ["kept"]
+        add_recurring_job("after", "@hourly", "tests.ok")
+    assert sorted(RecurringJob.objects.values_list("name", flat=True)) == ["after", "kept"]
 
 
 def test_schedules_fire_once_per_occurrence_as_time_moves():

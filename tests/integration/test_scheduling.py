@@ -1,4 +1,5 @@
 from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 
 import pytest
 from django.db import connection, transaction
@@ -130,3 +131,44 @@ def test_schedule_jobs_validates_everything_before_writing():
     with pytest.raises(PayloadError):
         schedule_jobs([JobSpec(ok, 1), JobSpec(ok, float("inf"))])
     assert not Job.objects.exists()
+
+
+# Arguments no database can store: refused before any write, the same on every database,
+# so that PostgreSQL never raises a DataError that would break the caller's transaction.
+UNSTORABLE_ARGUMENTS = [
+    {"max_attempts": 2**31},
+    {"queue": "q\x00"},
+    {"queue": "q\ud800"},
+    {"unique_key": "k\x00"},
+    {"unique_key": "k\udfff"},
+    {"unique_key": "k" * 256},
+    {"delay": timedelta.max},
+    {"run_at": datetime.max.replace(tzinfo=dt_timezone(timedelta(hours=-5)))},
+]
+
+
+@pytest.mark.parametrize("arguments", UNSTORABLE_ARGUMENTS, ids=repr)
+def test_schedule_job_refuses_what_no_database_stores_and_the_transaction_goes_on(arguments):
+    with transaction.atomic():
+        before = schedule_job(ok, {"n": 1})
+        with pytest.raises(ValueError, match=f"^{next(iter(arguments))} "):
+            schedule_job(ok, {"n": 2}, **arguments)
+        with pytest.raises(ValueError, match=f"^{next(iter(arguments))} "):
+            schedule_jobs([JobSpec(ok, {"n": 3}), JobSpec(ok, {"n": 4}, **arguments)])
+        assert list(Job.objects.values_list("pk", flat=True)) == [before.pk]
+        after = schedule_job(ok, {"n": 5})
+    assert list(Job.objects.order_by("id").values_list("pk", flat=True)) == [before.pk, after.pk]
+
+
+def test_schedule_job_stores_the_edges_of_every_limit():
+    last = datetime.max.replace(tzinfo=dt_timezone.utc)
+    row = schedule_job(
+        ok, queue="q" * 100, max_attempts=2**31 - 1, unique_key="k" * 255, run_at=last
+    )
+    stored = Job.objects.get(pk=row.pk)
+    assert (stored.queue, stored.max_attempts, stored.unique_key, stored.run_at) == (
+        "q" * 100,
+        2**31 - 1,
+        "k" * 255,
+        last,
+    )

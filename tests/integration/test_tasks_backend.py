@@ -455,6 +455,21 @@ def test_tasks_backend_refuses_arguments_that_are_not_json():
     assert not Job.objects.exists()
 
 
+@pytest.mark.parametrize("queue", ["q\x00", "q\ud800", "q" * 101], ids=repr)
+def test_tasks_backend_refuses_a_queue_no_database_stores_before_any_write(settings, queue):
+    settings.TASKS = {
+        **settings.TASKS,
+        "default": {**settings.TASKS["default"], "QUEUES": ["default", queue]},
+    }
+    with transaction.atomic():
+        before = tasks.add.enqueue(1, 1)
+        with pytest.raises(ValueError, match="^queue .* at most 100 characters without NUL"):
+            tasks.add.using(queue_name=queue).enqueue(1, 2)
+        assert list(Job.objects.values_list("pk", flat=True)) == [int(before.id)]
+        after = tasks.add.enqueue(1, 3)
+    assert sorted(Job.objects.values_list("pk", flat=True)) == [int(before.id), int(after.id)]
+
+
 # -- the paths a row may name: declared tasks, and modules the project allows --------------
 
 

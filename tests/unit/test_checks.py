@@ -153,10 +153,10 @@ def test_check_number_settings_in_range_pass():
         ({"q": {"retries": 2}}, "unknown option 'retries'", "Known: workers, timeout."),
         ({"q": None}, "['q'] must be a dict of options, got None", "{} takes the defaults"),
         ({"q": 4}, "['q'] must be a dict of options, got 4", "{'workers': 2, 'timeout': 30}"),
-        ({"": {}}, "must be a non-empty string of at most 100 characters: ''", "@job(queue="),
-        ({"  ": {}}, "must be a non-empty string of at most 100 characters: '  '", "@job("),
-        ({"x" * 101: {}}, "must be a non-empty string of at most 100 characters: 'xxx", "@job("),
-        ({5: {}}, "must be a non-empty string of at most 100 characters: 5", "@job("),
+        ({"": {}}, "100 characters without NUL characters or lone surrogates: ''", "@job(queue="),
+        ({"  ": {}}, "100 characters without NUL characters or lone surrogates: '  '", "@job("),
+        ({"x" * 101: {}}, "100 characters without NUL characters or lone surrogates: 'xx", "@job("),
+        ({5: {}}, "100 characters without NUL characters or lone surrogates: 5", "@job("),
         ({}, "must be a non-empty dict", "For example {'default': {'workers': 2}"),
         (["default"], "must be a non-empty dict", "For example {'default'"),
     ],
@@ -190,7 +190,10 @@ def test_check_queues_good_options_pass_and_the_worker_reads_them_the_same():
 BAD_PRIORITIES = [True, 2**31, -(2**31) - 1, "1", 1.0, math.nan]
 BAD_QUEUES = ["", "   ", "x" * 101, 5]
 PRIORITY_ERROR = r"^priority must be (an integer|from -2147483648 to 2147483647), got "
-QUEUE_ERROR = r"^queue must be a non-empty string of at most 100 characters, got "
+QUEUE_ERROR = (
+    r"^queue must be a non-empty string of at most 100 characters without NUL characters or "
+    r"lone surrogates, got "
+)
 
 
 @pytest.mark.parametrize("priority", BAD_PRIORITIES, ids=repr)
@@ -521,7 +524,7 @@ def test_check_recurring_schedule_name_must_be_a_short_non_empty_string(name):
     assert error.id == "django_jobs.E005"
     assert error.msg.startswith(
         "A schedule name in DJANGO_JOBS['RECURRING'] must be a non-empty string of at most "
-        "200 characters: "
+        "200 characters without NUL characters or lone surrogates: "
     )
 
 
