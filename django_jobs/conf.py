@@ -81,6 +81,7 @@ QUEUE_NAME_MAX_LENGTH = 100  # Job.queue, RecurringJob.queue
 JOB_NAME_MAX_LENGTH = 200  # Job.name, RecurringJob.job_name
 SCHEDULE_NAME_MAX_LENGTH = 200  # RecurringJob.name, Job.schedule
 UNIQUE_KEY_MAX_LENGTH = 255  # Job.unique_key
+CRON_MAX_LENGTH = 200  # RecurringJob.cron
 
 USE_TZ_REASON = (
     "django-jobs needs USE_TZ = True: lease expiry and schedule times are compared "

@@ -21,6 +21,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadDateError, CroniterError, croniter
 
+from .conf import CRON_MAX_LENGTH
 from .exceptions import ScheduleError
 
 ALIASES = {
@@ -50,6 +51,11 @@ def normalise_cron(cron: str) -> str:
     """The five-field form of ``cron``; :class:`ScheduleError` if it is not valid."""
     if not isinstance(cron, str) or not cron.strip():
         raise ScheduleError(f"a cron expression must be a non-empty string, got {cron!r}")
+    if len(cron) > CRON_MAX_LENGTH:
+        raise ScheduleError(
+            f"a cron expression must be at most {CRON_MAX_LENGTH} characters (it is stored as "
+            f"written), got {len(cron)}"
+        )
     text = " ".join(cron.split())
     text = ALIASES.get(text.lower(), text)
     if len(text.split()) != 5:

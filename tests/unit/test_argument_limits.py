@@ -13,6 +13,7 @@ from django.test import override_settings
 from django_jobs import JobSpec, ScheduleError, add_recurring_job, job, schedule_job, schedule_jobs
 from django_jobs.checks import check_settings
 from django_jobs.conf import (
+    CRON_MAX_LENGTH,
     INT_MAX,
     JOB_NAME_MAX_LENGTH,
     QUEUE_NAME_MAX_LENGTH,
@@ -40,6 +41,7 @@ def test_limits_are_the_model_fields():
     assert JOB_NAME_MAX_LENGTH == length(Job, "name") == length(RecurringJob, "job_name")
     assert SCHEDULE_NAME_MAX_LENGTH == length(RecurringJob, "name") == length(Job, "schedule")
     assert UNIQUE_KEY_MAX_LENGTH == length(Job, "unique_key")
+    assert CRON_MAX_LENGTH == length(RecurringJob, "cron")
     # max_attempts is a PositiveIntegerField: PostgreSQL's `integer`.
     assert BaseDatabaseOperations.integer_field_ranges["PositiveIntegerField"] == (0, INT_MAX)
 

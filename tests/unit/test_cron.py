@@ -202,3 +202,13 @@ def test_next_occurrences_are_strictly_after_and_as_many_as_asked():
 def test_next_occurrences_of_what_cannot_fire_is_a_schedule_error(cron, zone, message):
     with pytest.raises(ScheduleError, match=message):
         next_occurrences(cron, zone, datetime(2026, 1, 1, tzinfo=UTC), 5)
+
+
+def test_validate_cron_refuses_one_longer_than_its_column():
+    """Valid, but longer than RecurringJob.cron stores: PostgreSQL would raise a DataError."""
+    minutes = ",".join(str(minute) for minute in range(60))
+    long = f"{minutes} {','.join(str(hour) for hour in range(24))} * * *"
+    assert len(long) > 200
+    with pytest.raises(ScheduleError, match="at most 200 characters"):
+        validate_cron(long)
+    assert validate_cron(f"{minutes} * * * *")  # within it: valid
