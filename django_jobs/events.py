@@ -1,40 +1,193 @@
-"""One place that sends a job's signal, and logs a receiver that raised."""
+"""The one reporter: every outcome and lease event of a job becomes its log line and its
+signal here, and a signal's receiver that raises is logged here.
+
+A written outcome is reported by the job's new status (:data:`OUTCOMES`: log level, event
+name, signal, line); the worker's lease events (a lease given up, a time-out, a cancel
+request heard, a late result, a dropped progress report) by name (:data:`LEASE_EVENTS`).
+Every line carries ``extra={"event": ..., "job_id": ...}``; event names match the signal
+names. Metrics and traces plug in here.
+"""
 
 from __future__ import annotations
 
 import logging
-from typing import Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from django.dispatch import Signal
 
 from . import signals
 from .models import AttemptOutcome, Job, JobStatus
 
+if TYPE_CHECKING:
+    from .outcomes import HandlerResult
+    from .records import ClaimedJob, Settlement
+
 logger = logging.getLogger(__name__)
 
 
-def send(signal: Signal, **details: Any) -> None:
-    """Send ``signal`` about a job; a receiver that raises is logged, never raised."""
-    if not signal.has_listeners(Job):
+def send(signal: Signal, sender: Any = Job, **details: Any) -> None:
+    """Send ``signal``; a receiver that raises is logged, never raised."""
+    if not signal.has_listeners(sender):
         return
-    for receiver, response in signal.send_robust(sender=Job, **details):
+    for receiver, response in signal.send_robust(sender=sender, **details):
         if isinstance(response, Exception):
+            job_id = details.get("job_id", getattr(details.get("task_result"), "id", None))
             logger.error(
-                "a receiver of a django-jobs signal failed: %s: %s: %s",
+                "a receiver of %s failed: %s: %s: %s",
+                "a django-jobs signal" if sender is Job else "a task signal",
                 getattr(receiver, "__qualname__", receiver),
                 type(response).__name__,
                 response,
-                extra={"event": "signal_receiver_failed", "job_id": details.get("job_id")},
+                extra={"event": "signal_receiver_failed", "job_id": job_id},
             )
 
 
-def signal_for(status: JobStatus, outcome: AttemptOutcome) -> Signal | None:
-    """The signal that reports an attempt's written outcome (None for a hand-back)."""
-    if outcome == AttemptOutcome.RELEASED and status == JobStatus.PENDING:
-        return None
-    return {
-        JobStatus.SUCCEEDED: signals.job_succeeded,
-        JobStatus.DEAD_LETTERED: signals.job_dead_lettered,
-        JobStatus.CANCELLED: signals.job_cancelled,
-        JobStatus.PENDING: signals.job_failed,
-    }.get(status)
+# -- written outcomes ------------------------------------------------------------------
+
+Line = Callable[["ClaimedJob", "HandlerResult", "Settlement"], tuple[Any, ...]]
+
+
+@dataclass(frozen=True)
+class Report:
+    """How one kind of written outcome is told: log level, event name, signal, line."""
+
+    level: int
+    event: str
+    signal: Signal | None
+    line: Line
+
+
+def _label(claimed: ClaimedJob) -> str:
+    return f"job {claimed.name} #{claimed.id}"
+
+
+OUTCOMES: dict[str, Report] = {
+    "succeeded": Report(
+        logging.DEBUG,
+        "job_succeeded",
+        signals.job_succeeded,
+        lambda c, r, s: ("%s succeeded on attempt %s", _label(c), c.attempt),
+    ),
+    "released": Report(  # handed back at a stop: not an outcome anyone waits for
+        logging.INFO,
+        "job_released",
+        None,
+        lambda c, r, s: ("%s released on attempt %s", _label(c), c.attempt),
+    ),
+    "cancelled": Report(  # an attempt that ended otherwise says how
+        logging.INFO,
+        "job_cancelled",
+        signals.job_cancelled,
+        lambda c, r, s: (
+            "%s cancelled on attempt %s%s",
+            _label(c),
+            c.attempt,
+            "" if r.outcome == AttemptOutcome.CANCELLED else f" ({r.error})",
+        ),
+    ),
+    "dead_lettered": Report(
+        logging.ERROR,
+        "job_dead_lettered",
+        signals.job_dead_lettered,
+        lambda c, r, s: (
+            "%s dead-lettered after attempt %s: %s\n%s",
+            _label(c),
+            c.attempt,
+            r.error,
+            r.traceback,
+        ),
+    ),
+    "failed": Report(  # pending again: a retry is due after the backoff
+        logging.WARNING,
+        "job_failed",
+        signals.job_failed,
+        lambda c, r, s: (
+            "%s %s on attempt %s, retry at %s: %s\n%s",
+            _label(c),
+            "timed out" if r.outcome == AttemptOutcome.TIMED_OUT else "failed",
+            c.attempt,
+            s.run_at,
+            r.error,
+            r.traceback,
+        ),
+    ),
+}
+
+
+def outcome_kind(status: JobStatus, outcome: AttemptOutcome) -> str:
+    """The key of :data:`OUTCOMES` for a job left in ``status`` by an attempt's ``outcome``."""
+    if status == JobStatus.PENDING:
+        return "released" if outcome == AttemptOutcome.RELEASED else "failed"
+    return str(status)
+
+
+def report_outcome(claimed: ClaimedJob, result: HandlerResult, settled: Settlement) -> None:
+    """The log line and the signal of an outcome that has been written (and committed)."""
+    report = OUTCOMES[outcome_kind(settled.status, result.outcome)]
+    if logger.isEnabledFor(report.level):
+        logger.log(
+            report.level,
+            *report.line(claimed, result, settled),
+            extra={
+                "event": report.event,
+                "job_id": claimed.id,
+                "attempt": claimed.attempt,
+                "job_name": claimed.name,
+            },
+        )
+    if report.signal is not None:
+        send(
+            report.signal,
+            job_id=claimed.id,
+            name=claimed.name,
+            queue=claimed.queue,
+            attempt=claimed.attempt,
+            error=settled.error,
+        )
+
+
+# -- lease events ----------------------------------------------------------------------
+
+#: name -> (log level, line); each line starts with the job and its attempt.
+LEASE_EVENTS: dict[str, tuple[int, str]] = {
+    "job_lease_lost": (
+        logging.WARNING,
+        "lease lost before its outcome (%(outcome)s) was recorded; dropped",
+    ),
+    "job_lease_given_up": (
+        logging.WARNING,
+        "lease given up, %(why)s; handler cancelled, nothing recorded",
+    ),
+    "job_timed_out": (logging.WARNING, "timed out; handler cancelled"),
+    "job_cancel_requested": (logging.INFO, "cancel requested; handler cancelled"),
+    "job_cancelled_at_stop": (
+        logging.INFO,
+        "cancel requested; cancelled at the stop, not handed back",
+    ),
+    "job_late_result": (
+        logging.WARNING,
+        "handler returned after its attempt was over; result dropped",
+    ),
+    "job_progress_dropped": (
+        logging.WARNING,
+        "its progress report cannot be stored (%(error)s); dropped",
+    ),
+}
+#: The event name a lease event is logged under, where it differs from its key.
+LOGGED_AS = {"job_lease_given_up": "job_lease_lost", "job_cancelled_at_stop": "job_cancelled"}
+
+
+def report_lease(event: str, job_id: int, attempt: int, **details: Any) -> None:
+    """One lease event of job ``job_id``'s ``attempt`` (see :data:`LEASE_EVENTS`)."""
+    level, line = LEASE_EVENTS[event]
+    if logger.isEnabledFor(level):
+        logger.log(
+            level,
+            "job #%s attempt %s: %s",
+            job_id,
+            attempt,
+            line % details if details else line,
+            extra={"event": LOGGED_AS.get(event, event), "job_id": job_id, "attempt": attempt},
+        )

@@ -26,7 +26,7 @@ from django.db import router
 from django.dispatch import Signal
 from django.utils import timezone
 
-from .. import signals
+from .. import events, signals
 from ..context import JobContext
 from ..exceptions import JobCancelled
 from ..models import Attempt, Job
@@ -164,15 +164,7 @@ def send(signal: Signal, result: TaskResult) -> None:
             extra={"event": "task_signal_skipped", "job_id": result.id},
         )
         return
-    for receiver, response in signal.send_robust(sender=sender, task_result=result):
-        if isinstance(response, Exception):
-            logger.error(
-                "a receiver of a task signal failed: %s: %s: %s",
-                getattr(receiver, "__qualname__", receiver),
-                type(response).__name__,
-                response,
-                extra={"event": "signal_receiver_failed", "job_id": result.id},
-            )
+    events.send(signal, sender=sender, task_result=result)
 
 
 FINISHED_STATUS = {

@@ -28,7 +28,7 @@ from ..db import ROW_ERRORS, ClaimedJob, DatabaseBusy, Driver, get_driver
 from ..db.base import Renewed
 from ..db.outage import with_backoff
 from ..deadlines import deadline
-from ..events import send, signal_for
+from ..events import report_lease, report_outcome
 from ..exceptions import UnknownJob
 from ..maintenance.cleaner import prune_finished
 from ..maintenance.rescuer import dead_letter_exhausted, reclaim_expired_leases
@@ -38,7 +38,7 @@ from ..outcomes import HandlerResult, Settlement, cancel_honoured, cancelled, de
 from ..records import Settled
 from ..registry import get_definition
 from ..retry_policy import RetryPolicy
-from .execution import log_lease_lost, log_outcome, make_context, run_handler
+from .execution import make_context, run_handler
 from .inflight import InFlight, Pairs
 from .processes import sweep_workers
 from .settler import Outcome, Settler
@@ -270,12 +270,13 @@ class Worker:
         statuses: list[JobStatus | None] = []
         for outcome, written in zip(outcomes, decided, strict=True):
             if written.pair in lost_pairs:
-                log_lease_lost(written)
+                report_lease(
+                    "job_lease_lost", written.job_id, written.attempt, outcome=written.outcome
+                )
                 statuses.append(None)
             else:
-                log_outcome(outcome.claimed, outcome.result, written)
+                report_outcome(outcome.claimed, outcome.result, written)
                 statuses.append(written.status)
-                self.announce(outcome.claimed, written)
         with self._counting:
             self.jobs_run += len(outcomes) - len(lost_pairs)
         self.wake_for_due_again(
@@ -298,20 +299,6 @@ class Worker:
                 self.driver.notify(queues)
         except DatabaseError as exc:
             logger.debug("wake-up not sent: %s", exc, extra={"event": "wake_failed"})
-
-    @staticmethod
-    def announce(claimed: ClaimedJob, settled: Settlement) -> None:
-        """Send the signal of a written outcome (it has committed: the driver autocommits)."""
-        signal = signal_for(settled.status, settled.outcome)
-        if signal is not None:
-            send(
-                signal,
-                job_id=claimed.id,
-                name=claimed.name,
-                queue=claimed.queue,
-                attempt=claimed.attempt,
-                error=settled.error,
-            )
 
     def settle(self, settlements: Sequence[Settlement], patience: float) -> Settled:
         def write() -> Settled:
@@ -342,12 +329,7 @@ class Worker:
         with self.deadline("handing jobs back", grace):
             settled = self.driver.settle(settlements)
         for job_id, attempt in sorted(settled.cancelled):
-            logger.info(
-                "job #%s attempt %s: cancel requested; cancelled at the stop, not handed back",
-                job_id,
-                attempt,
-                extra={"event": "job_cancelled", "job_id": job_id, "attempt": attempt},
-            )
+            report_lease("job_cancelled_at_stop", job_id, attempt)
         kept = {s.pair for s in settled.lost} | settled.cancelled
         handed_back = {s.job_id for s in settlements if s.pair not in kept}
         if handed_back:

@@ -1,4 +1,4 @@
-"""Run one claimed job's handler, and log how its attempt ended."""
+"""Run one claimed job's handler."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from ..context import JobContext
 from ..db import ClaimedJob
 from ..events import send
 from ..exceptions import JobCancelled, PayloadError, ResultError
-from ..models import AttemptOutcome, JobStatus
-from ..outcomes import HandlerResult, Settlement
+from ..models import AttemptOutcome
+from ..outcomes import HandlerResult
 from ..payloads import decode_payload, encode_payload
 from ..registry import get_definition
 
@@ -80,65 +80,3 @@ def _ended(claimed: ClaimedJob, outcome: AttemptOutcome, exc: BaseException) -> 
             extra={"event": "worker_error", "job_id": claimed.id},
         )
         return HandlerResult(outcome, type(exc).__name__)
-
-
-def log_outcome(claimed: ClaimedJob, result: HandlerResult, settled: Settlement) -> None:
-    """One line per attempt: successes at DEBUG, failures at WARNING, dead letters at ERROR."""
-    extra = {"job_id": claimed.id, "attempt": claimed.attempt, "job_name": claimed.name}
-    label = f"job {claimed.name} #{claimed.id}"
-    status = settled.status
-    if status == JobStatus.SUCCEEDED:
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "%s succeeded on attempt %s",
-                label,
-                claimed.attempt,
-                extra={"event": "job_succeeded", **extra},
-            )
-    elif status == JobStatus.CANCELLED:
-        # Cancelled while it ran; an attempt that ended otherwise says how.
-        how = "" if result.outcome == AttemptOutcome.CANCELLED else f" ({result.error})"
-        logger.info(
-            "%s cancelled on attempt %s%s",
-            label,
-            claimed.attempt,
-            how,
-            extra={"event": "job_cancelled", **extra},
-        )
-    elif result.outcome == AttemptOutcome.RELEASED:
-        logger.info(
-            "%s released on attempt %s",
-            label,
-            claimed.attempt,
-            extra={"event": "job_released", **extra},
-        )
-    elif status == JobStatus.DEAD_LETTERED:
-        logger.error(
-            "%s dead-lettered after attempt %s: %s\n%s",
-            label,
-            claimed.attempt,
-            result.error,
-            result.traceback,
-            extra={"event": "job_dead_lettered", **extra},
-        )
-    else:
-        logger.warning(
-            "%s %s on attempt %s, retry at %s: %s\n%s",
-            label,
-            "timed out" if result.outcome == AttemptOutcome.TIMED_OUT else "failed",
-            claimed.attempt,
-            settled.run_at,
-            result.error,
-            result.traceback,
-            extra={"event": "job_failed", **extra},
-        )
-
-
-def log_lease_lost(settled: Settlement) -> None:
-    logger.warning(
-        "job #%s attempt %s: lease lost before its outcome (%s) was recorded; dropped",
-        settled.job_id,
-        settled.attempt,
-        settled.outcome,
-        extra={"event": "job_lease_lost", "job_id": settled.job_id, "attempt": settled.attempt},
-    )

@@ -29,6 +29,7 @@ from ..context import JobContext, Progress
 from ..db import ClaimedJob
 from ..db.base import Renewed
 from ..deadlines import CallerBusy, DatabaseTimeout, OffThread
+from ..events import report_lease
 from ..models import AttemptOutcome
 from ..outcomes import HandlerResult
 from .heartbeat import LeaseKeeper, Renewal
@@ -144,12 +145,7 @@ class InFlight:
             else:
                 held.returned = True
         if over:
-            logger.warning(
-                "job #%s attempt %s: handler returned after its attempt was over; result dropped",
-                held.claimed.id,
-                held.claimed.attempt,
-                extra={"event": "job_late_result", "job_id": held.claimed.id},
-            )
+            report_lease("job_late_result", *held.claimed.pair)
         return not over
 
     def settled(self, held: Held) -> None:
@@ -289,13 +285,7 @@ class InFlight:
                 break  # out of time, or the database itself: the next beat tries again
             done.add(job_id)
             if result is None:
-                logger.warning(
-                    "job #%s attempt %s: its progress report cannot be stored (%s); dropped",
-                    job_id,
-                    h.claimed.attempt,
-                    error_line(error),
-                    extra={"event": "job_progress_dropped", "job_id": job_id},
-                )
+                report_lease("job_progress_dropped", *h.claimed.pair, error=error_line(error))
         return done
 
     def _request_cancel(self, held: Held) -> None:
@@ -304,30 +294,14 @@ class InFlight:
             return
         held.cancel_requested = True
         held.ctx.cancel()
-        logger.info(
-            "job #%s attempt %s: cancel requested; handler cancelled",
-            held.claimed.id,
-            held.claimed.attempt,
-            extra={"event": "job_cancel_requested", "job_id": held.claimed.id},
-        )
+        report_lease("job_cancel_requested", *held.claimed.pair)
 
     def _give_up(self, held: Held, why: str) -> None:
         if self._end(held):
-            logger.warning(
-                "job #%s attempt %s: lease given up, %s; handler cancelled, nothing recorded",
-                held.claimed.id,
-                held.claimed.attempt,
-                why,
-                extra={"event": "job_lease_lost", "job_id": held.claimed.id},
-            )
+            report_lease("job_lease_given_up", *held.claimed.pair, why=why)
 
     def _time_out(self, held: Held) -> None:
-        logger.warning(
-            "job #%s attempt %s: timed out; handler cancelled",
-            held.claimed.id,
-            held.claimed.attempt,
-            extra={"event": "job_timed_out", "job_id": held.claimed.id},
-        )
+        report_lease("job_timed_out", *held.claimed.pair)
         error = f"TimedOut: handler ran past its timeout on attempt {held.claimed.attempt}"
         result = HandlerResult(AttemptOutcome.TIMED_OUT, error)
         self.defer(lambda: self._record_guarded(held, result))
