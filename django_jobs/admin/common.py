@@ -1,5 +1,5 @@
-"""What the job pages share: read-only pages, how a job's fields are shown, the filters,
-a list that never counts the whole table, and deleting finished jobs only."""
+"""What the job pages share: read-only pages, how a job's fields are shown, a list that
+never counts the whole table, and deleting finished jobs only."""
 
 from __future__ import annotations
 
@@ -18,12 +18,10 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
-from ..conf import settings
 from ..db import get_driver
 from ..display import format_span, format_time
-from ..models import FINISHED_STATUSES, LIVE_STATUSES, Attempt, Job, JobStatus, RecurringJob
+from ..models import FINISHED_STATUSES, LIVE_STATUSES, Attempt, Job, JobStatus
 from ..redaction import masked_json
-from ..registry import get_definition, registered_names
 
 CHANGE_PERMISSION = "django_jobs.change_job"
 #: How many rows a job list counts at most: past it, the list says "10000+".
@@ -180,50 +178,7 @@ for _name in TIME_FIELDS:
     setattr(JobDisplayMixin, f"{_name}_shown", time_display(_name))
 
 
-# -- the lists: filters from the registry and settings, counts that stop early ------------
-
-
-class ChoicesFilter(admin.SimpleListFilter):
-    """A filter whose choices come from code, not from the jobs table."""
-
-    def names(self) -> list[str]:
-        raise NotImplementedError
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [(name, name) for name in self.names()]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Any]) -> QuerySet[Any]:
-        value = self.value()
-        return queryset if value is None else queryset.filter(**{str(self.parameter_name): value})
-
-
-class QueueFilter(ChoicesFilter):
-    title = "queue"
-    parameter_name = "queue"
-
-    def names(self) -> list[str]:
-        queues = set(settings.QUEUES)
-        for name in registered_names():
-            queues.add(get_definition(name).queue)
-        return sorted(queues)
-
-
-class NameFilter(ChoicesFilter):
-    title = "name"
-    parameter_name = "name"
-
-    def names(self) -> list[str]:
-        return registered_names()
-
-
-class ScheduleFilter(ChoicesFilter):
-    """``?schedule=NAME``: the jobs a recurring schedule fired (the schedules' own table)."""
-
-    title = "schedule"
-    parameter_name = "schedule"
-
-    def names(self) -> list[str]:
-        return list(RecurringJob.objects.order_by("name").values_list("name", flat=True))
+# -- the lists: counts that stop early, search by id ------------------------------------
 
 
 class AtLeast(int):

@@ -18,10 +18,9 @@ from .common import (
     FinishedOnlyDeleteMixin,
     JobDisplayMixin,
     JobSearchMixin,
-    NameFilter,
-    QueueFilter,
     ReadOnlyAdminMixin,
 )
+from .filters import NameFilter, QueueFilter
 from .job_actions import JobActionsMixin
 
 

@@ -17,11 +17,9 @@ from .common import (
     FinishedOnlyDeleteMixin,
     JobDisplayMixin,
     JobSearchMixin,
-    NameFilter,
-    QueueFilter,
     ReadOnlyAdminMixin,
-    ScheduleFilter,
 )
+from .filters import NameFilter, QueueFilter, ScheduleFilter
 from .job_actions import JobActionsMixin
 
 

@@ -9,7 +9,6 @@ from typing import Any, NamedTuple
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
-from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
@@ -20,6 +19,7 @@ from ..display import format_age, format_time
 from ..models import Job, JobStatus, Worker
 from ..stats import LATE_BEATS, heartbeat_is_stale
 from .common import ReadOnlyAdminMixin
+from .filters import HeartbeatFilter
 
 # Set on each Worker shown: what one query per page found, and the instant the page reads.
 SHOWN = "django_jobs_shown"
@@ -64,27 +64,6 @@ class WorkerChangeList(ChangeList):
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
         show_workers(self.result_list, timezone.now(), self.queryset.db)
-
-
-class HeartbeatFilter(admin.SimpleListFilter):
-    """Live or stale, by the one rule the dashboard uses (``stats.heartbeat_is_stale``)."""
-
-    title = "heartbeat"
-    parameter_name = "heartbeat"
-
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("live", "live"), ("stale", "stale")]
-
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Worker]) -> QuerySet[Worker]:
-        if self.value() not in ("live", "stale"):
-            return queryset
-        # A row per live process (the maintenance sweeps the rest): read in one query.
-        now = timezone.now()
-        beats = queryset.order_by().values_list("id", "last_heartbeat_at")
-        stale = [pk for pk, beat in beats if heartbeat_is_stale(beat, now)]
-        if self.value() == "stale":
-            return queryset.filter(id__in=stale)
-        return queryset.exclude(id__in=stale)
 
 
 @admin.register(Worker)
