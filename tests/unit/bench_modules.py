@@ -8,7 +8,13 @@ from tests.conftest import ROOT
 
 
 def load_bench_module(name: str) -> ModuleType:
-    """bench/NAME.py, imported as the module ``bench_NAME`` (a ``/`` in NAME as ``_``)."""
+    """bench/NAME.py, imported as the module ``bench_NAME`` (a ``/`` in NAME as ``_``).
+
+    A script run from bench/ finds its helper modules beside it (``import harness``), so
+    bench/ goes on the path too: last, so that it shadows nothing.
+    """
+    if str(ROOT / "bench") not in sys.path:
+        sys.path.append(str(ROOT / "bench"))
     module_name = f"bench_{name.replace('/', '_')}"
     spec = importlib.util.spec_from_file_location(module_name, ROOT / "bench" / f"{name}.py")
     assert spec is not None and spec.loader is not None
