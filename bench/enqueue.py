@@ -23,19 +23,17 @@ Attempt rows are deleted: do not point it at a database whose jobs you want to k
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
-from pathlib import Path
-from urllib.parse import urlsplit
 
-ROOT = Path(__file__).resolve().parent.parent
+import harness
+
+COLUMNS = [("way", 32), ("us/call", 10), ("calls/s", 10), ("ratio", 8), ("CPU us/call", 13)]
 
 
 @dataclass(frozen=True)
@@ -45,54 +43,25 @@ class Options:
 
 
 def parse_options(argv: list[str] | None = None) -> Options:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=2000, help="calls per round, per way")
+    parser = harness.option_parser(__doc__)
+    harness.add_jobs_option(parser, 2000, "calls per round, per way")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of each way, alternating")
     args = parser.parse_args(argv)
-    if min(args.jobs, args.rounds) < 1:
-        parser.error("--jobs and --rounds must be at least 1")
+    harness.require_at_least_one(parser, args, "jobs", "rounds")
     return Options(**vars(args))
 
 
-def database_url(given: str, work_dir: Path) -> str:
-    """``given``, or a new SQLite file in ``work_dir`` (keeping a SQLite URL's options)."""
-    parts = urlsplit(given)
-    if given and not parts.scheme.startswith("sqlite"):
-        return given
-    query = f"?{parts.query}" if parts.query else ""
-    return f"sqlite:///{work_dir / 'bench.sqlite3'}{query}"
-
-
 def setup_django(url: str) -> None:
-    os.environ.update(
-        {"DATABASE_URL": url, "DJANGO_SETTINGS_MODULE": "testproject.settings", "DEBUG": "false"}
-    )
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0, interactive=False)
-
-
-def delete_jobs() -> None:
-    from django.db import connection
-
-    from django_jobs.models import Attempt, Job
-
-    quote = connection.ops.quote_name
-    with connection.cursor() as cursor:
-        for model in (Attempt, Job):
-            cursor.execute(f"DELETE FROM {quote(model._meta.db_table)}")
+    harness.configure_environment(url)
+    harness.setup_django()
+    harness.migrate()
 
 
 def schedule_job_calls(count: int) -> None:
     from django_jobs import schedule_job
 
     for number in range(count):
-        schedule_job("demo.noop", {"n": number})
+        schedule_job(harness.JOB_NAME, {"n": number})
 
 
 def task_enqueue_calls(count: int) -> None:
@@ -123,7 +92,7 @@ def measure(options: Options, atomic: bool) -> Times:
     for number in range(options.rounds):
         ways = list(WAYS.items())
         for label, way in ways if number % 2 == 0 else reversed(ways):  # each goes first alike
-            delete_jobs()
+            harness.delete_jobs()
             start, cpu = time.perf_counter(), time.process_time()
             with transaction.atomic() if atomic else nullcontext():
                 way(options.jobs)
@@ -131,48 +100,45 @@ def measure(options: Options, atomic: bool) -> Times:
             times[label].append((wall / options.jobs, cpu / options.jobs))
             if Job.objects.count() != options.jobs:
                 raise RuntimeError(f"{label}: expected {options.jobs} jobs")
-    delete_jobs()
+    harness.delete_jobs()
     return times
 
 
-def pg_version(number: int) -> str:
-    """PostgreSQL's version number (150018) as it writes it (15.18)."""
-    return f"{number // 10000}.{number % 10000}"
-
-
 def describe() -> str:
-    import django
-    from django.db import connection
-
     from django_jobs.tasks.framework import ROOT as FRAMEWORK
 
+    software = harness.software()
     return (
-        f"database: {connection.display_name} {connection.Database.sqlite_version}"
-        if connection.vendor == "sqlite"
-        else f"database: {connection.display_name} {pg_version(connection.pg_version)}"
-    ) + (
-        f"\npython {sys.version.split()[0]}, django {django.get_version()} ({FRAMEWORK}),"
-        f" {os.cpu_count()} cpus"
+        f"database: {harness.database_version()}\n"
+        f"python {software['python']}, django {software['django']} ({FRAMEWORK}),"
+        f" {software['cpus']} cpus"
     )
+
+
+def table_row(label: str, figures: list[tuple[float, float]], base: float) -> list[str]:
+    """A way's median wall and CPU time per call, its calls per second, its ratio to ``base``."""
+    wall = statistics.median(figure[0] for figure in figures)
+    cpu = statistics.median(figure[1] for figure in figures)
+    return [
+        label,
+        f"{wall * 1e6:.0f}",
+        f"{1 / wall:,.0f}",
+        f"{wall / base:.2f}",
+        f"{cpu * 1e6:.0f}",
+    ]
 
 
 def table(times: Times, title: str) -> list[str]:
     base = statistics.median(wall for wall, _ in times["schedule_job()"])
-    lines = [title, f"{'way':<32}{'us/call':>10}{'calls/s':>10}{'ratio':>8}{'CPU us/call':>13}"]
-    for label, figures in times.items():
-        wall = statistics.median(figure[0] for figure in figures)
-        cpu = statistics.median(figure[1] for figure in figures)
-        lines.append(
-            f"{label:<32}{wall * 1e6:>10.0f}{1 / wall:>10,.0f}{wall / base:>8.2f}{cpu * 1e6:>13.0f}"
-        )
-    return lines
+    rows = [table_row(label, figures, base) for label, figures in times.items()]
+    return [title, *harness.format_table(COLUMNS, rows).splitlines()]
 
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_options(argv)
     rounds = f"{options.rounds} rounds x {options.jobs:,} calls each, alternating; median per call"
-    with tempfile.TemporaryDirectory(prefix="django-jobs-bench.") as name:
-        setup_django(database_url(os.environ.get("DATABASE_URL", ""), Path(name)))
+    with harness.work_directory() as work_dir:
+        setup_django(harness.temporary_sqlite_url(os.environ.get("DATABASE_URL", ""), work_dir))
         print(describe())
         for atomic, how in ((False, "each call its own transaction"), (True, "one transaction")):
             print(*table(measure(options, atomic), f"{how}: {rounds}"), sep="\n")

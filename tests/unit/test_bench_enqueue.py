@@ -23,4 +23,3 @@ def test_bench_enqueue_refuses_no_rounds():
     with pytest.raises(SystemExit):
         enqueue.parse_options(["--rounds", "0"])
     assert enqueue.parse_options([]) == enqueue.Options(jobs=2000, rounds=5)
-    assert enqueue.pg_version(150018) == "15.18"
