@@ -34,35 +34,24 @@ temporary SQLite file in WAL mode.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, NoReturn
-from urllib.parse import urlsplit
+from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-JOB_NAME = "demo.noop"
-QUEUE = "default"
+import harness
+from harness import JOB_NAME, QUEUE, BenchError
+
 REAP_POLL_SECONDS = 0.05
 CONNECTIONS_POLL_SECONDS = 0.2
 STOP_GRACE_SECONDS = 15.0
-DATABASES = ("postgresql", "sqlite-wal")
 DEFAULT_SHAPES = {
     "postgresql": "1x1,1x2,1x4,1x8,1x16,2x4,4x4",
     "sqlite-wal": "1x1,1x2,1x4,2x2",
 }
-
-
-class BenchError(RuntimeError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -124,25 +113,24 @@ def parse_shapes(text: str) -> list[Shape]:
 
 
 def parse_options(argv: list[str] | None = None) -> Options:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database", choices=DATABASES, default="postgresql")
+    parser = harness.option_parser(__doc__)
+    harness.add_database_option(parser)
     parser.add_argument(
         "--shapes", help="PROCESSESxTHREADS, comma-separated (default: per database, see above)"
     )
-    parser.add_argument("--jobs", type=int, default=20_000, help="jobs to drain per shape")
-    parser.add_argument("--batch", type=int, default=500, help="jobs per schedule_jobs() call")
+    harness.add_jobs_option(parser, 20_000, "jobs to drain per shape")
+    harness.add_batch_option(parser)
     parser.add_argument("--timeout", type=float, default=600.0, help="per shape (seconds)")
     parser.add_argument(
         "--worker-verbosity", type=int, help="runjobs --verbosity (default: runjobs' own)"
     )
-    parser.add_argument("--out", type=Path, help="write the results to this JSON file")
+    harness.add_json_option(parser, "--out", "write the results to this JSON file", metavar=None)
     args = parser.parse_args(argv)
     try:
         shapes = parse_shapes(args.shapes or DEFAULT_SHAPES[args.database])
     except ValueError as exc:
         parser.error(str(exc))
-    if min(args.jobs, args.batch) < 1:
-        parser.error("--jobs and --batch must be at least 1")
+    harness.require_at_least_one(parser, args, "jobs", "batch")
     return Options(
         args.database, shapes, args.jobs, args.batch, args.timeout, args.worker_verbosity, args.out
     )
@@ -150,72 +138,14 @@ def parse_options(argv: list[str] | None = None) -> Options:
 
 def database_url(options: Options, work_dir: Path) -> str:
     if options.database == "sqlite-wal":
-        return f"sqlite:///{work_dir / 'bench.sqlite3'}"
-    url = os.environ.get("DATABASE_URL", "")
-    if urlsplit(url).scheme not in ("postgres", "postgresql"):
-        raise BenchError("set DATABASE_URL to a PostgreSQL database (as scripts/bench-scaling)")
-    return url
-
-
-def configure_environment(url: str) -> None:
-    """Environment for this process and the workers; testproject/settings.py reads it."""
-    os.environ.update(
-        {
-            "DATABASE_URL": url,
-            "DJANGO_SETTINGS_MODULE": "testproject.settings",
-            "DEBUG": "false",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-
-
-def setup_django() -> None:
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
+        return harness.sqlite_url(work_dir / "bench.sqlite3")
+    return harness.postgresql_url("scripts/bench-scaling")
 
 
 def prepare_database(options: Options) -> None:
-    from django.core.management import call_command
-    from django.db import connection
-
-    call_command("migrate", verbosity=0, interactive=False)
+    harness.migrate()
     if options.database == "sqlite-wal":
-        with connection.cursor() as cursor:
-            cursor.execute("PRAGMA journal_mode=wal")
-
-
-def empty_tables() -> None:
-    """Delete every row of django_jobs' tables and reset their sequences (PostgreSQL: TRUNCATE)."""
-    from django.apps import apps
-    from django.core.management.color import no_style
-    from django.db import connection
-
-    models = apps.get_app_config("django_jobs").get_models()
-    tables = [model._meta.db_table for model in models if model._meta.managed]
-    flush = connection.ops.sql_flush(no_style(), sorted(set(tables)), reset_sequences=True)
-    connection.ops.execute_sql_flush(flush)
-
-
-def settle_database() -> None:
-    """Fresh statistics and no dirty pages left over: each shape's drain starts alike."""
-    from django.db import DatabaseError, connection
-
-    from django_jobs.models import Attempt, Job
-
-    with connection.cursor() as cursor:
-        if connection.vendor == "sqlite":
-            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            return
-        quote = connection.ops.quote_name
-        for model in (Job, Attempt):
-            cursor.execute(f"ANALYZE {quote(model._meta.db_table)}")
-        try:
-            cursor.execute("CHECKPOINT")
-        except DatabaseError as exc:  # needs superuser or pg_checkpoint
-            print(f"bench: no CHECKPOINT ({exc})", file=sys.stderr)
+        harness.use_wal_journal()
 
 
 # -- describing the run -------------------------------------------------------------
@@ -224,66 +154,34 @@ def settle_database() -> None:
 def database_settings() -> dict[str, str]:
     from django.db import connection
 
-    if connection.vendor == "sqlite":
-        queries = {
-            "version": "sqlite_version()",
-            "journal_mode": "(SELECT * FROM pragma_journal_mode)",
-            "synchronous": "(SELECT * FROM pragma_synchronous)",
-        }
-    else:
-        names = ("server_version", "fsync", "synchronous_commit", "max_connections")
-        queries = {name: f"current_setting('{name}')" for name in names}
-        queries["version"] = queries.pop("server_version")
     with connection.cursor() as cursor:
-        cursor.execute("SELECT " + ", ".join(queries.values()))
-        values = cursor.fetchone()
-    return {name: str(value) for name, value in zip(queries, values, strict=True)}
+        if connection.vendor == "sqlite":
+            return harness.sqlite_settings(cursor)
+        names = ("server_version", "fsync", "synchronous_commit", "max_connections")
+        settings = harness.server_settings(cursor, names)
+    settings["version"] = settings.pop("server_version")
+    return settings
 
 
 def describe(settings: dict[str, str]) -> str:
     from django.db import connection
 
-    rest = ", ".join(f"{name}={value}" for name, value in settings.items() if name != "version")
-    version = settings["version"].split()[0]  # "15.18 (Debian 15.18-0+deb12u1)": 15.18
-    return f"{connection.display_name} {version} ({rest})"
+    rest = harness.format_settings({k: v for k, v in settings.items() if k != "version"})
+    return f"{connection.display_name} {harness.short_version(settings['version'])} ({rest})"
 
 
 def run_info(options: Options) -> dict[str, Any]:
-    import django
     from django.db import connection
 
-    import django_jobs
-
     settings = database_settings()
-    return {
-        "bench": "scaling",
-        "measured_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    database = {
         "database": options.database,
         "database_description": describe(settings),
         "database_settings": settings,
         "vendor": connection.vendor,
-        "python": sys.version.split()[0],
-        "django": django.get_version(),
-        "django_jobs": django_jobs.__version__,
-        "cpus": os.cpu_count(),
-        "jobs": options.jobs,
-        "batch": options.batch,
-        "job": JOB_NAME,
     }
-
-
-# -- enqueueing -----------------------------------------------------------------------
-
-
-def enqueue(count: int, batch: int) -> float:
-    """``count`` no-op jobs in calls of ``batch``; jobs per second."""
-    from django_jobs import JobSpec, schedule_jobs
-
-    start = time.perf_counter()
-    for first in range(0, count, batch):
-        numbers = range(first, min(first + batch, count))
-        schedule_jobs([JobSpec(JOB_NAME, {"n": number}) for number in numbers])
-    return count / (time.perf_counter() - start)
+    details = {"jobs": options.jobs, "batch": options.batch, "job": JOB_NAME}
+    return harness.run_info("scaling", database, details)
 
 
 # -- the processes --------------------------------------------------------------------
@@ -294,10 +192,7 @@ class Runjobs:
 
     def __init__(self, command: list[str], log: Path) -> None:
         self.log = log
-        with open(log, "wb") as output:
-            self.process = subprocess.Popen(
-                command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT
-            )
+        self.process = harness.start_process(command, log)
         self.peak_rss_mib = 0.0
         self.cpu_seconds = 0.0
 
@@ -329,13 +224,9 @@ class Runjobs:
             os.kill(self.process.pid, signal.SIGKILL)
             self.reap(block=True)
 
-    def tail(self, lines: int = 20) -> str:
-        return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
-
 
 def runjobs_command(shape: Shape, options: Options) -> list[str]:
-    command = [sys.executable, str(ROOT / "manage.py"), "runjobs", "--queue", QUEUE]
-    command += ["--workers", str(shape.threads), "--burst"]
+    command = harness.runjobs_command("--queue", QUEUE, "--workers", str(shape.threads), "--burst")
     if options.worker_verbosity is not None:
         command += ["--verbosity", str(options.worker_verbosity)]
     return command
@@ -390,7 +281,7 @@ def run_workers(shape: Shape, options: Options, log_dir: Path, result: ShapeResu
     except BaseException:
         for worker in workers:
             worker.stop()
-            print(f"--- last lines of {worker.log.name}:\n{worker.tail()}", file=sys.stderr)
+            harness.print_log_tail(worker.log)
         raise
     result.peak_rss_mib = [round(worker.peak_rss_mib, 1) for worker in workers]
     result.cpu_seconds = [round(worker.cpu_seconds, 2) for worker in workers]
@@ -402,19 +293,14 @@ def run_workers(shape: Shape, options: Options, log_dir: Path, result: ShapeResu
 
 def read_drain(total: int, launched: float, result: ShapeResult) -> None:
     """The drain's figures from the jobs and their attempts."""
-    from django.db.models import Count, Max, Min
+    from django.db.models import Count, Min
 
-    from django_jobs.models import Attempt, Job, JobStatus
+    from django_jobs.models import Attempt
 
-    statuses = dict(Job.objects.order_by().values_list("status").annotate(count=Count("id")))
-    if statuses.get(JobStatus.SUCCEEDED, 0) != total or sum(statuses.values()) != total:
-        raise BenchError(f"expected {total} succeeded jobs, found {statuses}")
-    span = Job.objects.aggregate(first=Min("started_at"), last=Max("finished_at"))
-    if span["first"] is None or span["last"] is None:
-        raise BenchError(f"the jobs carry no started_at or finished_at: {span}")
-    result.drain_seconds = (span["last"] - span["first"]).total_seconds()
+    first, last = harness.drain_span(total)
+    result.drain_seconds = (last - first).total_seconds()
     result.drain_rate = total / result.drain_seconds
-    result.start_up_seconds = span["first"].timestamp() - launched
+    result.start_up_seconds = first.timestamp() - launched
     owners = Attempt.objects.order_by().values("owner")
     owners = owners.annotate(first=Min("started_at"), jobs=Count("id")).order_by("first")
     firsts = [row["first"] for row in owners]
@@ -424,9 +310,9 @@ def read_drain(total: int, launched: float, result: ShapeResult) -> None:
 
 def run_shape(shape: Shape, options: Options, log_dir: Path) -> ShapeResult:
     result = ShapeResult(shape.processes, shape.threads, shape.label, options.jobs)
-    empty_tables()
-    result.enqueue_rate = enqueue(options.jobs, options.batch)
-    settle_database()
+    harness.empty_tables()
+    result.enqueue_rate = options.jobs / harness.schedule_noop_jobs(options.jobs, options.batch)
+    harness.settle_database()
     launched = run_workers(shape, options, log_dir, result)
     read_drain(options.jobs, launched, result)
     return result
@@ -463,19 +349,14 @@ def table_row(result: ShapeResult) -> list[str]:
 
 
 def format_table(results: list[ShapeResult]) -> str:
-    cells = [[name for name, _ in COLUMNS]] + [table_row(result) for result in results]
-    lines = []
-    for row in cells:
-        line = "".join(cell.rjust(width) for cell, (_, width) in zip(row, COLUMNS, strict=True))
-        lines.append(line.rstrip())
-    return "\n".join(lines)
+    rows = [table_row(result) for result in results]
+    return harness.format_table(COLUMNS, rows, align=">" * len(COLUMNS))
 
 
 def print_report(info: dict[str, Any], results: list[ShapeResult]) -> None:
     print(f"\n{info['database_description']}")
     print(
-        f"python {info['python']}, django {info['django']}, django-jobs {info['django_jobs']},"
-        f" {info['cpus']} cpus; {info['jobs']:,} x {JOB_NAME} per shape"
+        f"{harness.software_line(info)}; {info['jobs']:,} x {JOB_NAME} per shape"
         " (PROCESSESxTHREADS: runjobs --burst processes x --workers)"
     )
     print(format_table(results))
@@ -484,42 +365,32 @@ def print_report(info: dict[str, Any], results: list[ShapeResult]) -> None:
 # -- main -------------------------------------------------------------------------------
 
 
-def raise_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit, so that the workers are stopped on the way out."""
-
-    def handle(signum: int, frame: Any) -> NoReturn:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, handle)
-
-
 def run(options: Options, work_dir: Path) -> tuple[dict[str, Any], list[ShapeResult]]:
-    configure_environment(database_url(options, work_dir))
-    setup_django()
+    harness.configure_environment(database_url(options, work_dir), PYTHONUNBUFFERED="1")
+    harness.setup_django()
     prepare_database(options)
     info = run_info(options)
     print(info["database_description"], file=sys.stderr)
     results = []
     for shape in options.shapes:
-        print(f"== {shape.label}", file=sys.stderr, flush=True)
+        harness.heading(shape.label)
         results.append(run_shape(shape, options, work_dir))
-    empty_tables()
+    harness.empty_tables()
     return info, results
 
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_options(argv)
-    raise_on_sigterm()
-    with tempfile.TemporaryDirectory(prefix="django-jobs-scaling.") as name:
+    harness.raise_on_sigterm()
+    with harness.work_directory("django-jobs-scaling.") as work_dir:
         try:
-            info, results = run(options, Path(name))
+            info, results = run(options, work_dir)
         except BenchError as exc:
-            print(f"bench failed: {exc}", file=sys.stderr)
-            return 1
+            return harness.failed(exc)
     print_report(info, results)
     if options.out:
         data = {**info, "shapes": [asdict(result) for result in results]}
-        options.out.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        harness.write_json(options.out, data)
     return 0
 
 
