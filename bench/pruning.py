@@ -32,40 +32,26 @@ so that pruning overlaps the drain, and waits for it to exit. It reports:
 
 from __future__ import annotations
 
-import argparse
-import json
 import math
-import os
 import re
-import signal
 import statistics
-import subprocess
 import sys
-import tempfile
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import datetime
 from pathlib import Path
-from typing import Any, NoReturn
-from urllib.parse import urlsplit
+from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-JOB_NAME = "demo.noop"
-EXPIRED_NAME = "bench.expired"  # never run: only pruned
-QUEUE = "default"
+import harness
+import pruning_data
+from harness import JOB_NAME, QUEUE, BenchError
+
 THREADS = 2
-EXPIRED_AGE_DAYS = (8, 38)  # finished between 38 and 8 days ago: past every default retention
-REAP_POLL_SECONDS = 0.05
 STOP_GRACE_SECONDS = 15.0
 # "2026-12-01 15:42:06,123 INFO MainThread django_jobs.maintenance.cleaner: 10000 finished ..."
 PRUNED_LINE = re.compile(
     r"^(?P<at>\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) \S+ \S+ django_jobs\.maintenance\.cleaner: "
     r"(?P<count>\d+) finished job\(s\) past their retention deleted"
 )
-
-
-class BenchError(RuntimeError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -110,13 +96,13 @@ class DrainResult:
 
 
 def parse_options(argv: list[str] | None = None) -> Options:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=20_000, help="fresh jobs to drain, each time")
+    parser = harness.option_parser(__doc__)
+    harness.add_jobs_option(parser, 20_000, "fresh jobs to drain, each time")
     parser.add_argument(
         "--expired", type=int, default=200_000, help="expired finished jobs to prune"
     )
     parser.add_argument("--rounds", type=int, default=1, help="drains without, then with, x N")
-    parser.add_argument("--batch", type=int, default=500, help="jobs per schedule_jobs() call")
+    harness.add_batch_option(parser)
     parser.add_argument(
         "--maintenance-seconds",
         type=float,
@@ -124,10 +110,9 @@ def parse_options(argv: list[str] | None = None) -> Options:
         help="the worker's MAINTENANCE_SECONDS (how often it prunes)",
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="per drain (seconds)")
-    parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
+    harness.add_json_option(parser)
     args = parser.parse_args(argv)
-    if min(args.jobs, args.expired, args.rounds, args.batch) < 1:
-        parser.error("--jobs, --expired, --rounds and --batch must be at least 1")
+    harness.require_at_least_one(parser, args, "jobs", "expired", "rounds", "batch")
     if args.maintenance_seconds <= 0:
         parser.error("--maintenance-seconds must be positive")
     return Options(
@@ -141,178 +126,21 @@ def parse_options(argv: list[str] | None = None) -> Options:
     )
 
 
-def database_url() -> str:
-    url = os.environ.get("DATABASE_URL", "")
-    if urlsplit(url).scheme not in ("postgres", "postgresql"):
-        raise BenchError("set DATABASE_URL to a PostgreSQL database (as scripts/bench-pruning)")
-    return url
-
-
-def configure_environment(url: str, options: Options) -> None:
-    """Environment for this process and the worker; testproject/settings.py reads it."""
-    os.environ.update(
-        {
-            "DATABASE_URL": url,
-            "DJANGO_SETTINGS_MODULE": "testproject.settings",
-            "DEBUG": "false",
-            "JOBS_MAINTENANCE_SECONDS": str(options.maintenance_seconds),
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-
-
-def setup_django() -> None:
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    import django
-
-    django.setup()
-
-
-def empty_tables() -> None:
-    """Every django_jobs table emptied, its sequences reset (TRUNCATE)."""
-    from django.apps import apps
-    from django.core.management.color import no_style
-    from django.db import connection
-
-    models = apps.get_app_config("django_jobs").get_models()
-    tables = sorted({model._meta.db_table for model in models if model._meta.managed})
-    flush = connection.ops.sql_flush(no_style(), tables, reset_sequences=True)
-    connection.ops.execute_sql_flush(flush)
-
-
-# -- the expired rows (pure SQL builders: the tables' quoted names in) --------------------
-
-
-def expired_jobs_sql(job_table: str) -> str:
-    """One statement: ``count`` succeeded jobs, long expired.
-
-    One status only, so that the cleaner's passes cut them into full batches (it
-    works status by status) and a pass's batches follow from its count. Parameters:
-    ``count``, ``name``, ``queue``, ``newest`` and ``oldest`` (timestamps); the
-    finished times are spread evenly between them, the oldest first.
-    """
-    return f"""
-        INSERT INTO {job_table} (
-            name, queue, payload, status, priority, run_at, attempt, attempts_used,
-            max_attempts, last_error, progress_note, created_at, started_at, finished_at
-        )
-        SELECT %(name)s, %(queue)s, jsonb_build_object('n', g.i), 'succeeded',
-            0, g.finished_at, 1, 1, 5, '', '', g.finished_at, g.finished_at, g.finished_at
-        FROM (
-            SELECT i, %(oldest)s::timestamptz
-                + (%(newest)s::timestamptz - %(oldest)s::timestamptz) * (i / %(count)s::float8)
-                AS finished_at
-            FROM generate_series(1, %(count)s::bigint) AS i
-        ) AS g
-        ORDER BY g.i
-    """
-
-
-def expired_attempts_sql(job_table: str, attempt_table: str) -> str:
-    """One statement: one attempt row for each finished job before ``%(newest)s``."""
-    return f"""
-        INSERT INTO {attempt_table} (
-            job_id, number, owner, started_at, finished_at, outcome, error
-        )
-        SELECT j.id, 1, 'bench-host:1:expired', j.started_at, j.finished_at, 'succeeded', ''
-        FROM {job_table} AS j
-        WHERE j.status = 'succeeded' AND j.finished_at <= %(newest)s
-    """
-
-
-def expired_count_sql(job_table: str) -> str:
-    """Finished jobs older than ``%(cutoff)s`` (the condition of the finished index)."""
-    return (
-        f"SELECT count(*) FROM {job_table}"
-        " WHERE status IN ('succeeded', 'dead_lettered', 'cancelled') AND finished_at < %(cutoff)s"
-    )
-
-
-def tables() -> tuple[str, str]:
-    from django.db import connection
-
-    from django_jobs.models import Attempt, Job
-
-    quote = connection.ops.quote_name
-    return quote(Job._meta.db_table), quote(Attempt._meta.db_table)
-
-
-def execute(sql: str, params: dict[str, Any]) -> Any:
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        return cursor.fetchone() if cursor.description else None
-
-
-def insert_expired(count: int, now: datetime) -> None:
-    job, attempt = tables()
-    newest, oldest = (now - timedelta(days=days) for days in EXPIRED_AGE_DAYS)
-    params = {"count": count, "name": EXPIRED_NAME, "queue": QUEUE}
-    params |= {"newest": newest, "oldest": oldest}
-    execute(expired_jobs_sql(job), params)
-    execute(expired_attempts_sql(job, attempt), params)
-
-
-def count_expired(now: datetime) -> int:
-    job, _ = tables()
-    cutoff = now - timedelta(days=min(EXPIRED_AGE_DAYS))
-    return int(execute(expired_count_sql(job), {"cutoff": cutoff})[0])
-
-
-def enqueue(count: int, batch: int) -> None:
-    """``count`` fresh jobs, due now, as ``schedule_jobs()`` makes them (the ORM fills
-    every field's default); the enqueue is not what this bench measures."""
-    from django_jobs.conf import settings
-    from django_jobs.models import Job
-
-    jobs = [
-        Job(name=JOB_NAME, queue=QUEUE, payload={"n": n}, max_attempts=settings.MAX_ATTEMPTS)
-        for n in range(count)
-    ]
-    Job.objects.bulk_create(jobs, batch_size=batch)
-
-
-def settle_database() -> None:
-    """Fresh statistics and no dirty pages left over: each drain starts alike."""
-    from django.db import DatabaseError, connection
-
-    job, attempt = tables()
-    with connection.cursor() as cursor:
-        for table in (job, attempt):
-            cursor.execute(f"ANALYZE {table}")
-        try:
-            cursor.execute("CHECKPOINT")
-        except DatabaseError as exc:  # needs superuser or pg_checkpoint
-            print(f"bench: no CHECKPOINT ({exc})", file=sys.stderr)
-
-
 # -- the worker -------------------------------------------------------------------
 
 
 def runjobs_command() -> list[str]:
-    command = [sys.executable, str(ROOT / "manage.py"), "runjobs", "--queue", QUEUE]
-    return command + ["--workers", str(THREADS), "--burst"]
+    return harness.runjobs_command("--queue", QUEUE, "--workers", str(THREADS), "--burst")
 
 
 def run_worker(log: Path, timeout: float) -> None:
     """One ``runjobs --burst`` process until it exits; SIGTERM then SIGKILL by pid if not."""
-    with open(log, "wb") as output:
-        process = subprocess.Popen(
-            runjobs_command(), cwd=ROOT, stdout=output, stderr=subprocess.STDOUT
-        )
+    process = harness.start_process(runjobs_command(), log)
     try:
         code = process.wait(timeout)
     except BaseException:
-        os.kill(process.pid, signal.SIGTERM)
-        try:
-            process.wait(STOP_GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait()
-        tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
-        print(f"--- last lines of {log.name}:\n{tail}", file=sys.stderr)
+        harness.stop_processes([process], STOP_GRACE_SECONDS)
+        harness.print_log_tail(log)
         raise
     if code != 0:
         raise BenchError(f"runjobs exited with code {code}; see {log}")
@@ -342,22 +170,6 @@ def passes_within(passes: list[Pass], first: datetime, last: datetime) -> list[P
     return [one for one in passes if first <= one.at <= last]
 
 
-def drain_span(total: int) -> tuple[datetime, datetime]:
-    """First ``started_at`` and last ``finished_at`` of the fresh jobs, all succeeded."""
-    from django.db.models import Count, Max, Min
-
-    from django_jobs.models import Job, JobStatus
-
-    rows = Job.objects.filter(name=JOB_NAME)
-    statuses = dict(rows.order_by().values_list("status").annotate(count=Count("id")))
-    if statuses.get(JobStatus.SUCCEEDED, 0) != total or sum(statuses.values()) != total:
-        raise BenchError(f"expected {total} succeeded jobs, found {statuses}")
-    span = rows.aggregate(first=Min("started_at"), last=Max("finished_at"))
-    if span["first"] is None or span["last"] is None:
-        raise BenchError(f"the jobs carry no started_at or finished_at: {span}")
-    return span["first"], span["last"]
-
-
 def rate_between(first: datetime, last: datetime) -> float:
     """Fresh jobs per second that finished between ``first`` and ``last``."""
     from django_jobs.models import Job
@@ -372,16 +184,16 @@ def drain(label: str, options: Options, expired: int, log_dir: Path) -> DrainRes
     from django_jobs.maintenance.cleaner import PRUNE_BATCH
 
     result = DrainResult(label, options.jobs)
-    empty_tables()
+    harness.empty_tables()
     if expired:
-        insert_expired(expired, timezone.now())
-    enqueue(options.jobs, options.batch)
-    settle_database()
-    result.expired_before = count_expired(timezone.now())
+        pruning_data.insert_expired(expired, timezone.now())
+    pruning_data.enqueue(options.jobs, options.batch)
+    harness.settle_database()
+    result.expired_before = pruning_data.count_expired(timezone.now())
     log = log_dir / f"runjobs-{label}.log"
     run_worker(log, options.timeout)
-    result.expired_after = count_expired(timezone.now())
-    first, last = drain_span(options.jobs)
+    result.expired_after = pruning_data.count_expired(timezone.now())
+    first, last = harness.drain_span(options.jobs)
     result.drain_seconds = (last - first).total_seconds()
     result.drain_rate = options.jobs / result.drain_seconds
     passes = parse_passes(log.read_text(errors="replace").splitlines())
@@ -450,26 +262,11 @@ def summary(results: list[DrainResult]) -> str:
 
 
 def run_info(options: Options) -> dict[str, Any]:
-    import django
-    from django.db import connection
-
-    import django_jobs
     from django_jobs.maintenance.cleaner import PRUNE_BATCH
     from django_jobs.worker.core import PRUNE_BATCHES
 
-    settings = {}
-    for name in ("server_version", "fsync", "synchronous_commit"):
-        settings[name] = str(execute(f"SELECT current_setting('{name}')", {})[0])
-    version = settings.pop("server_version").split()[0]
-    return {
-        "bench": "pruning",
-        "measured_at": datetime.now(dt_timezone.utc).isoformat(timespec="seconds"),
-        "database": f"{connection.display_name} {version}",
-        "database_settings": settings,
-        "python": sys.version.split()[0],
-        "django": django.get_version(),
-        "django_jobs": django_jobs.__version__,
-        "cpus": os.cpu_count(),
+    database = {"database": harness.database_version(), "database_settings": harness.durability()}
+    details = {
         "jobs": options.jobs,
         "expired": options.expired,
         "threads": THREADS,
@@ -478,14 +275,13 @@ def run_info(options: Options) -> dict[str, Any]:
         "prune_batches_per_pass": PRUNE_BATCHES,
         "command": " ".join(runjobs_command()[1:]),
     }
+    return harness.run_info("pruning", database, details)
 
 
 def print_report(info: dict[str, Any], results: list[DrainResult]) -> None:
-    settings = ", ".join(f"{name}={value}" for name, value in info["database_settings"].items())
-    print(f"\n{info['database']} ({settings})")
+    print(f"\n{info['database']} ({harness.format_settings(info['database_settings'])})")
     print(
-        f"python {info['python']}, django {info['django']}, django-jobs {info['django_jobs']},"
-        f" {info['cpus']} cpus; {info['jobs']:,} x {JOB_NAME} per drain, one"
+        f"{harness.software_line(info)}; {info['jobs']:,} x {JOB_NAME} per drain, one"
         f" runjobs --workers {info['threads']} --burst; MAINTENANCE_SECONDS="
         f"{info['maintenance_seconds']:g}, up to {info['prune_batches_per_pass']} batches of"
         f" {info['prune_batch']:,} a pass"
@@ -497,48 +293,40 @@ def print_report(info: dict[str, Any], results: list[DrainResult]) -> None:
 # -- main -------------------------------------------------------------------------
 
 
-def raise_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit, so that the worker is stopped on the way out."""
-
-    def handle(signum: int, frame: Any) -> NoReturn:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, handle)
-
-
 def run(options: Options, work_dir: Path) -> tuple[dict[str, Any], list[DrainResult]]:
-    from django.core.management import call_command
-
-    configure_environment(database_url(), options)
-    setup_django()
-    call_command("migrate", verbosity=0, interactive=False)
+    harness.configure_environment(
+        harness.postgresql_url("scripts/bench-pruning"),
+        JOBS_MAINTENANCE_SECONDS=str(options.maintenance_seconds),
+        PYTHONUNBUFFERED="1",
+    )
+    harness.setup_django()
+    harness.migrate()
     info = run_info(options)
     print(info["database"], file=sys.stderr)
     results = []
     for number in range(1, options.rounds + 1):
         for label, expired in (("without", 0), ("with", options.expired)):
-            print(f"== round {number}: {label} expired rows", file=sys.stderr, flush=True)
+            harness.heading(f"round {number}: {label} expired rows")
             results.append(drain(label, options, expired, work_dir))
-    empty_tables()
+    harness.empty_tables()
     return info, results
 
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_options(argv)
-    raise_on_sigterm()
-    with tempfile.TemporaryDirectory(prefix="django-jobs-pruning.") as name:
+    harness.raise_on_sigterm()
+    with harness.work_directory("django-jobs-pruning.") as work_dir:
         try:
-            info, results = run(options, Path(name))
+            info, results = run(options, work_dir)
         except BenchError as exc:
-            print(f"bench failed: {exc}", file=sys.stderr)
-            return 1
+            return harness.failed(exc)
     print_report(info, results)
     if options.json:
         data = {
             **info,
             "drains": [asdict(result) | {"pruned": result.pruned} for result in results],
         }
-        options.json.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        harness.write_json(options.json, data)
     return 0
 
 

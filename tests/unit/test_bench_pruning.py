@@ -1,4 +1,7 @@
-"""bench/pruning.py's pure parts: its options, the worker's log lines, the SQL and the table."""
+"""bench/pruning.py's pure parts: its options, the worker's log lines, the SQL and the table.
+
+The SQL that inserts and counts the expired rows is bench/pruning_data.py's.
+"""
 
 from datetime import datetime, timedelta
 
@@ -7,6 +10,7 @@ import pytest
 from tests.unit.bench_modules import load_bench_module
 
 pruning = load_bench_module("pruning")
+pruning_data = load_bench_module("pruning_data")
 
 PRUNED = "django_jobs.maintenance.cleaner: {} finished job(s) past their retention deleted"
 
@@ -65,8 +69,8 @@ def test_bench_pruning_keeps_the_passes_inside_the_drain() -> None:
 
 
 def test_bench_pruning_expired_rows_are_inserted_by_one_bound_statement_each() -> None:
-    jobs = pruning.expired_jobs_sql('"jobs"')
-    attempts = pruning.expired_attempts_sql('"jobs"', '"attempts"')
+    jobs = pruning_data.expired_jobs_sql('"jobs"')
+    attempts = pruning_data.expired_attempts_sql('"jobs"', '"attempts"')
 
     assert jobs.count("INSERT INTO") == 1 and 'INSERT INTO "jobs" (' in jobs
     assert "generate_series(1, %(count)s::bigint)" in jobs
@@ -79,7 +83,7 @@ def test_bench_pruning_expired_rows_are_inserted_by_one_bound_statement_each() -
 
 
 def test_bench_pruning_counts_expired_rows_through_the_finished_index_condition() -> None:
-    sql = pruning.expired_count_sql('"jobs"')
+    sql = pruning_data.expired_count_sql('"jobs"')
 
     assert "status IN ('succeeded', 'dead_lettered', 'cancelled')" in sql
     assert "finished_at < %(cutoff)s" in sql
