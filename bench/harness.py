@@ -298,6 +298,14 @@ def log(message: str) -> None:
     print(f"bench: {message}", file=sys.stderr, flush=True)
 
 
+@contextmanager
+def timed(what: str) -> Iterator[None]:
+    """Log how long the block took: ``bench: WHAT: 1.2 s``."""
+    start = time.perf_counter()
+    yield
+    log(f"{what}: {time.perf_counter() - start:.1f} s")
+
+
 def heading(message: str) -> None:
     """A step of the run (a system, a shape, a round) on stderr."""
     print(f"== {message}", file=sys.stderr, flush=True)

@@ -1,4 +1,7 @@
-"""bench/admin_pages.py's pure parts: its options, the fill's SQL and the table it prints."""
+"""bench/admin_pages.py's pure parts: its options, the fill's SQL and the table it prints.
+
+The fill is bench/admin_data.py's, the timing of a page bench/admin_timing.py's.
+"""
 
 from pathlib import Path
 
@@ -7,8 +10,10 @@ import pytest
 from tests.unit.bench_modules import load_bench_module
 
 admin_pages = load_bench_module("admin_pages")
+admin_data = load_bench_module("admin_data")
+admin_timing = load_bench_module("admin_timing")
 
-TABLES = admin_pages.Tables('"jobs"', '"attempts"')
+TABLES = admin_data.Tables('"jobs"', '"attempts"')
 
 
 def test_bench_admin_options_default_to_a_million_finished_jobs() -> None:
@@ -59,7 +64,7 @@ def test_bench_admin_options_refuse_what_cannot_be_measured(
 
 
 def test_bench_admin_schedule_names_are_numbered() -> None:
-    assert admin_pages.Fill(schedules=3).schedule_names() == [
+    assert admin_data.Fill(schedules=3).schedule_names() == [
         "bench-schedule-01",
         "bench-schedule-02",
         "bench-schedule-03",
@@ -67,7 +72,7 @@ def test_bench_admin_schedule_names_are_numbered() -> None:
 
 
 def test_bench_admin_finished_jobs_sql_is_one_bound_insert_oldest_first() -> None:
-    sql = admin_pages.finished_jobs_sql(TABLES)
+    sql = admin_data.finished_jobs_sql(TABLES)
 
     assert sql.count("INSERT INTO") == 1
     assert 'INSERT INTO "jobs" (' in sql
@@ -80,7 +85,7 @@ def test_bench_admin_finished_jobs_sql_is_one_bound_insert_oldest_first() -> Non
 
 
 def test_bench_admin_finished_attempts_sql_gives_each_finished_job_one_attempt() -> None:
-    sql = admin_pages.finished_attempts_sql(TABLES)
+    sql = admin_data.finished_attempts_sql(TABLES)
 
     assert 'INSERT INTO "attempts"' in sql
     assert 'FROM "jobs" AS j' in sql
@@ -89,7 +94,7 @@ def test_bench_admin_finished_attempts_sql_gives_each_finished_job_one_attempt()
 
 
 def test_bench_admin_live_part_is_deleted_attempts_first() -> None:
-    attempts, jobs = admin_pages.delete_live_sql(TABLES)
+    attempts, jobs = admin_data.delete_live_sql(TABLES)
 
     assert attempts.startswith('DELETE FROM "attempts" WHERE job_id IN (SELECT id FROM "jobs"')
     assert jobs.startswith('DELETE FROM "jobs" WHERE')
@@ -99,22 +104,22 @@ def test_bench_admin_live_part_is_deleted_attempts_first() -> None:
 
 
 def test_bench_admin_finished_count_reads_the_finished_part_only() -> None:
-    assert admin_pages.count_finished_sql(TABLES) == (
+    assert admin_data.count_finished_sql(TABLES) == (
         "SELECT count(*) FROM \"jobs\" WHERE status IN ('succeeded', 'cancelled')"
     )
 
 
 def test_bench_admin_slowest_query_is_the_longest_timed_one() -> None:
-    timer = admin_pages.QueryTimer()
-    fast = admin_pages.Query("SELECT 1", None, 0.5)
-    slow = admin_pages.Query("SELECT 2", None, 12.0)
+    timer = admin_timing.QueryTimer()
+    fast = admin_timing.Query("SELECT 1", None, 0.5)
+    slow = admin_timing.Query("SELECT 2", None, 12.0)
     timer.queries += [fast, slow]
 
     assert max(timer.queries, key=lambda query: query.ms) is slow
 
 
 def test_bench_admin_query_timer_times_each_statement_and_passes_its_result_on() -> None:
-    timer = admin_pages.QueryTimer()
+    timer = admin_timing.QueryTimer()
     calls = []
 
     def execute(sql: str, params: object, many: bool, context: object) -> str:
@@ -129,10 +134,10 @@ def test_bench_admin_query_timer_times_each_statement_and_passes_its_result_on()
 
 
 def test_bench_admin_table_flags_slow_pages_and_notes_untimed_ones() -> None:
-    fast = admin_pages.Timing("jobs", "/admin/jobs/", 200, 42.25, 50.0, 9, 3.5)
-    slow = admin_pages.Timing("jobs, page 1,000", "/admin/jobs/?p=1000", 200, 812.0, 900.4, 9, 700)
-    refused = admin_pages.Timing("jobs, name", "/admin/jobs/?name=x", 302, 4.0, 4.0, 3, 0.2)
-    missing = admin_pages.Timing("dashboard", "", note="not timed: no such URL")
+    fast = admin_timing.Timing("jobs", "/admin/jobs/", 200, 42.25, 50.0, 9, 3.5)
+    slow = admin_timing.Timing("jobs, page 1,000", "/admin/jobs/?p=1000", 200, 812.0, 900.4, 9, 700)
+    refused = admin_timing.Timing("jobs, name", "/admin/jobs/?name=x", 302, 4.0, 4.0, 3, 0.2)
+    missing = admin_timing.Timing("dashboard", "", note="not timed: no such URL")
 
     header, *rows = admin_pages.format_table([fast, slow, refused, missing]).splitlines()
 
