@@ -25,24 +25,22 @@ measures, with the same shape for every system (see bench/peers/common.py):
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-ROOT = Path(__file__).resolve().parent.parent
+import harness
+from harness import ROOT, BenchError
+
 DRIVERS = ROOT / "bench" / "peers"
 ENVS = ROOT / "bench" / ".envs"
 STOP_GRACE_SECONDS = 30.0
-DATABASES = ("postgresql", "sqlite-wal")
 
 
 @dataclass(frozen=True)
@@ -83,22 +81,15 @@ class Options:
         return self.database == "sqlite-wal"
 
 
-class BenchError(RuntimeError):
-    pass
-
-
 def parse_options(argv: list[str] | None = None) -> Options:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--jobs", type=int, default=5_000, help="jobs to enqueue and drain")
+    parser = harness.option_parser(__doc__)
+    harness.add_jobs_option(parser, 5_000, "jobs to enqueue and drain")
     parser.add_argument("--pickups", type=int, default=30, help="jobs for the pickup latency")
-    parser.add_argument("--batch", type=int, default=500, help="jobs per bulk enqueue call")
+    harness.add_batch_option(parser, "jobs per bulk enqueue call")
     parser.add_argument("--timeout", type=float, default=900.0, help="per system (seconds)")
     parser.add_argument("--only", choices=list(PEERS_BY_NAME), help="one system")
-    parser.add_argument(
-        "--database",
-        choices=DATABASES,
-        default="postgresql",
-        help="PostgreSQL (DATABASE_URL), or a SQLite file per system in WAL mode",
+    harness.add_database_option(
+        parser, "PostgreSQL (DATABASE_URL), or a SQLite file per system in WAL mode"
     )
     args = parser.parse_args(argv)
     if min(args.jobs, args.batch) < 1 or args.pickups < 0:
@@ -120,10 +111,10 @@ def choose_peers(options: Options) -> tuple[list[Peer], list[Peer]]:
 
 
 def server_url() -> str:
-    url = os.environ.get("DATABASE_URL", "")
-    if urlsplit(url).scheme not in ("postgres", "postgresql"):
-        sys.exit("bench/peers.py: set DATABASE_URL to a PostgreSQL server (as scripts/bench-peers)")
-    return url
+    try:
+        return harness.postgresql_url("scripts/bench-peers", "server")
+    except BenchError as exc:
+        sys.exit(f"bench/peers.py: {exc}")
 
 
 def database_url(url: str, database: str) -> str:
@@ -149,11 +140,10 @@ def create_database(url: str, database: str) -> None:
 def server_description(url: str) -> str:
     import psycopg
 
-    query = "SELECT current_setting('server_version'), current_setting('fsync'),"
-    query += " current_setting('synchronous_commit')"
-    with psycopg.connect(url) as connection:
-        version, fsync, synchronous_commit = connection.execute(query).fetchone() or ("?",) * 3
-    return f"PostgreSQL {version} (fsync={fsync}, synchronous_commit={synchronous_commit})"
+    names = ("server_version", "fsync", "synchronous_commit")
+    with psycopg.connect(url) as connection, connection.cursor() as cursor:
+        settings = harness.server_settings(cursor, names)
+    return f"PostgreSQL {settings.pop('server_version')} ({harness.format_settings(settings)})"
 
 
 # -- SQLite ---------------------------------------------------------------------------
@@ -170,7 +160,7 @@ def create_sqlite_database(path: Path) -> str:
         connection.close()
     if journal_mode != "wal":
         raise BenchError(f"{path} is in journal mode {journal_mode}, not wal")
-    return f"sqlite:///{path.resolve()}"
+    return harness.sqlite_url(path.resolve())
 
 
 def sqlite_description(results: list[dict[str, Any]]) -> str:
@@ -212,7 +202,7 @@ def run_peer(
     command += ["--timeout", str(options.timeout), "--log-dir", str(log_dir)]
     command += ["--result", str(result)]
     env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
-    print(f"== {peer.name}", file=sys.stderr, flush=True)
+    harness.heading(peer.name)
     process = subprocess.Popen(command, cwd=ROOT, env=env)
     try:
         # Enqueues and pickups take far less than a drain; the drain has its own timeout.
@@ -221,23 +211,12 @@ def run_peer(
         print(f"{peer.name}: timed out", file=sys.stderr)
         code = None
     finally:
-        stop(process)
+        harness.stop_processes([process], STOP_GRACE_SECONDS)  # it stops its own workers
     if code != 0 or not result.exists():
         print(f"{peer.name}: the driver failed (exit code {code})", file=sys.stderr)
         return None
     data: dict[str, Any] = json.loads(result.read_text())
     return data
-
-
-def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM the driver by pid (it stops its own workers), SIGKILL it if it lingers."""
-    if process.poll() is None:
-        os.kill(process.pid, signal.SIGTERM)
-        try:
-            process.wait(STOP_GRACE_SECONDS)
-        except subprocess.TimeoutExpired:
-            os.kill(process.pid, signal.SIGKILL)
-            process.wait(STOP_GRACE_SECONDS)
 
 
 # -- the report -------------------------------------------------------------------
@@ -286,9 +265,8 @@ def print_report(
         f"{options.jobs:,} no-op jobs; bulk calls of {options.batch};"
         f" pickup latency over {options.pickups} jobs"
     )
-    cells = [[name for name, _ in COLUMNS]] + [table_row(result) for result in results]
-    for row in cells:
-        print("".join(cell.ljust(width) for cell, (_, width) in zip(row, COLUMNS, strict=True)))
+    rows = [table_row(result) for result in results]
+    print(harness.format_table(COLUMNS, rows, align="<" * len(COLUMNS)))
     print("versions:")
     for result in results:
         versions = ", ".join(f"{name} {version}" for name, version in result["versions"].items())
@@ -297,27 +275,18 @@ def print_report(
         print(f"{peer.name}: skipped, it runs on PostgreSQL only")
 
 
-def raise_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit, so that the running driver is stopped on the way out."""
-
-    def handle(signum: int, frame: Any) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, handle)
-
-
 def main(argv: list[str] | None = None) -> int:
     options = parse_options(argv)
-    raise_on_sigterm()
+    harness.raise_on_sigterm()
     server = None if options.sqlite else server_url()
     peers, skipped = choose_peers(options)
     for peer in skipped:
         print(f"{peer.name}: skipped, it runs on PostgreSQL only", file=sys.stderr)
     results = []
-    with tempfile.TemporaryDirectory(prefix="django-jobs-peers.") as name:
+    with harness.work_directory("django-jobs-peers.") as work_dir:
         for peer in peers:
             try:
-                result = run_peer(peer, options, server, Path(name))
+                result = run_peer(peer, options, server, work_dir)
             except BenchError as exc:
                 print(f"{peer.name}: {exc}", file=sys.stderr)
                 result = None

@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
-import signal
 import statistics
 import subprocess
 import sys
@@ -31,7 +29,15 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, NoReturn
+
+# bench/, for bench/harness.py (standard library only at module level, as a peer's virtualenv
+# needs); the drivers import it too, once this module has put it on the path.
+BENCH = str(Path(__file__).resolve().parent.parent)
+if BENCH not in sys.path:
+    sys.path.append(BENCH)
+
+import harness  # noqa: E402
+from harness import BenchError  # noqa: E402
 
 DB_POLL_SECONDS = 0.05
 FILE_POLL_SECONDS = 0.005
@@ -41,10 +47,6 @@ WARM_UP_TIMEOUT_SECONDS = 60.0
 # Pauses between pickups are drawn from this range, so that an enqueue falls at
 # any phase of a polling worker's interval rather than always at the same one.
 PICKUP_PAUSE_SECONDS = (0.1, 1.1)
-
-
-class BenchError(RuntimeError):
-    pass
 
 
 @dataclass(frozen=True)
@@ -138,33 +140,19 @@ class Workers:
 
     def start(self, commands: list[list[str]]) -> None:
         for number, command in enumerate(commands):
-            path = self.log_dir / f"{self.label}-{number}.log"
-            with open(path, "wb") as log:
-                self.processes.append(
-                    subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-                )
+            log = self.log_dir / f"{self.label}-{number}.log"
+            self.processes.append(harness.start_process(command, log))
 
     def all_exited(self) -> bool:
         return all(process.poll() is not None for process in self.processes)
 
-    def stop(self) -> list[int | None]:
-        """SIGTERM each live worker, SIGKILL those that do not exit in time; exit codes."""
-        for process in self.processes:
-            if process.poll() is None:
-                os.kill(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + STOP_GRACE_SECONDS
-        for process in self.processes:
-            try:
-                process.wait(max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.kill(process.pid, signal.SIGKILL)
-                process.wait(STOP_GRACE_SECONDS)
-        return [process.returncode for process in self.processes]
+    def stop(self) -> None:
+        """SIGTERM each live worker by pid, SIGKILL those that do not exit in time."""
+        harness.stop_processes(self.processes, STOP_GRACE_SECONDS)
 
-    def print_logs(self, lines: int = 20) -> None:
+    def print_logs(self) -> None:
         for path in sorted(self.log_dir.glob(f"{self.label}-*.log")):
-            tail = path.read_text(errors="replace").splitlines()[-lines:]
-            print(f"--- last lines of {path.name}:", *tail, sep="\n", file=sys.stderr)
+            harness.print_log_tail(path)
 
 
 def wait_until(
@@ -306,44 +294,12 @@ def parse_options(argv: list[str] | None = None) -> Options:
     return Options(**vars(parser.parse_args(argv)))
 
 
-def raise_on_sigterm() -> None:
-    """Turn SIGTERM into SystemExit, so that the workers are stopped on the way out."""
-
-    def handle(signum: int, frame: Any) -> NoReturn:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, handle)
-
-
 def main(make_system: Callable[[], System], argv: list[str] | None = None) -> int:
     options = parse_options(argv)
-    raise_on_sigterm()
+    harness.raise_on_sigterm()
     try:
         result = run(make_system(), options)
     except BenchError as exc:
-        print(f"bench failed: {exc}", file=sys.stderr)
-        return 1
+        return harness.failed(exc)
     options.result.write_text(json.dumps(asdict(result)))
     return 0
-
-
-SQLITE_SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
-
-
-def describe_sqlite(cursor: Any) -> str:
-    """A SQLite connection's version, journal mode and ``synchronous``, through a DB-API cursor."""
-    cursor.execute(
-        "SELECT sqlite_version(), (SELECT * FROM pragma_journal_mode),"
-        " (SELECT * FROM pragma_synchronous)"
-    )
-    version, journal_mode, synchronous = cursor.fetchone()
-    synchronous = SQLITE_SYNCHRONOUS.get(synchronous, synchronous)
-    return f"SQLite {version} (journal_mode={journal_mode}, synchronous={synchronous})"
-
-
-def package_versions(*names: str) -> dict[str, str]:
-    from importlib.metadata import version
-
-    versions = {"python": sys.version.split()[0]}
-    versions.update({name: version(name) for name in names})
-    return versions

@@ -17,11 +17,10 @@ import sys
 from pathlib import Path
 
 import common
+import harness  # bench/harness.py, on the path once common is imported
+from harness import JOB_NAME, QUEUE
 
-ROOT = Path(__file__).resolve().parents[2]
-JOB_NAME = "demo.noop"
 PICKUP_JOB_NAME = "example.watchful"
-QUEUE = "default"
 
 
 class DjangoJobs(common.System):
@@ -32,28 +31,16 @@ class DjangoJobs(common.System):
     def __init__(self) -> None:
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
         os.environ.setdefault("DEBUG", "false")
-        sys.path.insert(0, str(ROOT))
-        import django
-
-        django.setup()
+        harness.setup_django()
 
     def versions(self) -> dict[str, str]:
-        return common.package_versions("django-jobs", "Django", "psycopg")
+        return harness.package_versions("django-jobs", "Django", "psycopg")
 
     def prepare(self) -> None:
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0, interactive=False)
+        harness.migrate()
 
     def delete_jobs(self) -> None:
-        from django.db import connection
-
-        from django_jobs.models import Attempt, Job
-
-        quote = connection.ops.quote_name
-        with connection.cursor() as cursor:
-            for model in (Attempt, Job):
-                cursor.execute(f"DELETE FROM {quote(model._meta.db_table)}")
+        harness.delete_jobs()
 
     def enqueue_one(self, number: int) -> None:
         from django_jobs import schedule_job
@@ -71,7 +58,7 @@ class DjangoJobs(common.System):
         schedule_job(PICKUP_JOB_NAME, {"seconds": 0, "log": str(log)})
 
     def runjobs(self, *extra: str) -> list[str]:
-        return [sys.executable, str(ROOT / "manage.py"), "runjobs", "--queue", QUEUE, *extra]
+        return harness.runjobs_command("--queue", QUEUE, *extra)
 
     def drain_commands(self) -> list[list[str]]:
         return [self.runjobs("--workers", "2", "--burst")]
@@ -97,7 +84,7 @@ class DjangoJobs(common.System):
         if connection.vendor != "sqlite":
             return None
         with connection.cursor() as cursor:
-            return common.describe_sqlite(cursor)
+            return harness.describe_sqlite(cursor)
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import common
+import harness  # bench/harness.py, on the path once common is imported
 
 HERE = Path(__file__).resolve().parent
 APP = "procrastinate_app.app"
@@ -39,7 +40,7 @@ class Procrastinate(common.System):
         self.connection = psycopg.connect(os.environ["DATABASE_URL"], autocommit=True)
 
     def versions(self) -> dict[str, str]:
-        return common.package_versions("procrastinate", "psycopg")
+        return harness.package_versions("procrastinate", "psycopg")
 
     def prepare(self) -> None:
         self.app.app.schema_manager.apply_schema()

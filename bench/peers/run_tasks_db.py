@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import common
+import harness  # bench/harness.py, on the path once common is imported
 
 HERE = Path(__file__).resolve().parent
 
@@ -37,12 +38,10 @@ class TasksDb(common.System):
         django.setup()
 
     def versions(self) -> dict[str, str]:
-        return common.package_versions("django-tasks-db", "Django", "psycopg")
+        return harness.package_versions("django-tasks-db", "Django", "psycopg")
 
     def prepare(self) -> None:
-        from django.core.management import call_command
-
-        call_command("migrate", verbosity=0, interactive=False)
+        harness.migrate()
 
     def delete_jobs(self) -> None:
         from django.db import connection
@@ -90,7 +89,7 @@ class TasksDb(common.System):
         if connection.vendor != "sqlite":
             return None
         with connection.cursor() as cursor:
-            return common.describe_sqlite(cursor)
+            return harness.describe_sqlite(cursor)
 
 
 if __name__ == "__main__":

@@ -2,16 +2,19 @@
 
 import re
 import sqlite3
+import subprocess
+import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests.conftest import ROOT
 from tests.unit.bench_modules import load_bench_module
 
 peers = load_bench_module("peers")
-common = load_bench_module("peers/common")
+harness = load_bench_module("harness")
 
 
 @pytest.fixture
@@ -74,6 +77,24 @@ def test_peers_on_postgresql_run_every_system_or_the_one_asked_for() -> None:
     assert none_skipped == []
 
 
+def test_peers_drivers_common_part_needs_nothing_beyond_the_standard_library() -> None:
+    """A peer's virtualenv has no django_jobs (nor this Django): common and the harness it
+    imports must load without any site-packages."""
+    drivers = str(ROOT / "bench" / "peers")
+    check = (
+        f"import sys; sys.path.insert(0, {drivers!r}); import common, harness;"
+        " assert not {'django', 'django_jobs'} & set(sys.modules), sorted(sys.modules)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", check],  # isolated, without site-packages
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+    assert result.returncode == 0, result.stderr
+
+
 # -- the SQLite files -----------------------------------------------------------------
 
 
@@ -107,7 +128,7 @@ def test_peers_sqlite_description_names_the_journal_mode(tmp_path: Path) -> None
     peers.create_sqlite_database(path)
     connection = sqlite3.connect(path)
     try:
-        described = common.describe_sqlite(connection.cursor())
+        described = harness.describe_sqlite(connection.cursor())
     finally:
         connection.close()
 
