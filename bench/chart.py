@@ -11,13 +11,14 @@ with the processes' peak resident memory.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
+
+import harness
 
 SVG_NS = "http://www.w3.org/2000/svg"
 WIDTH, HEIGHT = 900, 560
@@ -211,7 +212,7 @@ def render(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = harness.option_parser(__doc__)
     parser.add_argument("results", type=Path, help="bench/scaling.py --out's JSON file")
     parser.add_argument("svg", type=Path, help="the SVG file to write")
     args = parser.parse_args(argv)
