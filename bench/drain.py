@@ -70,7 +70,7 @@ class Row:
 
 def parse_options(argv: list[str] | None = None) -> Options:
     parser = harness.option_parser(__doc__)
-    harness.add_jobs_option(parser, 10_000, "jobs to enqueue and drain")
+    parser.add_argument("--jobs", type=int, default=10_000, help="jobs to enqueue and drain")
     parser.add_argument("--workers", type=int, default=2, help="runjobs processes")
     parser.add_argument("--threads", type=int, default=2, help="handler threads per process")
     harness.add_batch_option(parser)

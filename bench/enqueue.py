@@ -44,7 +44,7 @@ class Options:
 
 def parse_options(argv: list[str] | None = None) -> Options:
     parser = harness.option_parser(__doc__)
-    harness.add_jobs_option(parser, 2000, "calls per round, per way")
+    parser.add_argument("--jobs", type=int, default=2000, help="calls per round, per way")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of each way, alternating")
     args = parser.parse_args(argv)
     harness.require_at_least_one(parser, args, "jobs", "rounds")

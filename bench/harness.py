@@ -1,15 +1,13 @@
 """What the bench scripts share: options, the database, Django, processes, run info, tables.
 
-Standard library only at module level: bench/peers/common.py imports this module in
-the peers' own virtualenvs, which lack django_jobs (and one lacks Django 5), so a
-function that needs Django or django_jobs imports it inside. Every function that
-speaks to the database goes through Django's default connection, set up by
-:func:`setup_django`, unless it takes a DB-API cursor.
+Standard library only at module level: bench/peers/common.py imports it in the peers'
+virtualenvs, which lack django_jobs (procrastinate's lacks Django), so a function that
+needs either imports it inside. The database is Django's default connection, unless a
+function takes a DB-API cursor.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -17,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from argparse import ArgumentParser, Namespace
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timezone
@@ -29,7 +28,6 @@ ROOT = Path(__file__).resolve().parent.parent
 JOB_NAME = "demo.noop"
 QUEUE = "default"
 DATABASES = ("postgresql", "sqlite-wal")
-POSTGRESQL_SCHEMES = ("postgres", "postgresql")
 SQLITE_SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 
 
@@ -40,48 +38,30 @@ class BenchError(RuntimeError):
 # -- options ----------------------------------------------------------------------------
 
 
-def option_parser(doc: str) -> argparse.ArgumentParser:
+def option_parser(doc: str) -> ArgumentParser:
     """A parser described by the first paragraph of the script's docstring."""
-    return argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    return ArgumentParser(description=doc.split("\n\n")[0])
 
 
-def add_jobs_option(parser: argparse.ArgumentParser, default: int, help: str) -> None:
-    parser.add_argument("--jobs", type=int, default=default, help=help)
-
-
-def add_batch_option(
-    parser: argparse.ArgumentParser,
-    help: str = "jobs per schedule_jobs() call",
-) -> None:
+def add_batch_option(parser: ArgumentParser, help: str = "jobs per schedule_jobs() call") -> None:
     parser.add_argument("--batch", type=int, default=500, help=help)
 
 
-def add_database_option(parser: argparse.ArgumentParser, help: str | None = None) -> None:
+def add_database_option(parser: ArgumentParser, help: str | None = None) -> None:
     """``--database postgresql`` (the default) or ``sqlite-wal``."""
     parser.add_argument("--database", choices=DATABASES, default="postgresql", help=help)
 
 
-def add_json_option(
-    parser: argparse.ArgumentParser,
-    flag: str = "--json",
-    help: str = "write the results as JSON",
-    metavar: str | None = "PATH",
-) -> None:
-    parser.add_argument(flag, type=Path, metavar=metavar, help=help)
+def add_json_option(parser: ArgumentParser) -> None:
+    parser.add_argument("--json", type=Path, metavar="PATH", help="write the results as JSON")
 
 
-def spoken_list(items: Sequence[str]) -> str:
-    """``a``, ``a and b``, ``a, b and c``."""
-    return " and ".join([", ".join(items[:-1]), items[-1]]) if len(items) > 1 else items[0]
-
-
-def require_at_least_one(
-    parser: argparse.ArgumentParser, args: argparse.Namespace, *names: str
-) -> None:
-    """A usage error unless every option ``names`` (their dests) is at least 1."""
+def require_at_least_one(parser: ArgumentParser, args: Namespace, *names: str) -> None:
+    """``--a, --b and --c must be at least 1``, a usage error, unless the options are."""
     if min(getattr(args, name) for name in names) < 1:
         flags = [f"--{name.replace('_', '-')}" for name in names]
-        parser.error(f"{spoken_list(flags)} must be at least 1")
+        listed = " and ".join([", ".join(flags[:-1]), flags[-1]]) if flags[1:] else flags[0]
+        parser.error(f"{listed} must be at least 1")
 
 
 # -- the database's URL -----------------------------------------------------------------
@@ -99,14 +79,10 @@ def temporary_sqlite_url(given: str, work_dir: Path) -> str:
     return sqlite_url(work_dir / "bench.sqlite3", parts.query)
 
 
-def is_postgresql_url(url: str) -> bool:
-    return urlsplit(url).scheme in POSTGRESQL_SCHEMES
-
-
 def postgresql_url(script: str, what: str = "database") -> str:
     """``DATABASE_URL``, which must name PostgreSQL (``script`` sets it up)."""
     url = os.environ.get("DATABASE_URL", "")
-    if not is_postgresql_url(url):
+    if urlsplit(url).scheme not in ("postgres", "postgresql"):
         raise BenchError(f"set DATABASE_URL to a PostgreSQL {what} (as {script})")
     return url
 
@@ -116,14 +92,8 @@ def postgresql_url(script: str, what: str = "database") -> str:
 
 def configure_environment(url: str, **settings: str) -> None:
     """Environment for this process and the runjobs it starts; testproject/settings.py reads it."""
-    os.environ.update(
-        {
-            "DATABASE_URL": url,
-            "DJANGO_SETTINGS_MODULE": "testproject.settings",
-            "DEBUG": "false",
-            **settings,
-        }
-    )
+    django = {"DJANGO_SETTINGS_MODULE": "testproject.settings", "DEBUG": "false"}
+    os.environ.update({"DATABASE_URL": url, **django, **settings})
 
 
 def setup_django() -> None:
@@ -175,10 +145,7 @@ def empty_tables() -> None:
 
 
 def settle_database() -> None:
-    """Fresh statistics and no dirty pages left over, so that each drain starts alike.
-
-    PostgreSQL: ANALYZE the jobs and attempts, then CHECKPOINT; SQLite: checkpoint the WAL.
-    """
+    """Fresh statistics, no dirty pages left over (ANALYZE, CHECKPOINT): each drain starts alike."""
     from django.db import DatabaseError, connection
 
     from django_jobs.models import Attempt, Job
@@ -194,9 +161,6 @@ def settle_database() -> None:
             cursor.execute("CHECKPOINT")
         except DatabaseError as exc:  # needs superuser or pg_checkpoint
             log(f"no CHECKPOINT ({exc})")
-
-
-# -- the jobs ---------------------------------------------------------------------------
 
 
 def schedule_noop_jobs(count: int, batch: int) -> float:
@@ -229,9 +193,8 @@ def drain_span(total: int) -> tuple[datetime, datetime]:
     statuses = status_counts(JOB_NAME)
     if statuses.get(JobStatus.SUCCEEDED, 0) != total or sum(statuses.values()) != total:
         raise BenchError(f"expected {total} succeeded jobs, found {statuses}")
-    span = Job.objects.filter(name=JOB_NAME).aggregate(
-        first=Min("started_at"), last=Max("finished_at")
-    )
+    jobs = Job.objects.filter(name=JOB_NAME)
+    span = jobs.aggregate(first=Min("started_at"), last=Max("finished_at"))
     if span["first"] is None or span["last"] is None:
         raise BenchError(f"the jobs carry no started_at or finished_at: {span}")
     return span["first"], span["last"]
@@ -266,12 +229,9 @@ def stop_processes(processes: Iterable[subprocess.Popen[bytes]], grace: float) -
             process.wait()
 
 
-def log_tail(path: Path, lines: int = 20) -> str:
-    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-
-
 def print_log_tail(path: Path, lines: int = 20) -> None:
-    print(f"--- last lines of {path.name}:\n{log_tail(path, lines)}", file=sys.stderr)
+    tail = "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    print(f"--- last lines of {path.name}:\n{tail}", file=sys.stderr)
 
 
 def raise_on_sigterm() -> None:
@@ -376,9 +336,7 @@ def format_settings(settings: dict[str, Any]) -> str:
 
 def package_versions(*names: str) -> dict[str, str]:
     """Python's version, then each installed distribution's, by name."""
-    versions = {"python": sys.version.split()[0]}
-    versions.update({name: package_version(name) for name in names})
-    return versions
+    return {"python": sys.version.split()[0], **{name: package_version(name) for name in names}}
 
 
 def software() -> dict[str, Any]:
@@ -422,11 +380,10 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 def format_table(
     columns: Sequence[tuple[str, int]], rows: Iterable[Sequence[str]], align: str | None = None
 ) -> str:
-    """A header and ``rows`` as fixed-width text, each line without trailing blanks.
+    """A header and ``rows`` in fixed-width columns, (title, width) pairs, without trailing blanks.
 
-    ``columns`` are (title, width) pairs; ``align`` holds ``<`` (left) or ``>`` (right) for
-    each, by default the first column left and the others right. A cell is never cut; the
-    cells of a row past the last column follow it, a space apart (a flag, a note).
+    ``align``: ``<`` (left) or ``>`` (right) per column; by default the first left, the others
+    right. A cell is never cut; a row's cells past the last column follow it, a space apart.
     """
     align = align or "<" + ">" * (len(columns) - 1)
     if len(align) != len(columns):

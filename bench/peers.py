@@ -83,7 +83,7 @@ class Options:
 
 def parse_options(argv: list[str] | None = None) -> Options:
     parser = harness.option_parser(__doc__)
-    harness.add_jobs_option(parser, 5_000, "jobs to enqueue and drain")
+    parser.add_argument("--jobs", type=int, default=5_000, help="jobs to enqueue and drain")
     parser.add_argument("--pickups", type=int, default=30, help="jobs for the pickup latency")
     harness.add_batch_option(parser, "jobs per bulk enqueue call")
     parser.add_argument("--timeout", type=float, default=900.0, help="per system (seconds)")

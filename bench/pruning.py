@@ -97,7 +97,7 @@ class DrainResult:
 
 def parse_options(argv: list[str] | None = None) -> Options:
     parser = harness.option_parser(__doc__)
-    harness.add_jobs_option(parser, 20_000, "fresh jobs to drain, each time")
+    parser.add_argument("--jobs", type=int, default=20_000, help="fresh jobs to drain, each time")
     parser.add_argument(
         "--expired", type=int, default=200_000, help="expired finished jobs to prune"
     )

@@ -118,13 +118,13 @@ def parse_options(argv: list[str] | None = None) -> Options:
     parser.add_argument(
         "--shapes", help="PROCESSESxTHREADS, comma-separated (default: per database, see above)"
     )
-    harness.add_jobs_option(parser, 20_000, "jobs to drain per shape")
+    parser.add_argument("--jobs", type=int, default=20_000, help="jobs to drain per shape")
     harness.add_batch_option(parser)
     parser.add_argument("--timeout", type=float, default=600.0, help="per shape (seconds)")
     parser.add_argument(
         "--worker-verbosity", type=int, help="runjobs --verbosity (default: runjobs' own)"
     )
-    harness.add_json_option(parser, "--out", "write the results to this JSON file", metavar=None)
+    parser.add_argument("--out", type=Path, help="write the results to this JSON file")
     args = parser.parse_args(argv)
     try:
         shapes = parse_shapes(args.shapes or DEFAULT_SHAPES[args.database])

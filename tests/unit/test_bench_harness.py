@@ -97,7 +97,7 @@ def test_bench_harness_names_the_options_that_must_be_at_least_one(
     names: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     parser = argparse.ArgumentParser()
-    harness.add_jobs_option(parser, 10, "jobs")
+    parser.add_argument("--jobs", type=int, default=10)
     harness.add_batch_option(parser)
     parser.add_argument("--max-attempts", type=int, default=1)
     harness.require_at_least_one(parser, parser.parse_args([]), *names)
