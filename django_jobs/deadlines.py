@@ -151,6 +151,21 @@ def deadline(seconds: float, using: str = "default", what: str = "database call"
             connection.close()  # cut just as it finished: the work is done, the socket is not
 
 
+class Deadlines:
+    """The deadlines of one worker's calls on ``using``: ``seconds`` each, unless told.
+
+    ``deadlines(what)`` (or ``deadlines(what, seconds)``) is :func:`deadline`
+    for one block.
+    """
+
+    def __init__(self, using: str, seconds: float) -> None:
+        self.using = using
+        self.seconds = seconds
+
+    def __call__(self, what: str, seconds: float | None = None) -> Any:
+        return deadline(seconds or self.seconds, self.using, what)
+
+
 def apply_connect_timeout(using: str, seconds: float) -> None:
     """Give new PostgreSQL connections of ``using`` a ``connect_timeout``, unless one is set.
 

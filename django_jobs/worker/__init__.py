@@ -1,8 +1,10 @@
-"""The worker runtime: one tick (:mod:`.core`), threads (:mod:`.server`), the settler,
-the heartbeat and the jobs in flight."""
+"""The worker runtime, split by role: the wiring and the tick (:mod:`.core`), claiming,
+running a held job (:mod:`.execution`), writing outcomes (:mod:`.recording`), the settler,
+the jobs in flight with their heartbeat, and threads (:mod:`.server`)."""
 
 from __future__ import annotations
 
 from .core import TickResult, Worker, make_owner, normalise_queues
+from .server import serve
 
-__all__ = ["TickResult", "Worker", "make_owner", "normalise_queues"]
+__all__ = ["TickResult", "Worker", "make_owner", "normalise_queues", "serve"]

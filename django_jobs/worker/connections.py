@@ -1,10 +1,37 @@
-"""Database connections of long-lived worker threads."""
+"""Database connections of long-lived worker threads, and the guard of their loops."""
 
 from __future__ import annotations
 
+import logging
 import time
+from collections.abc import Callable
+from typing import TypeVar
 
-from django.db import connections
+from django.db import DatabaseError, connections
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def guarded(step: Callable[[], T], using: str) -> T | None:
+    """Run one step of a loop; log a failure and carry on serving (None: it failed).
+
+    A connection the failure left unusable is closed, so the next step reconnects.
+    """
+    try:
+        return step()
+    except DatabaseError as exc:  # an outage: one line, not a traceback each poll
+        logger.warning(
+            "worker step failed (%s: %s); retrying",
+            type(exc).__name__,
+            str(exc).strip().splitlines()[0] if str(exc).strip() else "",
+            extra={"event": "worker_error"},
+        )
+    except Exception:
+        logger.exception("worker step failed; retrying", extra={"event": "worker_error"})
+    connections[using].close_if_unusable_or_obsolete()
+    return None
 
 
 def tidy_connections() -> None:

@@ -1,4 +1,12 @@
-"""Run one claimed job's handler."""
+"""Running a claimed job, as a pipeline of named steps.
+
+:meth:`Executor.execute` gives the handler its context, finds its timeout,
+holds the job (the heartbeat keeps its lease from then on), runs the
+handler, judges the result against a cancel request, and hands the outcome
+on: to the settler, which writes it in a batch, or, with no settler thread
+(``Worker.run_once``, tests), to the outcome writer at once. Production and
+the tick take this same path.
+"""
 
 from __future__ import annotations
 
@@ -6,16 +14,85 @@ import logging
 from typing import Any
 
 from .. import signals
+from ..clock import Clock
+from ..conf import settings
 from ..context import JobContext
 from ..db import ClaimedJob
 from ..events import send
-from ..exceptions import JobCancelled, PayloadError, ResultError
+from ..exceptions import JobCancelled, PayloadError, ResultError, UnknownJob
 from ..models import AttemptOutcome
-from ..outcomes import HandlerResult
+from ..outcomes import HandlerResult, Settlement, cancelled
 from ..payloads import decode_payload, encode_payload
 from ..registry import get_definition
+from .inflight import Held, InFlight
+from .recording import OutcomeWriter
+from .settler import Outcome, Settler
 
 logger = logging.getLogger(__name__)
+
+
+class Executor:
+    """Runs claimed jobs on the calling thread while the heartbeat keeps their leases."""
+
+    def __init__(
+        self, *, clock: Clock, inflight: InFlight, settler: Settler, writer: OutcomeWriter
+    ) -> None:
+        self.clock = clock
+        self.inflight = inflight
+        self.settler = settler
+        self.writer = writer
+
+    def execute(self, claimed: ClaimedJob) -> Settlement | None:
+        """Run ``claimed`` and hand its outcome on.
+
+        Returns the outcome as written when it was written here (no settler
+        thread); None when the settler writes it, or when the attempt ended on
+        the heartbeat's side (its lease given up, a time-out) and the result
+        was dropped.
+        """
+        ctx = make_context(claimed)
+        try:
+            timeout = timeout_for(claimed)
+        except Exception as exc:  # a bad setting: a failed attempt, not a stuck job
+            return self.hand_on(
+                Outcome(claimed, HandlerResult.from_exception(AttemptOutcome.FAILED, exc, None))
+            )
+        held = self.inflight.add(claimed, ctx, self.clock.now(), timeout)
+        result = self.run(held)
+        if result is None:
+            return None
+        return self.hand_on(Outcome(claimed, judge(held, result), held))
+
+    def run(self, held: Held) -> HandlerResult | None:
+        """The handler's result, or None if its attempt is over (the heartbeat ended it)."""
+        try:
+            result = run_handler(held.claimed, held.ctx)
+        finally:
+            still_ours = self.inflight.finish(held)
+        return result if still_ours else None
+
+    def hand_on(self, outcome: Outcome) -> Settlement | None:
+        if self.settler.running:
+            self.settler.submit(outcome)
+            return None
+        [written] = self.writer.write([outcome])
+        return written
+
+
+def judge(held: Held, result: HandlerResult) -> HandlerResult:
+    """A handler stopped by ``cancel_job()`` ends cancelled, unless it succeeded anyway."""
+    if held.cancel_requested and result.outcome != AttemptOutcome.SUCCEEDED:
+        return cancelled(held.claimed)
+    return result
+
+
+def timeout_for(claimed: ClaimedJob) -> float | None:
+    """The job's ``@job(timeout=...)``, else its queue's ``timeout`` option."""
+    try:
+        timeout = get_definition(claimed.name).timeout
+    except UnknownJob:
+        timeout = None  # the attempt fails when the handler is looked up
+    return timeout if timeout is not None else settings.queue_timeout(claimed.queue)
 
 
 def make_context(claimed: ClaimedJob) -> JobContext:

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from ..context import JobContext, Progress
-from ..db import ClaimedJob
+from ..db import ClaimedJob, Driver
 from ..db.base import Renewed
-from ..deadlines import CallerBusy, DatabaseTimeout, OffThread
+from ..deadlines import CallerBusy, DatabaseTimeout, Deadlines, OffThread
 from ..events import report_lease
 from ..models import AttemptOutcome
 from ..outcomes import HandlerResult
@@ -45,6 +45,29 @@ Renewer = Callable[[Pairs, datetime, float, dict[int, Progress]], Renewed]
 PROGRESS_SECONDS = 1.0
 # release(pairs, now) -> ids handed back
 Releaser = Callable[[Pairs, datetime], set[int]]
+
+
+def refuse_renewals(
+    pairs: Pairs, now: datetime, timeout: float, progress: dict[int, Progress]
+) -> Renewed:
+    raise RuntimeError("InFlight was given no way to renew leases")
+
+
+def driver_renewal(
+    driver: Driver, owner: str, lease_seconds: float, beat_seconds: float, deadline: Deadlines
+) -> Renewer:
+    """The heartbeat's renewal through ``driver``, cut off after its ``timeout`` (the give-up
+    point); it writes the jobs' progress reports in the same statement."""
+
+    def renew(
+        pairs: Pairs, now: datetime, timeout: float, progress: dict[int, Progress]
+    ) -> Renewed:
+        with deadline("the lease renewal", timeout):
+            return driver.renew(
+                owner, pairs, now, lease_seconds, give_up_seconds=beat_seconds, progress=progress
+            )
+
+    return renew
 
 
 def may_be_the_rows(error: BaseException | None) -> bool:
@@ -101,17 +124,19 @@ class InFlight:
         owner: str,
         lease_seconds: float,
         beat_seconds: float,
-        record: Recorder,
-        renew: Renewer,
+        record: Recorder | None = None,
+        renew: Renewer | None = None,
         release: Releaser | None = None,
         defer: Callable[[Callable[[], object]], None] = run_on_a_thread,
     ) -> None:
         self.owner = owner
         self.lease_seconds = lease_seconds
         self.beat_seconds = min(beat_seconds, lease_seconds / 3)
-        self.record = record
-        self.renew = renew
-        self.release = release
+        # What the heartbeat's side writes (a timed-out job's outcome, the hand-back at a
+        # stop) and how it renews: the worker gives its writer's verbs and its driver's.
+        self.record: Recorder | None = record
+        self.renew: Renewer = renew or refuse_renewals
+        self.release: Releaser | None = release
         self.defer = defer
         # One long-lived connection for every renewal, on a thread of its own.
         self.renewer = OffThread("django-jobs-renew", keep_connections=True)
@@ -340,6 +365,7 @@ class InFlight:
 
     def _record_guarded(self, held: Held, result: HandlerResult) -> bool:
         try:
+            assert self.record is not None, "InFlight needs a recorder to time jobs out"
             self.record(held.claimed, result)
             return True
         except Exception:

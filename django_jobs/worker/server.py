@@ -1,4 +1,4 @@
-"""Serving with threads: what ``Worker.run`` does.
+"""Serving with threads: :func:`serve`, given a worker's parts.
 
 - One dispatcher thread per queue claims as many due jobs as it has idle
   handler threads, in one statement, and hands them over. When some of its
@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TypeVar
 
 from django.db import connections
 from django.db.models import F, Q
@@ -35,16 +35,24 @@ from django.db.models import F, Q
 from ..conf import settings
 from ..db import ClaimedJob
 from ..deadlines import apply_connect_timeout
-from ..maintenance.scheduler import enqueue_due
 from ..models import Job, JobStatus
-from .connections import tidy_connections
-from .processes import refresh_worker, register_worker, unregister_worker
+from .connections import guarded, tidy_connections
+from .core import Parts, Worker
 from .waker import Waker
 
-if TYPE_CHECKING:
-    from .core import Worker
-
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def serve(worker: Worker, stop_event: threading.Event) -> None:
+    """Serve ``worker``'s queues until ``stop_event`` is set, then wait for running handlers.
+
+    Setting the worker's ``force_event`` as well stops the wait for running
+    handlers; their jobs' leases then run out as after a crash.
+    """
+    Server(worker.parts()).run(stop_event)
+
 
 # How long a dispatcher waits for more of its busy threads to free up before it claims.
 GATHER_SECONDS = 0.002
@@ -68,25 +76,29 @@ class QueueState:
 
 
 class Server:
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.states = {name: QueueState(name, count) for name, count in worker.queues.items()}
+    def __init__(self, parts: Parts) -> None:
+        self.parts = parts
+        self.states = {name: QueueState(name, count) for name, count in parts.queues.items()}
+
+    def guarded(self, step: Callable[[], T]) -> T | None:
+        return guarded(step, self.parts.using)
 
     def run(self, stop_event: threading.Event) -> None:
-        w = self.worker
-        apply_connect_timeout(w.using, w.call_timeout_seconds)
+        p = self.parts
+        apply_connect_timeout(p.using, p.call_timeout_seconds)
         logger.info(
             "worker %s serving queues %s",
-            w.owner,
-            w.queues,
-            extra={"event": "worker_started", "owner": w.owner},
+            p.owner,
+            p.queues,
+            extra={"event": "worker_started", "owner": p.owner},
         )
-        w.guarded(self.register)
+        # The first reading of the clock measures the database's.
+        self.guarded(lambda: p.maintainer.register(p.clock.now()))
         heartbeat_stop = threading.Event()
         heartbeat = start_thread("heartbeat", self.keep_leases, heartbeat_stop)
-        w.settler.start()
+        p.settler.start()
         threads = self.start_threads(stop_event)
-        waker = Waker(w.using, self.states, wake=self.wake)
+        waker = Waker(p.using, self.states, wake=self.wake)
         waker.start()  # False where LISTEN is off or unavailable: the dispatchers poll
         try:
             self.main_loop(stop_event)
@@ -100,11 +112,11 @@ class Server:
             self.shut_down(threads)
             heartbeat_stop.set()
             heartbeat.join(5)
-            w.inflight.close()
-            if not w.force_event.is_set():
-                w.guarded(self.unregister)
+            p.inflight.close()
+            if not p.force_event.is_set():
+                self.guarded(p.maintainer.unregister)
             connections.close_all()
-            logger.info("worker %s stopped", w.owner, extra={"event": "worker_stopped"})
+            logger.info("worker %s stopped", p.owner, extra={"event": "worker_stopped"})
 
     def wake(self, queue: str) -> None:
         """The waker's callback: new jobs on ``queue``."""
@@ -121,28 +133,34 @@ class Server:
     # -- the main thread ---------------------------------------------------
 
     def main_loop(self, stop_event: threading.Event) -> None:
-        w = self.worker
-        maintenance_every = float(settings.MAINTENANCE_SECONDS)
-        refresh_every = w.inflight.beat_seconds
+        """Maintenance, registration and schedules, each on its interval, measured on the
+        monotonic clock (a step that waits out its deadline does not shift the others)."""
+        p = self.parts
+        every = {
+            "maintenance": float(settings.MAINTENANCE_SECONDS),
+            "registration": p.inflight.beat_seconds,
+        }
+        next_at = dict.fromkeys(every, time.monotonic())
         poll = float(settings.POLL_SECONDS)
-        next_maintenance = next_refresh = 0.0
-        elapsed = 0.0
         while not stop_event.is_set():
             steps: list[Callable[[], object]] = []
-            if elapsed >= next_maintenance:
-                steps += [lambda: w.rescue(w.clock.now()), lambda: w.prune(w.clock.now())]
-                next_maintenance = elapsed + maintenance_every
-            if elapsed >= next_refresh:
-                steps.append(self.refresh_registration)
-                next_refresh = elapsed + refresh_every
-            steps.append(self.enqueue_due)
+            started = time.monotonic()
+            if started >= next_at["maintenance"]:
+                steps += [
+                    lambda: p.maintainer.rescue(p.clock.now()),
+                    lambda: p.maintainer.prune(p.clock.now()),
+                ]
+                next_at["maintenance"] = started + every["maintenance"]
+            if started >= next_at["registration"]:
+                steps.append(lambda: p.maintainer.refresh_registration(p.clock.now()))
+                next_at["registration"] = started + every["registration"]
+            steps.append(lambda: p.maintainer.enqueue_due(p.clock.now()))
             if not self.run_steps(steps, stop_event):
                 return
-            if w.burst and w.guarded(self.is_drained):
+            if p.burst and self.guarded(self.is_drained):
                 logger.info("no due or running jobs left; burst worker exits")
                 return
             stop_event.wait(poll)
-            elapsed += poll
 
     def run_steps(self, steps: list[Callable[[], object]], stop_event: threading.Event) -> bool:
         """Run the main loop's steps in turn, each guarded; False (and the rest skipped)
@@ -151,41 +169,20 @@ class Server:
         for step in steps:
             if stop_event.is_set():
                 return False
-            self.worker.guarded(step)
+            self.guarded(step)
         return not stop_event.is_set()
-
-    def register(self) -> None:
-        w = self.worker
-        now = w.clock.now()  # the first reading measures the database clock
-        with w.deadline("the worker registration"):
-            register_worker(w.owner, w.queues, now, w.using)
-
-    def unregister(self) -> None:
-        w = self.worker
-        with w.deadline("removing the worker registration"):
-            unregister_worker(w.owner, w.using)
-
-    def refresh_registration(self) -> None:
-        w = self.worker
-        with w.deadline("the worker registration"):
-            refresh_worker(w.owner, w.queues, w.clock.now(), w.using, w.jobs_run)
-
-    def enqueue_due(self) -> int:
-        w = self.worker
-        with w.deadline("the recurring scheduler"):
-            return enqueue_due(w.clock.now(), using=w.using)
 
     def is_drained(self) -> bool:
         """True when no job on this worker's queues is due or running."""
         if any(state.busy or not state.inbox.empty() for state in self.states.values()):
             return False
-        w = self.worker
-        now = w.clock.now()
+        p = self.parts
+        now = p.clock.now()
         due = Q(status=JobStatus.PENDING, run_at__lte=now, attempts_used__lt=F("max_attempts"))
-        with w.deadline("the drain check"):
+        with p.deadline("the drain check"):
             return (
-                not Job.objects.using(w.using)
-                .filter(queue__in=list(w.queues))
+                not Job.objects.using(p.using)
+                .filter(queue__in=list(p.queues))
                 .filter(due | Q(status=JobStatus.RUNNING))
                 .exists()
             )
@@ -193,19 +190,19 @@ class Server:
     def shut_down(self, threads: list[threading.Thread]) -> None:
         """Cancel running handlers, wait up to the grace period, flush the settler,
         hand back what is still running."""
-        w = self.worker
-        w.inflight.cancel_all()
+        p = self.parts
+        p.inflight.cancel_all()
         grace = float(settings.SHUTDOWN_GRACE_SECONDS)
         all_ended = self.join(threads, time.monotonic() + grace)
-        if w.force_event.is_set():
+        if p.force_event.is_set():
             return
-        if not w.settler.stop(grace + w.call_timeout_seconds):
+        if not p.settler.stop(grace + p.call_timeout_seconds):
             logger.warning(
                 "outcomes still being written at shutdown; their leases will run out",
                 extra={"event": "worker_error"},
             )
         if not all_ended:
-            released = w.inflight.release_all(w.clock.now())
+            released = p.inflight.release_all(p.clock.now())
             if released:
                 logger.warning(
                     "handed %s running job(s) back after a %ss grace period",
@@ -218,7 +215,7 @@ class Server:
         """Wait for ``threads`` until ``deadline`` (monotonic); True if all ended."""
         for thread in threads:
             while thread.is_alive():
-                if self.worker.force_event.is_set():
+                if self.parts.force_event.is_set():
                     logger.warning("stopping without waiting for running jobs")
                     return False
                 if time.monotonic() >= deadline:
@@ -234,15 +231,15 @@ class Server:
         It makes no database call of its own: renewals run on their own
         thread and are waited for only until the give-up point.
         """
-        w = self.worker
-        tick = min(float(settings.POLL_SECONDS), w.inflight.beat_seconds / 4)
+        p = self.parts
+        tick = min(float(settings.POLL_SECONDS), p.inflight.beat_seconds / 4)
         while not stop.is_set():
-            w.guarded(lambda: w.inflight.beat(w.clock.now()))
+            self.guarded(lambda: p.inflight.beat(p.clock.now()))
             stop.wait(tick)
 
     def dispatch(self, state: QueueState, stop_event: threading.Event) -> None:
         """A queue's dispatcher: claim as many jobs as there are idle threads."""
-        w = self.worker
+        claimer = self.parts.claimer
         poll = float(settings.POLL_SECONDS)
         failed = False
         try:
@@ -251,7 +248,7 @@ class Server:
                 if stop_event.is_set():
                     break
                 state.woken.clear()
-                claimed = w.guarded(partial(w.claim_and_settle, state.name, free))
+                claimed = self.guarded(partial(claimer.claim_and_settle, state.name, free))
                 if claimed is None and not failed:
                     # The first failure after a success is most often a connection the
                     # server dropped (a restart, pg_terminate_backend): guarded() closed
@@ -287,11 +284,11 @@ class Server:
 
     def serve(self, state: QueueState) -> None:
         """A handler thread: run the jobs the dispatcher hands over."""
-        w = self.worker
+        executor = self.parts.executor
         try:
             while (claimed := state.inbox.get()) is not None:
                 try:
-                    w.guarded(partial(w.execute_held, claimed))
+                    self.guarded(partial(executor.execute, claimed))
                 finally:
                     with state.changed:
                         state.busy -= 1

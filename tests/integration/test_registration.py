@@ -6,6 +6,7 @@ import pytest
 from django_jobs.clock import DatabaseClock, SystemClock
 from django_jobs.models import Job, Worker
 from django_jobs.worker import Worker as JobWorker
+from django_jobs.worker import serve
 from django_jobs.worker.processes import refresh_worker, register_worker, sweep_workers
 from tests.conftest import START, wait_until
 
@@ -37,7 +38,7 @@ def test_running_worker_is_registered_until_it_stops(settings):
     settings.DJANGO_JOBS = {"POLL_SECONDS": 0.02}
     w = JobWorker(["default"], clock=SystemClock())
     stop = threading.Event()
-    thread = threading.Thread(target=w.run, args=(stop,))
+    thread = threading.Thread(target=serve, args=(w, stop))
     thread.start()
     try:
         wait_until(lambda: Worker.objects.filter(id=w.owner).exists())
@@ -54,7 +55,7 @@ def test_running_worker_reports_the_jobs_it_ran_with_its_heartbeat(settings, mak
         make_job()
     w = JobWorker(["default"], clock=SystemClock())
     stop = threading.Event()
-    thread = threading.Thread(target=w.run, args=(stop,))
+    thread = threading.Thread(target=serve, args=(w, stop))
     thread.start()
     try:
         wait_until(lambda: Worker.objects.filter(id=w.owner, jobs_run=3).exists(), timeout=5)

@@ -8,7 +8,7 @@ from django.db import connection
 from django_jobs import schedule_jobs
 from django_jobs.clock import SystemClock
 from django_jobs.models import Job, JobStatus
-from django_jobs.worker import Worker
+from django_jobs.worker import Worker, serve
 from tests.conftest import wait_until
 from tests.jobs import SLEPT
 
@@ -29,7 +29,7 @@ def test_runtime_never_holds_more_jobs_than_it_has_threads(settings):
     )
     worker = Worker(clock=SystemClock())
     stop = threading.Event()
-    thread = threading.Thread(target=worker.run, args=(stop,))
+    thread = threading.Thread(target=serve, args=(worker, stop))
     most = 0
 
     def all_done() -> bool:
@@ -81,7 +81,7 @@ def test_runtime_stop_between_main_loop_steps_skips_the_rest(worker):
     asked during one must not wait for the others too."""
     from django_jobs.worker.server import Server
 
-    server = Server(worker())
+    server = Server(worker().parts())
     stop = threading.Event()
     ran: list[str] = []
     steps = [

@@ -6,7 +6,7 @@ from django_jobs import schedule_job, schedule_jobs
 from django_jobs.clock import DatabaseClock, SystemClock
 from django_jobs.models import Job, JobStatus
 from django_jobs.testing import FakeClock, run_until_empty
-from django_jobs.worker import Worker
+from django_jobs.worker import Worker, serve
 from tests.conftest import wait_until
 from tests.jobs import ok
 
@@ -20,7 +20,7 @@ def test_worker_run_serves_on_threads_until_stopped(settings):
     worker = Worker(clock=SystemClock())
     assert worker.queues == {"default": 3, "emails": 1}
     stop = threading.Event()
-    thread = threading.Thread(target=worker.run, args=(stop,))
+    thread = threading.Thread(target=serve, args=(worker, stop))
     thread.start()
     try:
         wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 33)
@@ -36,7 +36,9 @@ def test_worker_run_serves_on_threads_until_stopped(settings):
 def test_worker_burst_exits_once_nothing_is_due_or_running(settings):
     settings.DJANGO_JOBS = FAST
     schedule_jobs([{"job": ok}] * 5 + [{"job": "tests.fail", "max_attempts": 2}])
-    thread = threading.Thread(target=Worker(["default"], burst=True).run, args=(threading.Event(),))
+    thread = threading.Thread(
+        target=serve, args=(Worker(["default"], burst=True), threading.Event())
+    )
     thread.start()
     thread.join(20)
     assert not thread.is_alive()
@@ -78,7 +80,7 @@ def test_worker_timed_out_handler_that_ignores_ctx_is_not_a_success(settings, ca
     stubborn = schedule_job("tests.stubborn")
     worker = Worker(clock=SystemClock())
     stop = threading.Event()
-    thread = threading.Thread(target=worker.run, args=(stop,))
+    thread = threading.Thread(target=serve, args=(worker, stop))
     thread.start()
     try:
         wait_until(lambda: Job.objects.get(pk=stubborn.pk).status == JobStatus.DEAD_LETTERED)

@@ -23,7 +23,7 @@ from django_jobs.startup import (
     served_queues,
     wait_for_database,
 )
-from django_jobs.worker import Worker
+from django_jobs.worker import Worker, serve
 
 logger = logging.getLogger("django_jobs.runjobs")
 
@@ -69,7 +69,7 @@ class Command(BaseCommand):
         sync_from_settings()
         worker = Worker(queues, using=using, burst=options["burst"])
         worker.force_event = force_event
-        worker.run(stop_event)
+        serve(worker, stop_event)
         if worker.force_event.is_set():
             raise SystemExit(1)
 

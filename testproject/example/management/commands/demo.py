@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand
 
 from django_jobs import schedule_job, schedule_jobs
 from django_jobs.models import Job, JobStatus
-from django_jobs.worker import Worker
+from django_jobs.worker import Worker, serve
 
 
 def python_command(executable: str, project_dir: Path) -> str:
@@ -47,7 +47,7 @@ class Command(BaseCommand):
         # A burst worker exits when nothing is due; retries become due after
         # their backoff, so run again until every job has finished.
         while Job.objects.filter(status__in=[JobStatus.PENDING, JobStatus.RUNNING]).exists():
-            Worker(burst=True).run(threading.Event())
+            serve(Worker(burst=True), threading.Event())
             time.sleep(0.1)
 
         self.stdout.write("\n  id  job              status         attempts  last error")

@@ -1,0 +1,83 @@
+"""The chores of a worker process off the jobs' path, each under its deadline.
+
+Taking back expired leases, dead-lettering what has no attempt left,
+pruning finished jobs, firing recurring schedules and keeping the
+process's registration fresh. The tick (``Worker.run_once``) and the
+server's main loop run the same ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from datetime import datetime
+
+from ..db import Driver
+from ..deadlines import Deadlines
+from ..maintenance.cleaner import prune_finished
+from ..maintenance.rescuer import dead_letter_exhausted, reclaim_expired_leases
+from ..maintenance.scheduler import enqueue_due
+from .processes import refresh_worker, register_worker, sweep_workers, unregister_worker
+
+# Batches of finished jobs one maintenance pass may prune (of prune_finished's batch size).
+PRUNE_BATCHES = 10
+
+
+class Maintainer:
+    def __init__(
+        self,
+        driver: Driver,
+        owner: str,
+        queues: Iterable[str],
+        *,
+        deadline: Deadlines,
+        lease_seconds: float,
+        jobs_run: Callable[[], int],
+    ) -> None:
+        self.driver = driver
+        self.using = driver.using
+        self.owner = owner
+        self.queues = list(queues)
+        self.deadline = deadline
+        self.lease_seconds = lease_seconds
+        self.jobs_run = jobs_run
+
+    def maintain(self, now: datetime) -> int:
+        """Take back expired leases; dead-letter pending jobs with no attempt left; prune.
+
+        Pruning has a deadline of its own, after the rest: a backlog of
+        finished jobs never delays the rescuer, and one pass deletes at most
+        ``PRUNE_BATCHES`` short batches (the next passes go on).
+        """
+        reclaimed = self.rescue(now)
+        self.prune(now)
+        return reclaimed
+
+    def rescue(self, now: datetime) -> int:
+        """Take back expired leases, dead-letter what has no attempt left, sweep workers."""
+        with self.deadline("the maintenance pass"):
+            reclaimed = reclaim_expired_leases(self.driver, now)
+            dead_letter_exhausted(self.driver, now)
+            sweep_workers(now, self.lease_seconds, self.using)
+        return reclaimed
+
+    def prune(self, now: datetime) -> int:
+        """Delete finished jobs past their retention: at most ``PRUNE_BATCHES`` batches."""
+        with self.deadline("pruning finished jobs"):
+            return prune_finished(now, using=self.using, max_batches=PRUNE_BATCHES)
+
+    def enqueue_due(self, now: datetime) -> int:
+        """Fire the recurring schedules due at ``now``."""
+        with self.deadline("the recurring scheduler"):
+            return enqueue_due(now, using=self.using)
+
+    def register(self, now: datetime) -> None:
+        with self.deadline("the worker registration"):
+            register_worker(self.owner, self.queues, now, self.using)
+
+    def refresh_registration(self, now: datetime) -> None:
+        with self.deadline("the worker registration"):
+            refresh_worker(self.owner, self.queues, now, self.using, self.jobs_run())
+
+    def unregister(self) -> None:
+        with self.deadline("removing the worker registration"):
+            unregister_worker(self.owner, self.using)

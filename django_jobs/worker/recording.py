@@ -1,0 +1,161 @@
+"""Writing outcomes: decide, settle (with its backoff and deadline), release, report.
+
+:class:`OutcomeWriter` turns handlers' results into settlements
+(:func:`~django_jobs.outcomes.decide`), writes them in one batch through the
+driver, lets the jobs leave the held set once their outcome is written (or
+given up on), and reports each written outcome (:mod:`django_jobs.events`).
+The settler calls it for batches, the claimer for the outcomes a claim's
+statement carried, the executor for one outcome written inline.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+from collections.abc import Sequence
+from datetime import datetime
+
+from django.db import DatabaseError
+
+from ..clock import Clock
+from ..conf import settings
+from ..db import Driver
+from ..db.outage import with_backoff
+from ..deadlines import Deadlines
+from ..events import report_lease, report_outcome
+from ..models import AttemptOutcome, JobStatus
+from ..outcomes import HandlerResult, Settlement, cancel_honoured, decide, released
+from ..records import ClaimedJob, Settled
+from ..retry_policy import RetryPolicy
+from .inflight import InFlight, Pairs
+from .settler import Outcome
+
+logger = logging.getLogger(__name__)
+
+
+def due_again(settled: Settlement) -> bool:
+    """The settlement leaves its job pending and due now."""
+    return settled.status == JobStatus.PENDING and (
+        settled.run_at is None or settled.run_at <= settled.ended_at
+    )
+
+
+class OutcomeWriter:
+    """Writes attempts' outcomes for one worker process, each row fenced by owner and attempt."""
+
+    def __init__(
+        self,
+        driver: Driver,
+        owner: str,
+        queues: Sequence[str],
+        *,
+        clock: Clock,
+        deadline: Deadlines,
+        inflight: InFlight,
+        lease_seconds: float,
+        policy: RetryPolicy,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.driver = driver
+        self.owner = owner
+        self.queues = list(queues)
+        self.clock = clock
+        self.deadline = deadline
+        self.inflight = inflight
+        self.lease_seconds = lease_seconds
+        self.policy = policy
+        self.rng = rng
+        self.jobs_run = 0  # attempts whose outcome this process wrote
+        self._counting = threading.Lock()
+
+    def record(self, claimed: ClaimedJob, result: HandlerResult) -> JobStatus | None:
+        """Write one attempt's outcome now; the job's new status, or None if the lease was lost."""
+        [written] = self.write([Outcome(claimed, result)])
+        return None if written is None else written.status
+
+    def write(self, outcomes: Sequence[Outcome]) -> list[Settlement | None]:
+        """Decide and write ``outcomes`` in one batch, through a brief outage.
+
+        Retries for up to a lease (a release at shutdown: up to the grace
+        period); if it still cannot write, the leases run out as after a
+        crash. Each job leaves the held set once its outcome is written.
+        Returns each outcome as written, None where the lease was lost.
+        """
+        if not outcomes:
+            return []
+        decided = self.decide(outcomes, self.clock.now())
+        patience = self.lease_seconds
+        if all(o.result.outcome == AttemptOutcome.RELEASED for o in outcomes):
+            patience = min(patience, float(settings.SHUTDOWN_GRACE_SECONDS))
+        try:
+            settled = self.settle(decided, patience)
+        finally:
+            self.release_held(outcomes)
+        return self.written(outcomes, decided, settled)
+
+    def decide(self, outcomes: Sequence[Outcome], now: datetime) -> list[Settlement]:
+        return [decide(o.claimed, o.result, now, self.policy, self.rng) for o in outcomes]
+
+    def settle(self, settlements: Sequence[Settlement], patience: float) -> Settled:
+        def write() -> Settled:
+            with self.deadline(f"recording {len(settlements)} outcome(s)"):
+                return self.driver.settle(settlements)
+
+        return with_backoff(write, give_up_after=patience, using=self.driver.using)
+
+    def release_held(self, outcomes: Sequence[Outcome]) -> None:
+        """Their outcomes are written (or given up on): the jobs leave the held set."""
+        for outcome in outcomes:
+            if outcome.held is not None:
+                self.inflight.settled(outcome.held)
+
+    def written(
+        self, outcomes: Sequence[Outcome], decided: Sequence[Settlement], settled: Settled
+    ) -> list[Settlement | None]:
+        """Report each written outcome; return them as written, None where the lease was lost."""
+        lost = {s.pair for s in settled.lost}
+        final: list[Settlement | None] = []
+        for outcome, decision in zip(outcomes, decided, strict=True):
+            if decision.pair in lost:
+                report_lease(
+                    "job_lease_lost", decision.job_id, decision.attempt, outcome=decision.outcome
+                )
+                final.append(None)
+                continue
+            if decision.pair in settled.cancelled:
+                decision = cancel_honoured(decision)
+            report_outcome(outcome.claimed, outcome.result, decision)
+            final.append(decision)
+        with self._counting:
+            self.jobs_run += len(outcomes) - len(lost)
+        self.wake(
+            [o.claimed.queue for o, s in zip(outcomes, final, strict=True) if s and due_again(s)]
+        )
+        return final
+
+    def hand_back(self, pairs: Pairs, now: datetime) -> set[int]:
+        """Hand held jobs back at shutdown, in one write bounded by the grace period."""
+        grace = max(1.0, float(settings.SHUTDOWN_GRACE_SECONDS))
+        settlements = [released(job_id, self.owner, attempt, now) for job_id, attempt in pairs]
+        with self.deadline("handing jobs back", grace):
+            settled = self.driver.settle(settlements)
+        for job_id, attempt in sorted(settled.cancelled):
+            report_lease("job_cancelled_at_stop", job_id, attempt)
+        kept = {s.pair for s in settled.lost} | settled.cancelled
+        handed_back = {s.job_id for s in settlements if s.pair not in kept}
+        if handed_back:
+            self.wake(self.queues)  # a settlement names no queue: wake this process's
+        return handed_back
+
+    def wake(self, queues: Sequence[str]) -> None:
+        """Wake the workers of ``queues``: a job there is due again at once (handed back at a
+        stop, or retried with no backoff), so another worker need not wait for its poll.
+        Best effort: a lost wake-up costs only that poll."""
+        if not queues:
+            return
+        try:
+            with self.deadline("waking the queues"):
+                self.driver.notify(queues)
+        except DatabaseError as exc:
+            logger.debug("wake-up not sent: %s", exc, extra={"event": "wake_failed"})
