@@ -1,6 +1,8 @@
 """The threaded runtime: batch claims within the free threads, one statement per claim cycle."""
 
+import dataclasses
 import threading
+import time
 
 import pytest
 from django.db import connection
@@ -92,3 +94,47 @@ def test_runtime_stop_between_main_loop_steps_skips_the_rest(worker):
     ]
     assert server.run_steps(steps, stop) is False
     assert ran == ["rescue", "prune"]
+
+
+class SlowChores:
+    """A maintainer whose recurring step takes longer than a poll, counting the passes."""
+
+    def __init__(self) -> None:
+        self.rescues = 0
+
+    def rescue(self, now):
+        self.rescues += 1
+
+    def prune(self, now):
+        pass
+
+    def refresh_registration(self, now):
+        pass
+
+    def enqueue_due(self, now):
+        time.sleep(0.1)  # five polls of 0.02 s
+
+
+def test_runtime_main_loop_measures_its_intervals_on_the_monotonic_clock(worker, settings):
+    """Maintenance every 0.1 s while each pass of the loop takes 0.12 s: it runs at every
+    pass. Adding up the poll timeouts instead (0.02 a pass) it ran every fifth."""
+    settings.DJANGO_JOBS = FAST
+    from django_jobs.worker.server import Server
+
+    chores = SlowChores()
+    server = Server(dataclasses.replace(worker().parts(), maintainer=chores))
+    stop = threading.Event()
+    threading.Timer(1.2, stop.set).start()
+    server.main_loop(stop)
+    assert chores.rescues >= 7  # about 10 passes; every fifth would be 2
+
+
+@pytest.mark.django_db
+def test_run_once_counts_a_job_handed_back_as_released_not_retried(worker, make_job):
+    job = make_job(name="tests.patient", payload={"seconds": 5})
+    w = worker()
+    w.inflight.cancel_all()  # a stop: the handler starts cancelled and hands its job back
+    result = w.run_once()
+    assert (result.claimed, result.released, result.retried) == (1, 1, 0)
+    job.refresh_from_db()
+    assert (job.status, job.attempts_used) == (JobStatus.PENDING, 0)
