@@ -14,9 +14,11 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.functional import cached_property
-from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.html import conditional_escape, format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
+from django.utils.translation import gettext, ngettext_lazy
+from django.utils.translation import gettext_lazy as _
 
 from ..db import get_driver
 from ..display import format_span, format_time
@@ -30,6 +32,8 @@ COUNT_CAP = 10_000
 LINKED = 20
 
 if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
     JobAdminBase = admin.ModelAdmin[Job]
 else:
     JobAdminBase = object  # the mixins below go before admin.ModelAdmin
@@ -39,10 +43,26 @@ def status_label(status: str) -> str:
     return str(JobStatus(status).label) if status in JobStatus.values else status
 
 
-def time_display(field: str) -> Any:
+def it_is(status: str) -> str:
+    """Why a job was left alone: ``it is running``."""
+    return gettext("it is %(status)s") % {"status": status_label(status)}
+
+
+def format_message(message: StrOrPromise, **values: Any) -> SafeString:
+    """``message``, a translated text with ``%(name)s`` placeholders, filled with ``values``
+    escaped as ``format_html`` escapes its arguments. A number stays a number, so that an
+    ``ngettext_lazy(..., "count")`` text picks its plural form by it."""
+    escaped = {
+        name: value if isinstance(value, int) else conditional_escape(value)
+        for name, value in values.items()
+    }
+    return mark_safe(message % escaped)  # noqa: S308 - the values are escaped, the text is ours
+
+
+def time_display(field: str, description: StrOrPromise) -> Any:
     """An admin column that shows ``field``, a datetime, with seconds and the zone."""
 
-    @admin.display(description=field.replace("_", " "), ordering=field)
+    @admin.display(description=description, ordering=field)
     def show(self: Any, obj: Any) -> str:
         return format_time(getattr(obj, field))
 
@@ -68,13 +88,13 @@ class AttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
     readonly_fields = fields
     ordering = ("number",)
 
-    started = time_display("started_at")
-    finished = time_display("finished_at")
+    started = time_display("started_at", _("started at"))
+    finished = time_display("finished_at", _("finished at"))
 
-    @admin.display(description="duration")
+    @admin.display(description=_("duration"))
     def duration(self, obj: Attempt) -> str:
         if obj.finished_at is None:
-            return "running" if obj.outcome is None else "-"
+            return gettext("running") if obj.outcome is None else "-"
         return format_span(obj.finished_at - obj.started_at)
 
 
@@ -82,6 +102,15 @@ TIME_FIELDS = tuple(
     field.name for field in Job._meta.fields if isinstance(field, models.DateTimeField)
 )
 PROGRESS_FIELDS = ("progress_done", "progress_total", "progress_note")
+#: The labels of the job's times (as the model names them): every field of TIME_FIELDS.
+TIME_LABELS = {
+    "run_at": _("run at"),
+    "lease_expires_at": _("lease expires at"),
+    "cancel_requested_at": _("cancel requested at"),
+    "created_at": _("created at"),
+    "started_at": _("started at"),
+    "finished_at": _("finished at"),
+}
 
 
 def page_field(name: str) -> str | None:
@@ -118,12 +147,12 @@ STATUS_COLOURS: dict[str, str] = {
 class JobDisplayMixin:
     """How the job pages show a job's fields."""
 
-    @admin.display(description="payload")
+    @admin.display(description=_("payload"))
     def masked_payload(self, obj: Job) -> str:
         """The payload as stored errors show it: the values of secret keys masked."""
         return masked_json(obj.payload)
 
-    @admin.display(description="status", ordering="status")
+    @admin.display(description=_("status"), ordering="status")
     def status_badge(self, obj: Job) -> SafeString:
         colour = STATUS_COLOURS.get(obj.status, "#5c636a")
         return format_html(
@@ -134,26 +163,27 @@ class JobDisplayMixin:
             status_label(obj.status),
         )
 
-    @admin.display(description="attempts")
+    @admin.display(description=_("attempts"))
     def attempts(self, obj: Job) -> str:
         return f"{obj.attempts_used}/{obj.max_attempts}"
 
-    @admin.display(description="duration", empty_value="")
+    @admin.display(description=_("duration"), empty_value="")
     def duration(self, obj: Job) -> str:
         """Started to finished, or how long the running attempt has run."""
         if obj.started_at is None:
             return ""
         if obj.status == JobStatus.RUNNING:
-            return f"running for {format_span(timezone.now() - obj.started_at)}"
+            span = format_span(timezone.now() - obj.started_at)
+            return gettext("running for %(span)s") % {"span": span}
         if obj.finished_at is None:
             return ""
         return format_span(obj.finished_at - obj.started_at)
 
-    @admin.display(description="last error")
+    @admin.display(description=_("last error"))
     def short_error(self, obj: Job) -> str:
         return Truncator(obj.last_error).chars(120)
 
-    @admin.display(description="progress", empty_value="")
+    @admin.display(description=_("progress"), empty_value="")
     def progress(self, obj: Job) -> str:
         done, total, note = obj.progress_done, obj.progress_total, obj.progress_note
         if done is None and not note:
@@ -175,7 +205,7 @@ class JobDisplayMixin:
 
 
 for _name in TIME_FIELDS:
-    setattr(JobDisplayMixin, f"{_name}_shown", time_display(_name))
+    setattr(JobDisplayMixin, f"{_name}_shown", time_display(_name, TIME_LABELS[_name]))
 
 
 # -- the lists: counts that stop early, search by id ------------------------------------
@@ -221,23 +251,29 @@ def job_link(job_id: int) -> str:
 
 
 def report_skipped(
-    model_admin: Any, request: HttpRequest, skipped: list[tuple[int, str]], what: str
+    model_admin: Any, request: HttpRequest, skipped: list[tuple[int, str]], message: StrOrPromise
 ) -> None:
-    """One warning: how many jobs were skipped, each linked with why."""
+    """One warning: how many jobs were skipped, each linked with why. ``message`` has the
+    placeholders ``count`` (it picks the plural form) and ``jobs``."""
     if not skipped:
         return
     shown = format_html_join(
         ", ", "{} ({})", ((job_link(job_id), why) for job_id, why in skipped[:LINKED])
     )
-    more = f", and {len(skipped) - LINKED} more" if len(skipped) > LINKED else ""
+    if len(skipped) > LINKED:
+        more = gettext(", and %(count)s more") % {"count": len(skipped) - LINKED}
+        shown = format_html("{}{}", shown, more)
     model_admin.message_user(
-        request,
-        format_html("{} job(s) not {}: {}{}.", len(skipped), what, shown, more),
-        messages.WARNING,
+        request, format_message(message, count=len(skipped), jobs=shown), messages.WARNING
     )
 
 
 # -- deleting: finished jobs only -----------------------------------------------------------
+
+
+NOT_DELETED = ngettext_lazy(
+    "%(count)s job(s) not deleted: %(jobs)s.", "%(count)s job(s) not deleted: %(jobs)s.", "count"
+)
 
 
 class FinishedOnlyDeleteMixin(JobAdminBase):
@@ -250,10 +286,10 @@ class FinishedOnlyDeleteMixin(JobAdminBase):
 
     # Named as Django's site-wide action, which it replaces on these pages (list it in
     # ``actions``).
-    @admin.action(description="Delete selected finished jobs", permissions=["delete"])
+    @admin.action(description=_("Delete selected finished jobs"), permissions=["delete"])
     def delete_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> HttpResponse | None:
         live = queryset.filter(status__in=LIVE_STATUSES).order_by("id").values_list("id", "status")
-        report_skipped(self, request, [(i, f"it is {status_label(s)}") for i, s in live], "deleted")
+        report_skipped(self, request, [(i, it_is(s)) for i, s in live], NOT_DELETED)
         finished = queryset.filter(status__in=FINISHED_STATUSES)
         if not finished.exists():
             return None

@@ -23,6 +23,7 @@ from django.urls import URLPattern, URLResolver, path
 from django.utils import timezone
 from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext
 
 from ..display import format_time
 from ..models import Job
@@ -85,6 +86,7 @@ class Chart:
         Built here rather than in the template: a template loop over up to 120 bars a
         queue took most of the page's time.
         """
+        series = {"succeeded": gettext("succeeded"), "failed": gettext("failed")}
         return format_html_join(
             "\n",
             '<rect class="bar bar-{}" data-series="{}" data-count="{}" data-minute="{}"'
@@ -101,7 +103,7 @@ class Chart:
                     bar.height,
                     format_time(bar.minute),
                     bar.count,
-                    bar.series,
+                    series[bar.series],
                 )
                 for bar in self.bars
             ),
@@ -195,7 +197,7 @@ def dashboard_view(site: AdminSite) -> Callable[..., HttpResponse]:
         seen = overview(router.db_for_read(Job))
         context: dict[str, Any] = {
             **site.each_context(request),
-            "title": "Jobs dashboard",
+            "title": gettext("Jobs dashboard"),
             "subtitle": None,
             "overview": seen,
             "charts": {

@@ -8,6 +8,7 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from ..display import format_age
 from ..models import DeadLetter, Job, JobStatus
@@ -62,7 +63,7 @@ class DeadLetterAdmin(
             "django_jobs.view_job"
         )
 
-    @admin.display(description="age")
+    @admin.display(description=_("age"))
     def age(self, obj: Job) -> str:
         """How long ago it was dead-lettered."""
         if obj.finished_at is None:

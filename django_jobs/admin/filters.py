@@ -3,17 +3,21 @@ from the jobs table; a worker's heartbeat, live or stale."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 
 from ..conf import settings
 from ..models import RecurringJob, Worker
 from ..registry import get_definition, registered_names
 from ..stats import heartbeat_is_stale
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
 
 
 class ChoicesFilter(admin.SimpleListFilter):
@@ -31,7 +35,7 @@ class ChoicesFilter(admin.SimpleListFilter):
 
 
 class QueueFilter(ChoicesFilter):
-    title = "queue"
+    title = _("queue")
     parameter_name = "queue"
 
     def names(self) -> list[str]:
@@ -42,7 +46,7 @@ class QueueFilter(ChoicesFilter):
 
 
 class NameFilter(ChoicesFilter):
-    title = "name"
+    title = _("name")
     parameter_name = "name"
 
     def names(self) -> list[str]:
@@ -52,7 +56,7 @@ class NameFilter(ChoicesFilter):
 class ScheduleFilter(ChoicesFilter):
     """``?schedule=NAME``: the jobs a recurring schedule fired (the schedules' own table)."""
 
-    title = "schedule"
+    title = _("schedule")
     parameter_name = "schedule"
 
     def names(self) -> list[str]:
@@ -62,11 +66,11 @@ class ScheduleFilter(ChoicesFilter):
 class HeartbeatFilter(admin.SimpleListFilter):
     """Live or stale, by the one rule the dashboard uses (``stats.heartbeat_is_stale``)."""
 
-    title = "heartbeat"
+    title = _("heartbeat")
     parameter_name = "heartbeat"
 
-    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("live", "live"), ("stale", "stale")]
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, StrOrPromise]]:
+        return [("live", _("live")), ("stale", _("stale"))]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Worker]) -> QuerySet[Worker]:
         if self.value() not in ("live", "stale"):

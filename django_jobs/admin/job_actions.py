@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
@@ -20,11 +20,16 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.translation import gettext, ngettext_lazy
+from django.utils.translation import gettext_lazy as _
 
 from ..control import RETRYABLE_STATUSES, cancel_job, retry_job, run_job_now
 from ..exceptions import JobNotCancellable, JobNotWaiting
 from ..models import LIVE_STATUSES, Job, JobStatus
-from .common import CHANGE_PERMISSION, JobAdminBase, report_skipped, status_label
+from .common import CHANGE_PERMISSION, JobAdminBase, it_is, report_skipped
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
 
 
 class Skip(Exception):
@@ -36,7 +41,7 @@ def current_status(job_id: int) -> str | None:
 
 
 def not_now(status: str | None) -> Skip:
-    return Skip("it no longer exists" if status is None else f"it is {status_label(status)}")
+    return Skip(gettext("it no longer exists") if status is None else it_is(status))
 
 
 def retry(job_id: int) -> str:
@@ -44,7 +49,7 @@ def retry(job_id: int) -> str:
         return "retried"
     status = current_status(job_id)
     if status in RETRYABLE_STATUSES:
-        raise Skip("a live job has the same unique key")
+        raise Skip(gettext("a live job has the same unique key"))
     raise not_now(status)
 
 
@@ -65,7 +70,11 @@ def make_due(retrying: bool) -> Callable[[int], str]:
     def act(job_id: int) -> str:
         job = Job.objects.filter(id=job_id).only("status", "run_at", "attempts_used").first()
         if job and waiting(job, timezone.now(), not retrying):  # the other button's job
-            raise Skip("scheduled, with no attempt used" if retrying else "waiting out a backoff")
+            raise Skip(
+                gettext("scheduled, with no attempt used")
+                if retrying
+                else gettext("waiting out a backoff")
+            )
         try:
             run_job_now(job_id)
         except Job.DoesNotExist:
@@ -73,7 +82,7 @@ def make_due(retrying: bool) -> Callable[[int], str]:
         except JobNotWaiting:
             status = current_status(job_id)
             raise (
-                Skip("already due") if status == JobStatus.PENDING else not_now(status)
+                Skip(gettext("already due")) if status == JobStatus.PENDING else not_now(status)
             ) from None
         return "due"
 
@@ -89,50 +98,90 @@ def waiting(job: Job, now: datetime, retrying: bool) -> bool:
 @dataclass(frozen=True)
 class JobVerb:
     name: str  # of the action (``<name>_selected``) and of the button's URL
-    label: str  # the button's
+    label: StrOrPromise  # the button's
     act: Callable[[int], str]  # what it did (a key of ``done``), or raises Skip
-    done: dict[str, str]  # what it did -> the message, with {n}
-    not_done: str  # "N job(s) not <not_done>: ..."
+    done: dict[str, StrOrPromise]  # what it did -> the message, with %(count)s
+    not_done: StrOrPromise  # the skipped ones: with %(count)s and %(jobs)s, the links
     applies: Callable[[Job, datetime], bool]  # whether a job's page shows the button
 
 
+# The messages say "job(s)" in English; ngettext lets a translation pick its form by the count.
 VERBS = {
     verb.name: verb
     for verb in (
         JobVerb(
             "retry",
-            "Retry",
+            _("Retry"),
             retry,
-            {"retried": "{n} job(s) queued again."},
-            "retried",
+            {
+                "retried": ngettext_lazy(
+                    "%(count)s job(s) queued again.", "%(count)s job(s) queued again.", "count"
+                )
+            },
+            ngettext_lazy(
+                "%(count)s job(s) not retried: %(jobs)s.",
+                "%(count)s job(s) not retried: %(jobs)s.",
+                "count",
+            ),
             lambda job, now: job.status in RETRYABLE_STATUSES,
         ),
         JobVerb(
             "retry_now",
-            "Retry now",
+            _("Retry now"),
             make_due(retrying=True),
-            {"due": "{n} job(s) retried now: due at once, without waiting out the backoff."},
-            "retried now",
+            {
+                "due": ngettext_lazy(
+                    "%(count)s job(s) retried now: due at once, without waiting out the backoff.",
+                    "%(count)s job(s) retried now: due at once, without waiting out the backoff.",
+                    "count",
+                )
+            },
+            ngettext_lazy(
+                "%(count)s job(s) not retried now: %(jobs)s.",
+                "%(count)s job(s) not retried now: %(jobs)s.",
+                "count",
+            ),
             lambda job, now: waiting(job, now, retrying=True),
         ),
         JobVerb(
             "run_now",
-            "Run now",
+            _("Run now"),
             make_due(retrying=False),
-            {"due": "{n} job(s) due now instead of at their scheduled time."},
-            "run now",
+            {
+                "due": ngettext_lazy(
+                    "%(count)s job(s) due now instead of at their scheduled time.",
+                    "%(count)s job(s) due now instead of at their scheduled time.",
+                    "count",
+                )
+            },
+            ngettext_lazy(
+                "%(count)s job(s) not run now: %(jobs)s.",
+                "%(count)s job(s) not run now: %(jobs)s.",
+                "count",
+            ),
             lambda job, now: waiting(job, now, retrying=False),
         ),
         JobVerb(
             "cancel",
-            "Cancel",
+            _("Cancel"),
             cancel,
             {
-                "cancelled": "{n} job(s) cancelled.",
-                "asked": "{n} running job(s) asked to stop: their workers cancel them at "
-                "their next heartbeat.",
+                "cancelled": ngettext_lazy(
+                    "%(count)s job(s) cancelled.", "%(count)s job(s) cancelled.", "count"
+                ),
+                "asked": ngettext_lazy(
+                    "%(count)s running job(s) asked to stop: their workers cancel them at their "
+                    "next heartbeat.",
+                    "%(count)s running job(s) asked to stop: their workers cancel them at their "
+                    "next heartbeat.",
+                    "count",
+                ),
             },
-            "cancelled",
+            ngettext_lazy(
+                "%(count)s job(s) not cancelled: %(jobs)s.",
+                "%(count)s job(s) not cancelled: %(jobs)s.",
+                "count",
+            ),
             lambda job, now: job.status in LIVE_STATUSES,
         ),
     )
@@ -155,30 +204,30 @@ class JobActionsMixin(JobAdminBase):
                 skipped.append((job_id, str(why)))
         for kind, message in verb.done.items():
             if done[kind]:
-                self.message_user(request, message.format(n=done[kind]), messages.SUCCESS)
+                self.message_user(request, message % {"count": done[kind]}, messages.SUCCESS)
         report_skipped(self, request, skipped, verb.not_done)
 
     def perform_selected(self, request: HttpRequest, name: str, queryset: QuerySet[Job]) -> None:
         ids = list(queryset.order_by("id").values_list("id", flat=True))
         self.perform(request, VERBS[name], ids)
 
-    @admin.action(description="Retry selected jobs", permissions=["control"])
+    @admin.action(description=_("Retry selected jobs"), permissions=["control"])
     def retry_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         self.perform_selected(request, "retry", queryset)
 
     @admin.action(
-        description="Retry selected jobs now (waiting out a backoff)", permissions=["control"]
+        description=_("Retry selected jobs now (waiting out a backoff)"), permissions=["control"]
     )
     def retry_now_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         self.perform_selected(request, "retry_now", queryset)
 
     @admin.action(
-        description="Run selected jobs now (scheduled for later)", permissions=["control"]
+        description=_("Run selected jobs now (scheduled for later)"), permissions=["control"]
     )
     def run_now_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         self.perform_selected(request, "run_now", queryset)
 
-    @admin.action(description="Cancel selected jobs", permissions=["control"])
+    @admin.action(description=_("Cancel selected jobs"), permissions=["control"])
     def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Job]) -> None:
         self.perform_selected(request, "cancel", queryset)
 
@@ -203,7 +252,7 @@ class JobActionsMixin(JobAdminBase):
             return HttpResponseRedirect(reverse("admin:django_jobs_job_changelist"))
         return HttpResponseRedirect(reverse("admin:django_jobs_job_change", args=[job_id]))
 
-    def buttons(self, request: HttpRequest, job: Job | None) -> list[tuple[str, str]]:
+    def buttons(self, request: HttpRequest, job: Job | None) -> list[tuple[StrOrPromise, str]]:
         """The (label, URL) of each verb that applies to ``job`` as it is now."""
         if job is None or not self.has_control_permission(request):
             return []

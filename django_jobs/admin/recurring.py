@@ -23,15 +23,18 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
+from django.utils.translation import gettext, ngettext
+from django.utils.translation import gettext_lazy as _
 
 from ..cron import UTC, get_zone, next_occurrences, validate_cron
 from ..display import format_time
 from ..exceptions import JobsError
-from ..models import Job, JobStatus, RecurringJob
+from ..models import Job, RecurringJob
 from ..payloads import encode_payload
 from ..recurring import change_schedule, check_schedule_options, first_run_at
 from ..recurring import run_now as enqueue_run_now
 from ..registry import get_definition, registered_names
+from .common import format_message, status_label
 
 #: How many occurrences the change form previews.
 PREVIEW = 5
@@ -50,7 +53,7 @@ def not_registered(name: str) -> bool:
 
 
 class RecurringJobForm(forms.ModelForm):
-    job_name = forms.ChoiceField(help_text="One of the job names registered with @job.")
+    job_name = forms.ChoiceField(help_text=_("One of the job names registered with @job."))
 
     class Meta:
         model = RecurringJob
@@ -75,12 +78,14 @@ class RecurringJobForm(forms.ModelForm):
         stored = self.instance.job_name if self.instance.pk else ""
         if stored and not_registered(stored):
             # Kept, so saving another change does not lose it; flagged, so it gets fixed.
-            choices.append((stored, f"{stored} (not registered)"))
+            choices.append((stored, gettext("%(name)s (not registered)") % {"name": stored}))
             # The admin shows help text as HTML: the stored name is escaped.
-            field.help_text = format_html(
-                "<strong>{} is not registered</strong>: the schedule cannot fire until it is, "
-                "or until you choose a registered job.",
-                repr(stored),
+            field.help_text = format_message(
+                gettext(
+                    "<strong>%(name)s is not registered</strong>: the schedule cannot fire until "
+                    "it is, or until you choose a registered job."
+                ),
+                name=repr(stored),
             )
         field.choices = choices
 
@@ -215,66 +220,67 @@ class RecurringJobAdmin(admin.ModelAdmin):
             "admin:django_jobs_job_change", args=[job_id], current_app=self.admin_site.name
         )
 
-    @admin.display(description="job", ordering="job_name")
+    @admin.display(description=_("job"), ordering="job_name")
     def job(self, obj: RecurringJob) -> str | SafeString:
         if not_registered(obj.job_name):
             return format_html(
-                '{} <strong class="jobs-not-registered">(not registered)</strong>', obj.job_name
+                '{} <strong class="jobs-not-registered">{}</strong>',
+                obj.job_name,
+                gettext("(not registered)"),
             )
         return obj.job_name
 
-    @admin.display(description="cron", ordering="cron")
+    @admin.display(description=_("cron"), ordering="cron")
     def cron_in_zone(self, obj: RecurringJob) -> SafeString:
         return format_html('{}<br><span class="quiet">{}</span>', obj.cron, obj.timezone)
 
-    @admin.display(description="next run", ordering="next_run_at")
+    @admin.display(description=_("next run"), ordering="next_run_at")
     def next_run(self, obj: RecurringJob) -> str | SafeString:
         if obj.next_run_at is None:
             return self.get_empty_value_display()
         return in_zone(obj.next_run_at, saved(obj).timezone)
 
-    @admin.display(description="next five runs")
+    @admin.display(description=_("next five runs"))
     def upcoming(self, obj: RecurringJob) -> str | SafeString:
         if obj.pk is None:
-            return "Shown once the schedule is saved."
+            return gettext("Shown once the schedule is saved.")
         cron, zone_name = saved(obj)
         try:
             runs = next_occurrences(cron, zone_name, timezone.now(), PREVIEW)
             zone = get_zone(zone_name)
         except JobsError as exc:
-            return f"No preview: {exc}"
+            return gettext("No preview: %(error)s") % {"error": exc}
         return format_html_join("", "<div>{}</div>", ((format_time(run, zone),) for run in runs))
 
-    @admin.display(description="last fired", ordering="last_run_at")
+    @admin.display(description=_("last fired"), ordering="last_run_at")
     def last_fired(self, obj: RecurringJob) -> str | SafeString:
         if obj.last_run_at is None:
             return self.get_empty_value_display()
         return in_zone(obj.last_run_at, saved(obj).timezone)
 
-    @admin.display(description="last run")
+    @admin.display(description=_("last run"))
     def last_outcome(self, obj: RecurringJob) -> SafeString:
         job_id = getattr(obj, "last_job_id", None)
         if job_id is None:
             return self.get_empty_value_display()
         status = getattr(obj, "last_job_status", "")
-        label = JobStatus(status).label if status in JobStatus.values else status
         return format_html(
             '<a class="jobs-status-{}" href="{}">{} #{}</a>',
             status,
             self.job_url(job_id),
-            label,
+            status_label(status),
             job_id,
         )
 
-    @admin.display(description="jobs")
+    @admin.display(description=_("jobs"))
     def jobs(self, obj: RecurringJob) -> SafeString:
         if obj.pk is None:
             return self.get_empty_value_display()
         changelist = reverse("admin:django_jobs_job_changelist", current_app=self.admin_site.name)
         query = urlencode({"schedule": obj.name})
-        return format_html('<a href="{}?{}">jobs</a>', changelist, query)
+        return format_html('<a href="{}?{}">{}</a>', changelist, query, gettext("jobs"))
 
-    @admin.display(description="created", ordering="created_at")
+    @admin.display(description=_("created"), ordering="created_at")
     def created(self, obj: RecurringJob) -> str:
         return format_time(obj.created_at)
 
@@ -287,8 +293,9 @@ class RecurringJobAdmin(admin.ModelAdmin):
             try:
                 enqueued.append(enqueue_run_now(schedule))
             except (JobsError, ValueError) as exc:
+                message = gettext("Schedule %(name)s not run: %(error)s")
                 self.message_user(
-                    request, f"Schedule {schedule.name!r} not run: {exc}", messages.ERROR
+                    request, message % {"name": repr(schedule.name), "error": exc}, messages.ERROR
                 )
         if enqueued:
             links = format_html_join(
@@ -296,10 +303,14 @@ class RecurringJobAdmin(admin.ModelAdmin):
                 '<a href="{}">{} #{}</a>',
                 ((self.job_url(job.pk), job.name, job.pk) for job in enqueued),
             )
+            count = len(enqueued)
+            message = ngettext(
+                "%(count)s job(s) enqueued: %(jobs)s.",
+                "%(count)s job(s) enqueued: %(jobs)s.",
+                count,
+            )
             self.message_user(
-                request,
-                format_html("{} job(s) enqueued: {}.", len(enqueued), links),
-                messages.SUCCESS,
+                request, format_message(message, count=count, jobs=links), messages.SUCCESS
             )
 
     def run_now_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
@@ -308,7 +319,7 @@ class RecurringJobAdmin(admin.ModelAdmin):
             return HttpResponseNotAllowed(["POST"])
         schedule = self.get_object(request, unquote(object_id))
         if schedule is None:
-            raise Http404(f"no recurring job with id {object_id!r}")
+            raise Http404(gettext("no recurring job with id %(id)s") % {"id": repr(object_id)})
         if not self.has_change_permission(request, schedule):
             raise PermissionDenied
         self.enqueue_now(request, [schedule])
@@ -320,19 +331,25 @@ class RecurringJobAdmin(admin.ModelAdmin):
         return HttpResponseRedirect(change)
 
     @admin.action(
-        description="Enable selected schedules (next run from now)", permissions=["change"]
+        description=_("Enable selected schedules (next run from now)"), permissions=["change"]
     )
     def enable(self, request: HttpRequest, queryset: QuerySet[RecurringJob]) -> None:
         disabled = queryset.filter(enabled=False).values_list("pk", flat=True)
         count = sum(1 for pk in disabled if change_schedule(pk, {"enabled": True}) is not None)
-        self.message_user(request, f"{count} schedule(s) enabled.", messages.SUCCESS)
+        message = ngettext(
+            "%(count)s schedule(s) enabled.", "%(count)s schedule(s) enabled.", count
+        )
+        self.message_user(request, message % {"count": count}, messages.SUCCESS)
 
-    @admin.action(description="Disable selected schedules", permissions=["change"])
+    @admin.action(description=_("Disable selected schedules"), permissions=["change"])
     def disable(self, request: HttpRequest, queryset: QuerySet[RecurringJob]) -> None:
         count = queryset.filter(enabled=True).update(enabled=False)
-        self.message_user(request, f"{count} schedule(s) disabled.", messages.SUCCESS)
+        message = ngettext(
+            "%(count)s schedule(s) disabled.", "%(count)s schedule(s) disabled.", count
+        )
+        self.message_user(request, message % {"count": count}, messages.SUCCESS)
 
-    @admin.action(description="Run selected schedules now", permissions=["change"])
+    @admin.action(description=_("Run selected schedules now"), permissions=["change"])
     def run_now(self, request: HttpRequest, queryset: QuerySet[RecurringJob]) -> None:
         self.enqueue_now(request, queryset)
 

@@ -13,7 +13,9 @@ from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString, mark_safe
+from django.utils.safestring import SafeString
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from ..display import format_age, format_time
 from ..models import Job, JobStatus, Worker
@@ -108,30 +110,33 @@ class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return False  # the maintenance sweeps a registration a lease after its last beat
 
-    @admin.display(description="queues")
+    @admin.display(description=_("queues"))
     def queue_names(self, obj: Worker) -> str:
         return ", ".join(obj.queues or [])
 
-    @admin.display(description="started", ordering="started_at")
+    @admin.display(description=_("started"), ordering="started_at")
     def started(self, obj: Worker) -> str:
         return format_time(obj.started_at)
 
-    @admin.display(description="last heartbeat", ordering="last_heartbeat_at")
+    @admin.display(description=_("last heartbeat"), ordering="last_heartbeat_at")
     def heartbeat(self, obj: Worker) -> SafeString:
         age = format_age(shown(obj).now - obj.last_heartbeat_at)
-        return format_html("{}<br>{} ago", format_time(obj.last_heartbeat_at), age)
+        ago = gettext("%(age)s ago") % {"age": age}
+        return format_html("{}<br>{}", format_time(obj.last_heartbeat_at), ago)
 
-    @admin.display(description="state")
+    @admin.display(description=_("state"))
     def state(self, obj: Worker) -> SafeString:
         if heartbeat_is_stale(obj.last_heartbeat_at, shown(obj).now):
+            why = gettext(
+                "missed more than %(beats)s heartbeats: its jobs go back to the queue "
+                "when their leases expire"
+            ) % {"beats": LATE_BEATS}
             return format_html(
-                '<strong class="jobs-worker-stale" title="{}">stale</strong>',
-                f"missed more than {LATE_BEATS} heartbeats: its jobs go back to the queue "
-                "when their leases expire",
+                '<strong class="jobs-worker-stale" title="{}">{}</strong>', why, gettext("stale")
             )
-        return mark_safe('<span class="jobs-worker-live">live</span>')  # noqa: S308 - a constant
+        return format_html('<span class="jobs-worker-live">{}</span>', gettext("live"))
 
-    @admin.display(description="running")
+    @admin.display(description=_("running"))
     def running_jobs(self, obj: Worker) -> SafeString:
         running = shown(obj).running
         if not running:
