@@ -393,8 +393,8 @@ def test_runjobs_burst_syncs_schedules_from_settings(settings):
 
 
 def test_docs_post_migrate_recipe_adds_schedules_on_a_fresh_database(tmp_path):
-    # The recipe from docs/recurring.md, as a project would paste it, migrated from scratch.
-    docs = (ROOT / "docs" / "recurring.md").read_text()
+    # The recipe from docs/how-to/recurring.md, as a project would paste it, migrated from scratch.
+    docs = (ROOT / "docs" / "how-to" / "recurring.md").read_text()
     recipe = next(block for block in docs.split("```python\n") if "# reports/apps.py" in block)
     app = tmp_path / "reports"
     app.mkdir()

@@ -24,7 +24,7 @@ def pause_holding_no_lock(process: subprocess.Popen) -> None:
     """SIGSTOP ``process`` at a moment it holds no SQLite write lock.
 
     SQLite has one lock for the whole database: a process paused while it
-    holds it stalls every other process (see docs/guarantees.md). This test
+    holds it stalls every other process (see docs/explanation/guarantees.md). This test
     is about leases, so on SQLite it pauses the worker between two writes.
     """
     for _ in range(100):
