@@ -21,8 +21,8 @@ from . import signals
 from .models import AttemptOutcome, Job, JobStatus
 
 if TYPE_CHECKING:
+    from .db.records import ClaimedJob, Settlement
     from .outcomes import HandlerResult
-    from .records import ClaimedJob, Settlement
 
 logger = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ import traceback
 from dataclasses import dataclass, replace
 from datetime import datetime
 
+from .db.records import ClaimedJob, Settlement
 from .models import AttemptOutcome, JobStatus
 from .payloads import decode_payload
-from .records import ClaimedJob, Settlement
 from .redaction import masker
 from .retry_policy import RetryPolicy, next_run_at
 from .text import storable_text

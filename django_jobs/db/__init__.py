@@ -5,9 +5,10 @@ from __future__ import annotations
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
-from .base import ROW_ERRORS, ClaimedJob, DatabaseBusy, Driver
+from .base import ROW_ERRORS, DatabaseBusy, Driver
+from .records import ClaimedJob, ClaimRequest
 
-__all__ = ["ROW_ERRORS", "ClaimedJob", "DatabaseBusy", "Driver", "get_driver"]
+__all__ = ["ROW_ERRORS", "ClaimRequest", "ClaimedJob", "DatabaseBusy", "Driver", "get_driver"]
 
 
 def get_driver(using: str = "default") -> Driver:

@@ -26,77 +26,44 @@ from typing import Any, NamedTuple
 from django.core.checks import CheckMessage
 from django.db import DataError, IntegrityError, connections, transaction
 
-from ..context import Progress
 from ..models import Attempt, Job, JobStatus
-from ..records import ClaimedJob, Settled, Settlement
+from .records import (
+    CANDIDATE_COLUMNS,
+    PROGRESS_COLUMNS,
+    Candidate,
+    ClaimedJob,
+    ClaimRequest,
+    Pairs,
+    Progress,
+    Renewed,
+    RenewRow,
+    Settled,
+    Settlement,
+)
 
 logger = logging.getLogger(__name__)
-
-CANDIDATE_COLUMNS = ("id", "name", "queue", "payload", "attempt", "attempts_used", "max_attempts")
 
 # Errors that concern the data of one row, not the database: the claim skips that row.
 ROW_ERRORS = (IntegrityError, DataError)
 
-Pairs = Sequence[tuple[int, int]]
 
-
-class Renewed(NamedTuple):
-    """What a renewal statement answers: the leases extended, their new end, and which of
-    those jobs ``cancel_job()`` asked to stop."""
-
-    renewed: set[int]
-    expires: datetime
-    cancel_requested: set[int]
-
-
-class RenewRow(NamedTuple):
-    """One lease to renew, with the progress report to write (None: nothing new)."""
+class MarkedRow(NamedTuple):
+    """A row the claim's UPDATE returns: the job and its new attempt numbers."""
 
     id: int
     attempt: int
-    progress: Progress | None
-
-    @property
-    def reported(self) -> bool:
-        return self.progress is not None
-
-    @property
-    def done(self) -> int | None:
-        return None if self.progress is None else self.progress.done
-
-    @property
-    def total(self) -> int | None:
-        return None if self.progress is None else self.progress.total
-
-    @property
-    def note(self) -> str:
-        return "" if self.progress is None else self.progress.note
+    attempts_used: int
 
 
-# A renewal source's fields, in the order the drivers bind them.
-RENEW_FIELDS = ("id", "attempt", "reported", "done", "total", "note")
-# The progress columns and the renewal source's fields that fill them.
-PROGRESS_COLUMNS = (
-    ("progress_done", "done"),
-    ("progress_total", "total"),
-    ("progress_note", "note"),
-)
+class RenewedRow(NamedTuple):
+    """A row the renewal statement returns."""
+
+    id: int
+    cancel_requested_at: datetime | None
 
 
 class DatabaseBusy(Exception):
     """The database could not take the write lock in time: nothing was written."""
-
-
-class Candidate(NamedTuple):
-    """A due row as the claim's read returns it (the columns of ``CANDIDATE_COLUMNS``)."""
-
-    id: int
-    name: str
-    queue: str
-    payload: Any
-    attempt: int
-    attempts_used: int
-    max_attempts: int
 
 
 def lease_end(now: datetime, lease_seconds: float) -> datetime:
@@ -197,18 +164,18 @@ class Driver:
         qn = self.qn
         return f"{qn('priority')} DESC, {qn('run_at')} ASC, {qn('id')} ASC"
 
-    def candidate_sql(self, queue: str, now: datetime, limit: int) -> tuple[str, list[Any]]:
-        """The statement that reads due jobs, in claim order."""
-        columns = ", ".join(self.qn(column) for column in CANDIDATE_COLUMNS)
-        due, params = self.due_condition(queue, now)
-        sql = f"SELECT {columns} FROM {self.job_table} WHERE {due} ORDER BY {self.claim_order}"
-        return sql + " LIMIT %s", [*params, int(limit)]
-
-    def claim_statement(
-        self, queue: str, owner: str, now: datetime, lease_seconds: float, limit: int
+    def candidate_sql(
+        self, request: ClaimRequest, limit: int | None = None
     ) -> tuple[str, list[Any]]:
+        """The statement that reads due jobs, in claim order (``limit``: the request's)."""
+        columns = ", ".join(self.qn(column) for column in CANDIDATE_COLUMNS)
+        due, params = self.due_condition(request.queue, request.now)
+        sql = f"SELECT {columns} FROM {self.job_table} WHERE {due} ORDER BY {self.claim_order}"
+        return sql + " LIMIT %s", [*params, int(request.limit if limit is None else limit)]
+
+    def claim_statement(self, request: ClaimRequest) -> tuple[str, list[Any]]:
         """The statement that finds the claim's rows (the one whose plan matters)."""
-        sql, params = self.candidate_sql(queue, now, limit)
+        sql, params = self.candidate_sql(request)
         return sql + self.lock_suffix, params
 
     def next_attempt_sql(self, table: str) -> str:
@@ -225,24 +192,15 @@ class Driver:
             f" AND a.{qn('number')} > {table}.{qn('attempt')}), {table}.{qn('attempt')}) + 1"
         )
 
-    def claim(
-        self, queue: str, owner: str, now: datetime, lease_seconds: float, limit: int = 1
-    ) -> list[ClaimedJob]:
-        """Take up to ``limit`` due jobs of ``queue``; the claim commits before returning."""
-        expires = lease_end(now, lease_seconds)
+    def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
+        """Take up to ``request.limit`` due jobs; the claim commits before returning."""
         try:
-            return self.claim_batch(queue, owner, now, expires, limit)
+            return self.claim_batch(request)
         except ROW_ERRORS:
-            return self.claim_row_by_row(queue, owner, now, expires, limit)
+            return self.claim_row_by_row(request)
 
     def claim_and_settle(
-        self,
-        queue: str,
-        owner: str,
-        now: datetime,
-        lease_seconds: float,
-        limit: int,
-        settlements: Sequence[Settlement],
+        self, request: ClaimRequest, settlements: Sequence[Settlement]
     ) -> tuple[list[ClaimedJob], Settled]:
         """Settle ``settlements`` and claim in one transaction: one commit for both.
 
@@ -251,29 +209,24 @@ class Driver:
         apart and claims again, row by row.
         """
         if not settlements:
-            return self.claim(queue, owner, now, lease_seconds, limit), Settled([])
-        expires = lease_end(now, lease_seconds)
+            return self.claim(request), Settled([])
         with self.write_transaction():
             settled = self.settle_rows(settlements)
-            claimed = self.claim_rows(queue, owner, now, expires, limit)
+            claimed = self.claim_rows(request)
         return claimed, settled
 
-    def claim_batch(
-        self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
-    ) -> list[ClaimedJob]:
+    def claim_batch(self, request: ClaimRequest) -> list[ClaimedJob]:
         """The claim in one transaction: read, mark running, start the attempts."""
         with self.write_transaction():
-            return self.claim_rows(queue, owner, now, expires, limit)
+            return self.claim_rows(request)
 
-    def claim_rows(
-        self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
-    ) -> list[ClaimedJob]:
+    def claim_rows(self, request: ClaimRequest) -> list[ClaimedJob]:
         """The claim's statements, inside the caller's transaction."""
-        rows = self.read_candidates(queue, now, limit)
-        return self.take(rows, queue, owner, now, expires) if rows else []
+        rows = self.read_candidates(request)
+        return self.take(rows, request) if rows else []
 
-    def read_candidates(self, queue: str, now: datetime, limit: int) -> list[Candidate]:
-        sql, params = self.candidate_sql(queue, now, limit)
+    def read_candidates(self, request: ClaimRequest, limit: int | None = None) -> list[Candidate]:
+        sql, params = self.candidate_sql(request, limit)
         with self.connection.cursor() as cursor:
             cursor.execute(sql + self.lock_suffix, params)
             return [Candidate(*row) for row in cursor.fetchall()]
@@ -281,9 +234,7 @@ class Driver:
     # Appended to the candidate read inside a claim: how the database keeps two claims apart.
     lock_suffix = ""
 
-    def claim_row_by_row(
-        self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
-    ) -> list[ClaimedJob]:
+    def claim_row_by_row(self, request: ClaimRequest) -> list[ClaimedJob]:
         """The claim after a refused write: each row in a savepoint, a refused one skipped.
 
         The read asks for as many more rows as were skipped, so rows that
@@ -292,13 +243,13 @@ class Driver:
         claimed: list[ClaimedJob] = []
         skipped: set[int] = set()
         with self.write_transaction():
-            while len(claimed) < limit:
-                wanted = limit - len(claimed)
+            while len(claimed) < request.limit:
+                wanted = request.limit - len(claimed)
                 asked = wanted + len(skipped)
-                read = self.read_candidates(queue, now, asked)
+                read = self.read_candidates(request, asked)
                 rows = [row for row in read if row.id not in skipped][:wanted]
                 for row in rows:
-                    taken = self.take_one(row, queue, owner, now, expires)
+                    taken = self.take_one(row, request)
                     claimed.extend(taken)
                     if not taken:
                         skipped.add(row.id)
@@ -306,13 +257,11 @@ class Driver:
                     break
         return claimed
 
-    def take_one(
-        self, row: Candidate, queue: str, owner: str, now: datetime, expires: datetime
-    ) -> list[ClaimedJob]:
+    def take_one(self, row: Candidate, request: ClaimRequest) -> list[ClaimedJob]:
         """Claim one row in a savepoint; log and skip it if the database refuses."""
         try:
             with transaction.atomic(using=self.using):
-                return self.take([row], queue, owner, now, expires)
+                return self.take([row], request)
         except ROW_ERRORS as exc:
             logger.warning(
                 "job #%s cannot be claimed, skipped: %s: %s",
@@ -323,53 +272,42 @@ class Driver:
             )
             return []
 
-    def take(
-        self,
-        rows: Sequence[Candidate],
-        queue: str,
-        owner: str,
-        now: datetime,
-        expires: datetime,
-    ) -> list[ClaimedJob]:
+    def take(self, rows: Sequence[Candidate], request: ClaimRequest) -> list[ClaimedJob]:
         """Mark ``rows`` running if they are still due and start their attempts.
 
         Runs inside the claim's transaction. Returns the rows it claimed, in
         the order given.
         """
-        started = self.mark_running([row.id for row in rows], queue, owner, now, expires)
+        started = self.mark_running([row.id for row in rows], request)
         claimed = [
             ClaimedJob(
                 id=row.id,
                 name=row.name,
                 queue=row.queue,
                 raw_payload=row.payload,
-                attempt=started[row.id][0],
-                attempts_used=started[row.id][1],
+                attempt=started[row.id].attempt,
+                attempts_used=started[row.id].attempts_used,
                 max_attempts=row.max_attempts,
-                owner=owner,
-                lease_expires_at=expires,
+                owner=request.owner,
+                lease_expires_at=request.expires_at,
             )
             for row in rows
             if row.id in started
         ]
         if claimed:
-            self.start_attempts(claimed, now)
+            self.start_attempts(claimed, request.now)
         return claimed
 
-    def mark_running(
-        self, ids: Sequence[int], queue: str, owner: str, now: datetime, expires: datetime
-    ) -> dict[int, tuple[int, int]]:
-        """One UPDATE, guarded by the read's conditions; job id -> (attempt, attempts_used)."""
-        sql, params = self.mark_running_sql(ids, queue, owner, now, expires)
+    def mark_running(self, ids: Sequence[int], request: ClaimRequest) -> dict[int, MarkedRow]:
+        """One UPDATE, guarded by the read's conditions; job id -> its new attempt numbers."""
+        sql, params = self.mark_running_sql(ids, request)
         with self.connection.cursor() as cursor:
             cursor.execute(sql, params)
-            return {job_id: (attempt, used) for job_id, attempt, used in cursor.fetchall()}
+            return {marked.id: marked for marked in map(MarkedRow._make, cursor.fetchall())}
 
-    def mark_running_sql(
-        self, ids: Sequence[int], queue: str, owner: str, now: datetime, expires: datetime
-    ) -> tuple[str, list[Any]]:
+    def mark_running_sql(self, ids: Sequence[int], request: ClaimRequest) -> tuple[str, list[Any]]:
         qn, job = self.qn, self.job_table
-        due, due_params = self.due_condition(queue, now)
+        due, due_params = self.due_condition(request.queue, request.now)
         placeholders = ", ".join(["%s"] * len(ids))
         sql = (
             f"UPDATE {job} SET {qn('status')} = '{JobStatus.RUNNING.value}',"
@@ -379,7 +317,8 @@ class Driver:
             f" WHERE {qn('id')} IN ({placeholders}) AND {due}"
             f" RETURNING {qn('id')}, {qn('attempt')}, {qn('attempts_used')}"
         )
-        return sql, [owner, self.adapt(expires), self.adapt(now), *ids, *due_params]
+        stamp = [request.owner, self.adapt(request.expires_at), self.adapt(request.now)]
+        return sql, [*stamp, *ids, *due_params]
 
     def start_attempts(self, claimed: Sequence[ClaimedJob], now: datetime) -> None:
         """Insert the attempt rows of ``claimed``, in one statement."""
@@ -438,7 +377,7 @@ class Driver:
 
     @staticmethod
     def settled(
-        settlements: Sequence[Settlement], written: Iterable[tuple[int, int, str]]
+        settlements: Sequence[Settlement], written: Iterable[tuple[int, int, str | None]]
     ) -> Settled:
         """:class:`Settled` from the (id, attempt, new status) rows a settle wrote."""
         statuses = {(job_id, attempt): status for job_id, attempt, status in written}
@@ -475,9 +414,9 @@ class Driver:
         sql, params = self.renew_sql(owner, rows, now, expires, give_up_seconds)
         with self.hot_cursor() as cursor:
             cursor.execute(sql, params)
-            rows = cursor.fetchall()
-        requested = {row[0] for row in rows if row[1] is not None}
-        return Renewed({row[0] for row in rows}, expires, requested)
+            renewed = [RenewedRow._make(row) for row in cursor.fetchall()]
+        requested = {row.id for row in renewed if row.cancel_requested_at is not None}
+        return Renewed({row.id for row in renewed}, expires, requested)
 
     def renew_sql(
         self,

@@ -27,15 +27,63 @@ from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import transaction
 
 from ..conf import settings
 from ..models import Job, JobStatus
-from ..records import Settled, Settlement
-from .base import CANDIDATE_COLUMNS, RENEW_FIELDS, ClaimedJob, Driver, RenewRow, lease_end
+from .base import Driver
 from .notify import CHANNEL
+from .records import (
+    RENEW_FIELDS,
+    ClaimedJob,
+    ClaimRequest,
+    RenewRow,
+    Settled,
+    Settlement,
+)
+
+
+class ClaimedRow(NamedTuple):
+    """A row the claim returns: a candidate's columns and its place in the claim order."""
+
+    id: int
+    name: str
+    queue: str
+    payload: Any
+    attempt: int
+    attempts_used: int
+    max_attempts: int
+    priority: int
+    run_at: datetime
+
+
+class ClaimedOrSettledRow(NamedTuple):
+    """A row the claim that carries outcomes returns: a claimed job, or a settled one."""
+
+    claimed: bool
+    id: int
+    name: str | None
+    queue: str | None
+    payload: Any
+    attempt: int
+    attempts_used: int | None
+    max_attempts: int | None
+    priority: int | None
+    run_at: datetime | None
+    new_status: str | None
+
+    def job(self) -> ClaimedRow:
+        return ClaimedRow(**{field: getattr(self, field) for field in ClaimedRow._fields})
+
+
+class SettledRow(NamedTuple):
+    """A row a settle returns: the attempt it wrote and the job's new status."""
+
+    id: int
+    attempt: int
+    new_status: str
 
 
 class PostgresDriver(Driver):
@@ -149,90 +197,84 @@ class PostgresDriver(Driver):
             row._state.adding = False
             row._state.db = self.using
 
-    def claim_batch(
-        self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
-    ) -> list[ClaimedJob]:
-        sql, params = self.claim_sql(queue, owner, now, expires, limit)
-        return self.claimed_rows(self.execute(sql, params), owner, expires)
+    def claim_batch(self, request: ClaimRequest) -> list[ClaimedJob]:
+        sql, params = self.claim_sql(request)
+        rows = [ClaimedRow._make(row) for row in self.execute(sql, params)]
+        return self.claimed_jobs(rows, request)
 
     def claim_and_settle(
-        self,
-        queue: str,
-        owner: str,
-        now: datetime,
-        lease_seconds: float,
-        limit: int,
-        settlements: Sequence[Settlement],
+        self, request: ClaimRequest, settlements: Sequence[Settlement]
     ) -> tuple[list[ClaimedJob], Settled]:
-        """Settle ``settlements`` and claim, in one statement: one round trip, one commit."""
+        """Settle ``settlements`` and claim, in one statement: one round trip, one commit.
+
+        The statement answers both the jobs it claimed and the settlements it
+        wrote, in rows of one shape (:class:`ClaimedOrSettledRow`).
+        """
         if not settlements:
-            return self.claim(queue, owner, now, lease_seconds, limit), Settled([])
-        expires = lease_end(now, lease_seconds)
+            return self.claim(request), Settled([])
         settle_ctes, settle_params = self.settle_ctes(settlements)
-        claim_ctes, claim_params = self.claim_ctes(queue, owner, now, expires, limit)
+        claim_ctes, claim_params = self.claim_ctes(request)
+        # A settled row fills only the id and attempt columns of a claimed one.
+        written_columns = ", ".join(
+            field if field in ("id", "attempt") else "NULL" for field in ClaimedRow._fields
+        )
         sql = self.text(
             "claim_and_settle",
             lambda: (
                 f"WITH {settle_ctes}, {claim_ctes}"
-                f" SELECT 1, {self.claimed_columns} FROM marked"
-                " UNION ALL SELECT 0, id, NULL, new_status, NULL, attempt, NULL, NULL, NULL,"
-                " NULL FROM settled"
+                f" SELECT TRUE, {self.claimed_columns}, NULL FROM marked"
+                f" UNION ALL SELECT FALSE, {written_columns}, new_status FROM settled"
             ),
         )
-        rows = self.execute(sql, [*settle_params, *claim_params])
-        written = [(row[1], row[5], row[3]) for row in rows if row[0] == 0]
-        claimed = self.claimed_rows([row[1:] for row in rows if row[0] == 1], owner, expires)
-        return claimed, self.settled(settlements, written)
+        rows = [
+            ClaimedOrSettledRow._make(row)
+            for row in self.execute(sql, [*settle_params, *claim_params])
+        ]
+        written = [(row.id, row.attempt, row.new_status) for row in rows if not row.claimed]
+        claimed = [row.job() for row in rows if row.claimed]
+        return self.claimed_jobs(claimed, request), self.settled(settlements, written)
 
-    def claimed_rows(
-        self, rows: list[tuple[Any, ...]], owner: str, expires: datetime
-    ) -> list[ClaimedJob]:
-        rows.sort(key=lambda row: (-row[7], row[8], row[0]))  # claim order, without a Sort node
+    def claimed_jobs(self, rows: list[ClaimedRow], request: ClaimRequest) -> list[ClaimedJob]:
+        rows.sort(key=lambda row: (-row.priority, row.run_at, row.id))  # claim order, no Sort
         return [
             ClaimedJob(
-                id=row[0],
-                name=row[1],
-                queue=row[2],
-                raw_payload=row[3],
-                attempt=row[4],
-                attempts_used=row[5],
-                max_attempts=row[6],
-                owner=owner,
-                lease_expires_at=expires,
+                id=row.id,
+                name=row.name,
+                queue=row.queue,
+                raw_payload=row.payload,
+                attempt=row.attempt,
+                attempts_used=row.attempts_used,
+                max_attempts=row.max_attempts,
+                owner=request.owner,
+                lease_expires_at=request.expires_at,
             )
             for row in rows
         ]
 
     @property
     def claimed_columns(self) -> str:
-        columns = (*CANDIDATE_COLUMNS, "priority", "run_at")
-        return ", ".join(self.qn(column) for column in columns)
+        return ", ".join(self.qn(column) for column in ClaimedRow._fields)
 
-    def claim_statement(
-        self, queue: str, owner: str, now: datetime, lease_seconds: float, limit: int
-    ) -> tuple[str, list[Any]]:
-        return self.claim_sql(queue, owner, now, lease_end(now, lease_seconds), limit)
+    def claim_statement(self, request: ClaimRequest) -> tuple[str, list[Any]]:
+        return self.claim_sql(request)
 
-    def claim_sql(
-        self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
-    ) -> tuple[str, list[Any]]:
-        ctes, params = self.claim_ctes(queue, owner, now, expires, limit)
+    def claim_sql(self, request: ClaimRequest) -> tuple[str, list[Any]]:
+        ctes, params = self.claim_ctes(request)
         return self.text(
             "claim", lambda: f"WITH {ctes} SELECT {self.claimed_columns} FROM marked"
         ), params
 
-    def claim_ctes(
-        self, queue: str, owner: str, now: datetime, expires: datetime, limit: int
-    ) -> tuple[str, list[Any]]:
+    def claim_ctes(self, request: ClaimRequest) -> tuple[str, list[Any]]:
         """``picked`` (due rows, locked), ``marked`` (running, this owner's), ``started``."""
-        due, due_params = self.due_condition(queue, now)
-        stamp = [owner, self.adapt(expires), self.adapt(now)]
-        params = [*due_params, int(limit), *stamp, owner, self.adapt(now)]
+        due, due_params = self.due_condition(request.queue, request.now)
+        now = self.adapt(request.now)
+        stamp = [request.owner, self.adapt(request.expires_at), now]
+        params = [*due_params, int(request.limit), *stamp, request.owner, now]
         return self.text("claim_ctes", lambda: self.claim_ctes_text(due)), params
 
     def claim_ctes_text(self, due: str) -> str:
         qn, job, attempts = self.qn, self.job_table, self.attempt_table
-        columns = ", ".join(f"j.{qn(c)}" for c in (*CANDIDATE_COLUMNS, "priority", "run_at"))
+        columns = ", ".join(f"j.{qn(c)}" for c in ClaimedRow._fields)
         sql = (
             f"picked AS (SELECT {qn('id')} FROM {job} WHERE {due}"
             f" ORDER BY {self.claim_order} LIMIT %s FOR UPDATE SKIP LOCKED),"
@@ -255,10 +297,8 @@ class PostgresDriver(Driver):
         sql = self.text(
             "settle", lambda: f"WITH {ctes} SELECT id, attempt, new_status FROM settled"
         )
-        rows = self.execute(sql, params)
-        return self.settled(
-            settlements, [(job_id, attempt, status) for job_id, attempt, status in rows]
-        )
+        rows = [SettledRow._make(row) for row in self.execute(sql, params)]
+        return self.settled(settlements, [(r.id, r.attempt, r.new_status) for r in rows])
 
     def settle_ctes(self, settlements: Sequence[Settlement]) -> tuple[str, list[Any]]:
         """``v`` (the settlements), ``settled`` (the job rows they fenced in), ``closed``."""

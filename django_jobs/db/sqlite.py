@@ -23,9 +23,18 @@ from typing import Any
 from django.core.checks import CheckMessage, Error, Warning
 from django.db import DatabaseError, OperationalError, transaction
 
-from ..context import Progress
-from ..records import Settled, Settlement
-from .base import RENEW_FIELDS, ClaimedJob, DatabaseBusy, Driver, Pairs, Renewed, RenewRow
+from .base import DatabaseBusy, Driver
+from .records import (
+    RENEW_FIELDS,
+    ClaimedJob,
+    ClaimRequest,
+    Pairs,
+    Progress,
+    Renewed,
+    RenewRow,
+    Settled,
+    Settlement,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -81,10 +90,13 @@ class SQLiteDriver(Driver):
         try:
             with self.connection.cursor() as cursor:
                 cursor.execute("PRAGMA journal_mode")
-                row = cursor.fetchone()
+                found = cursor.fetchone()
         except DatabaseError:
             return None  # not reachable: nothing to say about its journal
-        return str(row[0]).lower() if row else None
+        if found is None:
+            return None
+        (mode,) = found
+        return str(mode).lower()
 
     def database_now(self) -> datetime | None:
         # SQLite reads this host's clock, at millisecond resolution.
@@ -93,11 +105,9 @@ class SQLiteDriver(Driver):
             (value,) = cursor.fetchone()
         return datetime.strptime(value, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=timezone.utc)
 
-    def claim(
-        self, queue: str, owner: str, now: datetime, lease_seconds: float, limit: int = 1
-    ) -> list[ClaimedJob]:
+    def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         try:
-            return super().claim(queue, owner, now, lease_seconds, limit)
+            return super().claim(request)
         except OperationalError as exc:
             if "locked" not in str(exc):
                 raise
@@ -107,16 +117,10 @@ class SQLiteDriver(Driver):
             return []
 
     def claim_and_settle(
-        self,
-        queue: str,
-        owner: str,
-        now: datetime,
-        lease_seconds: float,
-        limit: int,
-        settlements: Sequence[Settlement],
+        self, request: ClaimRequest, settlements: Sequence[Settlement]
     ) -> tuple[list[ClaimedJob], Settled]:
         try:
-            return super().claim_and_settle(queue, owner, now, lease_seconds, limit, settlements)
+            return super().claim_and_settle(request, settlements)
         except OperationalError as exc:
             if "locked" not in str(exc):
                 raise

@@ -13,7 +13,7 @@ import logging
 from datetime import datetime
 
 from ..clock import Clock
-from ..db import ROW_ERRORS, ClaimedJob, DatabaseBusy, Driver
+from ..db import ROW_ERRORS, ClaimedJob, ClaimRequest, DatabaseBusy, Driver
 from ..deadlines import Deadlines
 from .recording import OutcomeWriter
 from .settler import Settler
@@ -43,10 +43,13 @@ class Claimer:
         self.settler = settler
         self.writer = writer
 
+    def request(self, queue: str, now: datetime, limit: int) -> ClaimRequest:
+        return ClaimRequest(queue, self.owner, now, self.lease_seconds, limit)
+
     def claim(self, queue: str, now: datetime, limit: int) -> list[ClaimedJob]:
         """Up to ``limit`` due jobs of ``queue`` at ``now``, claimed and committed."""
         with self.deadline("the claim"):
-            claimed = self.driver.claim(queue, self.owner, now, self.lease_seconds, limit)
+            claimed = self.driver.claim(self.request(queue, now, limit))
         if claimed and logger.isEnabledFor(logging.DEBUG):
             for job in claimed:
                 logger.debug(
@@ -70,7 +73,7 @@ class Claimer:
         try:
             with self.deadline("the claim"):
                 claimed, settled = self.driver.claim_and_settle(
-                    queue, self.owner, now, self.lease_seconds, limit, decided
+                    self.request(queue, now, limit), decided
                 )
         except DatabaseBusy:
             self.settler.give_back(carried)

@@ -28,6 +28,7 @@ from django.db import router
 from ..clock import Clock, DatabaseClock
 from ..conf import settings
 from ..db import ClaimedJob, Driver, get_driver
+from ..db.records import Pairs
 from ..deadlines import Deadlines
 from ..maintenance.scheduler import enqueue_due
 from ..models import AttemptOutcome, Job, JobStatus
@@ -36,7 +37,7 @@ from ..retry_policy import RetryPolicy
 from .claiming import Claimer
 from .connections import guarded
 from .execution import Executor, timeout_for
-from .inflight import InFlight, Pairs, driver_renewal
+from .inflight import InFlight, driver_renewal
 from .maintainer import Maintainer
 from .recording import OutcomeWriter
 from .settler import Outcome, Settler

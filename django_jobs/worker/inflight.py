@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 
 from ..context import JobContext, Progress
 from ..db import ClaimedJob, Driver
-from ..db.base import Renewed
+from ..db.records import Pairs, Renewed
 from ..deadlines import CallerBusy, DatabaseTimeout, Deadlines, OffThread
 from ..events import report_lease
 from ..models import AttemptOutcome
@@ -36,7 +36,6 @@ from .heartbeat import LeaseKeeper, Renewal
 
 logger = logging.getLogger(__name__)
 
-Pairs = list[tuple[int, int]]
 Recorder = Callable[[ClaimedJob, HandlerResult], object]
 # renew(pairs, now, timeout, progress) -> Renewed(ids renewed, new expiry, ids with a
 # cancel request); timeout: seconds it may take; progress: reports to write, by job id.

@@ -22,13 +22,13 @@ from ..clock import Clock
 from ..conf import settings
 from ..db import Driver
 from ..db.outage import with_backoff
+from ..db.records import ClaimedJob, Pairs, Settled
 from ..deadlines import Deadlines
 from ..events import report_lease, report_outcome
 from ..models import AttemptOutcome, JobStatus
 from ..outcomes import HandlerResult, Settlement, cancel_honoured, decide, released
-from ..records import ClaimedJob, Settled
 from ..retry_policy import RetryPolicy
-from .inflight import InFlight, Pairs
+from .inflight import InFlight
 from .settler import Outcome
 
 logger = logging.getLogger(__name__)

@@ -9,7 +9,7 @@ import pytest
 from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext
 
-from django_jobs.db import get_driver
+from django_jobs.db import ClaimRequest, get_driver
 from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import START
 from tests.triggers import refusing
@@ -20,8 +20,12 @@ LEASE = 60
 STATEMENTS_PER_CLAIM = {"postgresql": 1, "sqlite": 5}
 
 
+def request(limit=1, queue="default", owner="w1", now=START, lease=LEASE):
+    return ClaimRequest(queue, owner, now, lease, limit)
+
+
 def claim(limit=1, queue="default", owner="w1", now=START):
-    return get_driver().claim(queue, owner, now, LEASE, limit)
+    return get_driver().claim(request(limit, queue, owner, now))
 
 
 def test_claim_takes_a_due_job_and_starts_its_attempt(make_job):
@@ -142,7 +146,7 @@ def test_claim_plan_seeks_the_partial_index_without_a_sort(make_job):
     for n in range(20):
         make_job(priority=n % 3)
         make_job(queue="other")
-    sql, params = get_driver().claim_statement("default", "w1", START, LEASE, 5)
+    sql, params = get_driver().claim_statement(request(5))
     plan = _plan(sql, params)
     assert "django_jobs_claim_idx" in plan, plan
     assert "Sort" not in plan and "TEMP B-TREE" not in plan, plan
@@ -163,9 +167,9 @@ def test_claim_update_probes_the_attempt_index_without_a_scan(make_job):
     ids = [make_job().pk for _ in range(5)]
     driver = get_driver()
     if connection.vendor == "postgresql":  # the claim's one statement numbers the attempts
-        sql, params = driver.claim_statement("default", "w1", START, LEASE, 5)
+        sql, params = driver.claim_statement(request(5))
     else:
-        sql, params = driver.mark_running_sql(ids, "default", "w1", START, START)
+        sql, params = driver.mark_running_sql(ids, request(5, lease=0))
     plan = _plan(sql, params)
     assert "django_jobs_attempt" in plan, plan
     for table in ("django_jobs_job", "django_jobs_attempt"):
@@ -174,7 +178,7 @@ def test_claim_update_probes_the_attempt_index_without_a_scan(make_job):
 
 def test_claim_sends_the_statement_whose_plan_is_checked(make_job):
     make_job()
-    sql, _ = get_driver().claim_statement("default", "w1", START, LEASE, 1)
+    sql, _ = get_driver().claim_statement(request(1))
     with CaptureQueriesContext(connection) as context:
         claim()
     head = sql.split(" WHERE")[0]
@@ -188,10 +192,9 @@ def test_guarded_update_skips_a_row_that_changed_since_it_was_read(make_job):
     """The UPDATE repeats every condition of the read: a stale candidate is not claimed."""
     make_job()
     claimer = get_driver()
-    [stale_row] = claimer.read_candidates("default", START, 1)
+    [stale_row] = claimer.read_candidates(request(1))
     [first] = claim(owner="w1")
-    expires = START + timedelta(seconds=LEASE)
-    assert claimer.take([stale_row], "default", "w2", START, expires) == []
+    assert claimer.take([stale_row], request(1, owner="w2")) == []
     job = Job.objects.get(pk=first.id)
     assert (job.lease_owner, job.attempt, job.attempts_used) == ("w1", 1, 1)
 
@@ -388,7 +391,7 @@ def test_driver_claim_and_settle_writes_both_in_one_statement_on_postgresql(
     done = [succeeded(job) for job in claim(limit=3)]
     statements = {"postgresql": 1, "sqlite": 7}[connection.vendor]
     with django_assert_num_queries(statements):
-        claimed, settled = get_driver().claim_and_settle("default", "w1", START, LEASE, 3, done)
+        claimed, settled = get_driver().claim_and_settle(request(3), done)
     assert settled.lost == [] and len(claimed) == 3
     assert {c.id for c in claimed}.isdisjoint(s.job_id for s in done)
     assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 3
@@ -400,7 +403,7 @@ def test_driver_claim_and_settle_returns_the_settlements_fenced_out(make_job):
         make_job()
     [job] = claim()
     fenced_out = succeeded(job, owner="someone-else")
-    claimed, settled = get_driver().claim_and_settle("default", "w1", START, LEASE, 1, [fenced_out])
+    claimed, settled = get_driver().claim_and_settle(request(1), [fenced_out])
     assert settled.lost == [fenced_out] and len(claimed) == 1
     assert Job.objects.get(pk=job.id).status == JobStatus.RUNNING
 
@@ -442,7 +445,7 @@ def test_driver_settle_ends_a_job_with_a_cancel_request_cancelled_whatever_its_a
     if way == "settle":
         settled = get_driver().settle([settlement])
     else:
-        _, settled = get_driver().claim_and_settle("default", "w1", later, LEASE, 1, [settlement])
+        _, settled = get_driver().claim_and_settle(request(1, now=later), [settlement])
     assert settled.lost == [] and settled.cancelled == {job.pair}
     job_row.refresh_from_db()
     assert (job_row.status, job_row.finished_at) == (JobStatus.CANCELLED, later)

@@ -2,7 +2,7 @@
 
 import pytest
 
-from django_jobs.db import get_driver
+from django_jobs.db import ClaimRequest, get_driver
 from django_jobs.models import AttemptOutcome, Job, JobStatus
 from django_jobs.outcomes import HandlerResult, decide
 from django_jobs.retry_policy import RetryPolicy
@@ -50,10 +50,10 @@ def test_result_rides_in_the_claim_that_carries_its_outcome(make_job):
     for _ in range(2):
         make_job()
     driver = get_driver()
-    [done] = driver.claim("default", "w1", START, 60, 1)
+    [done] = driver.claim(ClaimRequest("default", "w1", START, 60))
     succeeded = HandlerResult(AttemptOutcome.SUCCEEDED, result='{"rows": 3}')
     settled = decide(done, succeeded, START, RetryPolicy())
-    claimed, written = driver.claim_and_settle("default", "w1", START, 60, 1, [settled])
+    claimed, written = driver.claim_and_settle(ClaimRequest("default", "w1", START, 60), [settled])
     assert written.lost == [] and len(claimed) == 1
     assert Job.objects.get(pk=done.id).result == {"rows": 3}
 
@@ -61,7 +61,7 @@ def test_result_rides_in_the_claim_that_carries_its_outcome(make_job):
 def test_result_is_kept_by_an_outcome_that_carries_none(make_job):
     make_job()
     driver = get_driver()
-    [job] = driver.claim("default", "w1", START, 60, 1)
+    [job] = driver.claim(ClaimRequest("default", "w1", START, 60))
     job_row = Job.objects.get(pk=job.id)
     job_row.result = {"kept": True}  # a result written earlier (by hand, say)
     job_row.save(update_fields=["result"])

@@ -11,7 +11,7 @@ import pytest
 from django.db import connection, connections
 from django.test import override_settings
 
-from django_jobs.db import get_driver
+from django_jobs.db import ClaimRequest, get_driver
 from django_jobs.maintenance.cleaner import expired_ids, prune_finished
 from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import START
@@ -180,7 +180,7 @@ def test_prune_50000_finished_rows_goes_in_batches_while_claims_go_on(make_job):
     claims: list[tuple[float, float]] = []  # each successful claim's start and end
     while pruner.is_alive() and len(claims) < len(due):
         began = time.monotonic()
-        if get_driver().claim("default", "w1", START, 60, 1):
+        if get_driver().claim(ClaimRequest("default", "w1", START, 60)):
             claims.append((began, time.monotonic()))
         time.sleep(0.002)  # a worker's tick: the pruner gets its turn at the write lock
     pruner.join(60)

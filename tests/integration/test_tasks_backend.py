@@ -19,7 +19,10 @@ pytest.importorskip("django_jobs.backend", reason="needs django.tasks or the dja
 from django_jobs import cancel_job  # noqa: E402
 from django_jobs.backend import JobsBackend, job_options  # noqa: E402
 from django_jobs.context import JobContext  # noqa: E402
-from django_jobs.db import get_driver  # noqa: E402
+from django_jobs.db import (
+    ClaimRequest,
+    get_driver,  # noqa: E402
+)
 from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus  # noqa: E402
 from django_jobs.tasks.framework import (  # noqa: E402
     InvalidTask,
@@ -196,7 +199,7 @@ def test_tasks_backend_keeps_the_end_of_a_long_traceback(worker, one_attempt):
 def test_tasks_backend_maps_every_job_status(worker, clock, one_attempt):
     ready = tasks.add.enqueue(1, 1)
     assert backend().get_result(ready.id).status == TaskResultStatus.READY
-    [claimed] = get_driver().claim("default", "w-1", clock.now(), 60, 1)
+    [claimed] = get_driver().claim(ClaimRequest("default", "w-1", clock.now(), 60))
     running = backend().get_result(ready.id)
     assert (running.status, running.worker_ids) == (TaskResultStatus.RUNNING, ["w-1"])
     assert running.started_at is not None and running.finished_at is None

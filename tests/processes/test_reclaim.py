@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from django_jobs.db import get_driver
+from django_jobs.db import ClaimRequest, get_driver
 from django_jobs.models import Attempt, Job, JobStatus
 from testproject.example.models import Execution
 
@@ -16,7 +16,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def test_runjobs_burst_reclaims_and_runs_rows_without_a_live_lease(runjobs_process):
     long_ago = timezone.now() - timedelta(hours=1)
     crashed = Job.objects.create(name="example.record", run_at=long_ago, created_at=long_ago)
-    [claimed] = get_driver().claim("default", "crashed-worker", long_ago, 5, 1)
+    [claimed] = get_driver().claim(ClaimRequest("default", "crashed-worker", long_ago, 5))
     assert claimed.id == crashed.pk
     ownerless = Job.objects.bulk_create(
         Job(

@@ -1,0 +1,156 @@
+"""The records the runtime and the database drivers speak in: plain data, no logic.
+
+A :class:`ClaimRequest` asks a driver for due jobs; a :class:`ClaimedJob` is
+what a claim returns; a :class:`Settlement` is what
+:func:`django_jobs.outcomes.decide` makes of an attempt's end and what the
+driver writes, and :class:`Settled` what the settle answers. A renewal
+carries :class:`RenewRow` rows (with a handler's ``Progress``) and
+answers :class:`Renewed`. Rows a driver reads are read into named tuples,
+never by position.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any, NamedTuple
+
+from ..context import Progress
+from ..models import AttemptOutcome, JobStatus
+
+#: (job id, attempt) pairs: the fencing token of each lease.
+Pairs = Sequence[tuple[int, int]]
+
+CANDIDATE_COLUMNS = ("id", "name", "queue", "payload", "attempt", "attempts_used", "max_attempts")
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    """A claim: up to ``limit`` due jobs of ``queue`` at ``now``, leased to ``owner``."""
+
+    queue: str
+    owner: str
+    now: datetime
+    lease_seconds: float
+    limit: int = 1
+
+    @property
+    def expires_at(self) -> datetime:
+        """When the leases it takes end."""
+        return self.now + timedelta(seconds=self.lease_seconds)
+
+
+class Candidate(NamedTuple):
+    """A due row as the claim's read returns it (the columns of ``CANDIDATE_COLUMNS``)."""
+
+    id: int
+    name: str
+    queue: str
+    payload: Any
+    attempt: int
+    attempts_used: int
+    max_attempts: int
+
+
+@dataclass(frozen=True)
+class ClaimedJob:
+    """A job this worker holds the lease on, as the claim read it."""
+
+    id: int
+    name: str
+    queue: str
+    raw_payload: Any
+    attempt: int
+    attempts_used: int
+    max_attempts: int
+    owner: str
+    lease_expires_at: datetime
+
+    @property
+    def pair(self) -> tuple[int, int]:
+        return (self.id, self.attempt)
+
+
+@dataclass(frozen=True)
+class Settlement:
+    """One attempt's end, as the driver writes it.
+
+    The job's row changes only while ``owner`` still holds ``attempt``; its
+    lease is cleared. ``None`` in ``run_at``, ``finished_at`` or
+    ``last_error`` keeps the column's value.
+    """
+
+    job_id: int
+    owner: str
+    attempt: int
+    outcome: AttemptOutcome
+    status: JobStatus
+    ended_at: datetime
+    error: str = ""
+    run_at: datetime | None = None
+    finished_at: datetime | None = None
+    last_error: str | None = None
+    give_back: bool = False  # released: the attempt is not charged
+    result: str | None = None  # succeeded: the return value as JSON text; None keeps the column
+
+    @property
+    def pair(self) -> tuple[int, int]:
+        return (self.job_id, self.attempt)
+
+
+@dataclass(frozen=True)
+class Settled:
+    """What a settle wrote: the settlements fenced out, and those ended ``cancelled``.
+
+    A job that ``cancel_job()`` asked to stop ends cancelled whatever its
+    attempt did, unless it succeeded: the settle statement reads the request
+    on the row it writes, so a request that the heartbeat had not yet carried
+    back is honoured too. Its attempt keeps its own outcome and error.
+    """
+
+    lost: list[Settlement]
+    cancelled: frozenset[tuple[int, int]] = frozenset()
+
+
+class Renewed(NamedTuple):
+    """What a renewal statement answers: the leases extended, their new end, and which of
+    those jobs ``cancel_job()`` asked to stop."""
+
+    renewed: set[int]
+    expires: datetime
+    cancel_requested: set[int]
+
+
+class RenewRow(NamedTuple):
+    """One lease to renew, with the progress report to write (None: nothing new)."""
+
+    id: int
+    attempt: int
+    progress: Progress | None
+
+    @property
+    def reported(self) -> bool:
+        return self.progress is not None
+
+    @property
+    def done(self) -> int | None:
+        return None if self.progress is None else self.progress.done
+
+    @property
+    def total(self) -> int | None:
+        return None if self.progress is None else self.progress.total
+
+    @property
+    def note(self) -> str:
+        return "" if self.progress is None else self.progress.note
+
+
+# A renewal source's fields, in the order the drivers bind them.
+RENEW_FIELDS = ("id", "attempt", "reported", "done", "total", "note")
+# The progress columns and the renewal source's fields that fill them.
+PROGRESS_COLUMNS = (
+    ("progress_done", "done"),
+    ("progress_total", "total"),
+    ("progress_note", "note"),
+)
