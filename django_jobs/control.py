@@ -14,7 +14,6 @@ from django.db import IntegrityError, router
 from django.utils import timezone
 
 from .db import get_driver
-from .db.notify import notify
 from .events import send
 from .exceptions import JobNotCancellable, JobNotWaiting
 from .models import Job, JobStatus
@@ -54,7 +53,7 @@ def retry_job(job_id: int, *, now: datetime | None = None, using: str | None = N
                 progress_note="",
             )
             if changed and queue is not None:
-                notify(driver.using, [queue])
+                driver.wake([queue])
     except IntegrityError:
         logger.warning(
             "job #%s not retried: a live job with the same unique_key exists",
@@ -83,7 +82,7 @@ def run_job_now(job_id: int, *, now: datetime | None = None, using: str | None =
         waiting = jobs.filter(id=job_id, status=JobStatus.PENDING, run_at__gt=now)
         queue = waiting.values_list("queue", flat=True).first()
         if queue is not None and waiting.update(run_at=now):
-            notify(driver.using, [queue])
+            driver.wake([queue])
             job = jobs.get(id=job_id)
             logger.info(
                 "job #%s made due now", job_id, extra={"event": "job_run_now", "job_id": job_id}

@@ -34,6 +34,8 @@ from typing import Any, TypeVar
 
 from django.db import OperationalError, connections
 
+from .db import driver_class
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -134,10 +136,10 @@ def deadline(seconds: float, using: str = "default", what: str = "database call"
     Use it outside transactions: a cut-off rolls the transaction back and
     closes the connection.
     """
-    connection = connections[using]
-    if connection.vendor == "sqlite":
+    if not driver_class(using).cuts_off_calls:
         yield  # a local file: bounded by the busy timeout
         return
+    connection = connections[using]
     token = watchdog.arm(seconds, lambda: cut_off(connection))
     try:
         yield
@@ -172,10 +174,9 @@ def apply_connect_timeout(using: str, seconds: float) -> None:
     libpq waits for a connection that a silent network never completes; this
     bounds it. Affects this process only.
     """
-    connection = connections[using]
-    if connection.vendor != "postgresql":
+    if not driver_class(using).has_connect_timeout:
         return
-    options = connection.settings_dict.setdefault("OPTIONS", {})
+    options = connections[using].settings_dict.setdefault("OPTIONS", {})
     options.setdefault("connect_timeout", max(2, math.ceil(seconds)))
 
 

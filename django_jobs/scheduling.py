@@ -31,7 +31,6 @@ from .conf import (
     settings,
 )
 from .db import get_driver
-from .db.notify import notify, supports_notify
 from .events import send
 from .models import Job
 from .payloads import encode_payload
@@ -165,15 +164,10 @@ def announce_enqueued(rows: Iterable[Job], using: str) -> None:
     transaction.on_commit(announce, using=using)
 
 
-def wakes(using: str) -> bool:
-    """Whether enqueueing on ``using`` sends wake-ups (``DJANGO_JOBS["LISTEN"]``, PostgreSQL)."""
-    return bool(settings.LISTEN) and supports_notify(using)
-
-
 def notify_due(inserted: Iterable[Job], using: str) -> None:
     """Wake the workers of the queues of the ``inserted`` jobs that are due now."""
     now = timezone.now()
-    notify(using, {row.queue for row in inserted if row.run_at <= now})
+    get_driver(using).wake({row.queue for row in inserted if row.run_at <= now})
 
 
 def schedule_job(
@@ -200,7 +194,7 @@ def schedule_job(
         notify_due([row] if row is built else [], using)
         announce_enqueued([row] if row is built else [], using)
     else:
-        get_driver(using).insert_jobs([row], timezone.now(), notify=wakes(using))
+        get_driver(using).insert_jobs([row], timezone.now())
         announce_enqueued([row], using)
     logger.debug(
         "job %s #%s enqueued", row.name, row.pk, extra={"event": "job_enqueued", "job_id": row.pk}
@@ -223,7 +217,7 @@ def schedule_jobs(specs: Iterable[JobSpec | Mapping[str, Any]]) -> list[Job]:
     plain = [row for row in rows if row.unique_key is None]
     with transaction.atomic(using=using):
         if plain:
-            get_driver(using).insert_jobs(plain, timezone.now(), notify=wakes(using))
+            get_driver(using).insert_jobs(plain, timezone.now())
         result = [row if row.unique_key is None else _insert_unique(row, using) for row in rows]
         inserted = {id(row) for row in result}  # a unique key's existing job is not new
         notify_due(

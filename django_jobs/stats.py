@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.db import connections, router
+from django.db import router
 from django.db.models import Count, Min, Q, QuerySet
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from .conf import settings
+from .db import driver_class
 from .models import FINISHED_STATUSES, Attempt, AttemptOutcome, Job, JobStatus, Worker
 
 
@@ -221,7 +222,7 @@ def estimated_finished(jobs: QuerySet[Job], queues: list[str]) -> dict[tuple[str
     member for all finished rows; each member's ``Plan Rows`` is its estimate.
     The planner never estimates fewer than one row, so an empty status reads ≈1.
     """
-    if connections[jobs.db].vendor != "postgresql":
+    if not driver_class(jobs.db).has_row_estimates:
         return None
     pairs = [(queue, str(status)) for queue in queues for status in FINISHED_STATUSES]
     members = [jobs.filter(status__in=FINISHED_STATUSES).values("id")] + [

@@ -51,9 +51,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     wants_skip_locked = item.get_closest_marker("skip_locked")
     wants_guarded = item.get_closest_marker("guarded_update")
     if wants_skip_locked or wants_guarded:
-        from django.db import connection
+        from django_jobs.db import driver_class
 
-        has = connection.features.has_select_for_update_skip_locked
+        has = driver_class("default").supports_skip_locked
         if wants_skip_locked and not has:
             pytest.skip("needs SELECT ... FOR UPDATE SKIP LOCKED")
         if wants_guarded and has:
@@ -61,9 +61,9 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     wants_listen = item.get_closest_marker("listen_notify")
     wants_no_listen = item.get_closest_marker("without_listen_notify")
     if wants_listen or wants_no_listen:
-        from django_jobs.db.notify import supports_notify
+        from django_jobs.db import driver_class
 
-        has = supports_notify("default")
+        has = driver_class("default").supports_listen
         if wants_listen and not has:
             pytest.skip("needs LISTEN/NOTIFY")
         if wants_no_listen and has:

@@ -26,6 +26,7 @@ from typing import Any, NamedTuple
 from django.core.checks import CheckMessage
 from django.db import DataError, IntegrityError, connections, transaction
 
+from ..conf import settings
 from ..models import Attempt, Job, JobStatus
 from .records import (
     CANDIDATE_COLUMNS,
@@ -71,10 +72,32 @@ def lease_end(now: datetime, lease_seconds: float) -> datetime:
 
 
 class Driver:
-    """The hot-path statements for one database alias."""
+    """The hot-path statements for one database alias.
+
+    What the database can do is declared here, as class attributes a driver
+    overrides (as Django's ``DatabaseFeatures`` does); the rest of the code
+    reads them instead of the vendor's name.
+    """
+
+    #: LISTEN/NOTIFY: an enqueue wakes idle workers at once; without it they poll.
+    supports_listen = False
+    #: ``SELECT ... FOR UPDATE SKIP LOCKED``: concurrent claims and maintenance pass the
+    #: rows another transaction holds, instead of one database-wide write lock.
+    supports_skip_locked = False
+    #: A claim, and a claim that carries outcomes, is one statement: one round trip.
+    claims_in_one_statement = False
+    #: A call on the connection can be cut off at its deadline (a network socket; a local
+    #: file is bounded by its busy timeout instead).
+    cuts_off_calls = False
+    #: The planner's row counts are cheap estimates worth showing past a large table.
+    has_row_estimates = False
+    #: A new connection takes a ``connect_timeout`` option (libpq's), which bounds it.
+    has_connect_timeout = False
 
     def __init__(self, using: str = "default") -> None:
         self.using = using
+        # Wake-ups are sent where the database has them and DJANGO_JOBS["LISTEN"] is on.
+        self.listen = self.supports_listen and bool(settings.LISTEN)
         self._quoted: dict[str, str] = {}
         self._texts: dict[str, str] = {}
 
@@ -129,18 +152,24 @@ class Driver:
         """The database server's clock (None if it cannot be read)."""
         raise NotImplementedError
 
-    def notify(self, queues: Iterable[str]) -> None:
-        """Wake the workers of ``queues`` when the caller's transaction commits (if supported)."""
+    def wake(self, queues: Iterable[str]) -> None:
+        """Wake the workers of ``queues``, once the caller's transaction commits: the one way
+        a wake-up is sent. Does nothing without LISTEN (or with it turned off)."""
+        if self.listen:
+            self.notify(queues)
 
-    def insert_jobs(self, rows: Sequence[Job], now: datetime, notify: bool) -> None:
+    def notify(self, queues: Iterable[str]) -> None:
+        """The database's own wake-up statement (drivers with ``supports_listen``)."""
+        raise NotImplementedError
+
+    def insert_jobs(self, rows: Sequence[Job], now: datetime) -> None:
         """Insert new jobs (without a unique key) on the caller's connection; set their ids.
 
-        With ``notify``, the workers of the queues that got a job due at
-        ``now`` are woken when the caller's transaction commits.
+        The workers of the queues that got a job due at ``now`` are woken when
+        the caller's transaction commits.
         """
         Job.objects.using(self.using).bulk_create(rows)
-        if notify:
-            self.notify(row.queue for row in rows if row.run_at <= now)
+        self.wake(row.queue for row in rows if row.run_at <= now)
 
     # -- claiming -------------------------------------------------------------
 

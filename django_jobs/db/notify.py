@@ -20,7 +20,6 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
@@ -50,24 +49,6 @@ CONNECTION_DEFAULTS: dict[str, Any] = {
     "keepalives_interval": 5,
     "keepalives_count": 3,
 }
-
-
-def supports_notify(using: str) -> bool:
-    """Whether the database behind ``using`` has LISTEN/NOTIFY."""
-    return connections[using].vendor == "postgresql"
-
-
-def notify(using: str, queues: Iterable[str]) -> None:
-    """Wake the workers of ``queues``: one statement on the caller's connection.
-
-    Inside a transaction, the notifications go out when it commits. Does
-    nothing on databases without NOTIFY, or with ``DJANGO_JOBS["LISTEN"]`` off.
-    """
-    if not settings.LISTEN or not supports_notify(using):
-        return
-    from . import get_driver
-
-    get_driver(using).notify(queues)
 
 
 def psycopg_can_listen() -> bool:

@@ -87,6 +87,12 @@ class SettledRow(NamedTuple):
 
 
 class PostgresDriver(Driver):
+    supports_listen = True
+    supports_skip_locked = True
+    claims_in_one_statement = True
+    cuts_off_calls = True
+    has_row_estimates = True
+    has_connect_timeout = True
     lock_suffix = " FOR UPDATE SKIP LOCKED"
 
     def __init__(self, using: str = "default") -> None:
@@ -140,7 +146,7 @@ class PostgresDriver(Driver):
             cursor.execute(sql, params)
             return list(cursor.fetchall())
 
-    def insert_jobs(self, rows: Sequence[Job], now: datetime, notify: bool) -> None:
+    def insert_jobs(self, rows: Sequence[Job], now: datetime) -> None:
         """One statement: the rows in order, and the NOTIFY of the queues with a job due."""
         if not rows:
             return
@@ -183,7 +189,7 @@ class PostgresDriver(Driver):
             [row.created_at for row in rows],
             [row.schedule for row in rows],
         ]
-        if notify:  # a volatile call in a lateral subquery: run once per distinct due queue
+        if self.listen:  # a volatile call in a lateral subquery: run once per distinct due queue
             sql += (
                 f" UNION ALL SELECT NULL FROM (SELECT DISTINCT {qn('queue')} AS q FROM r"
                 f" WHERE {qn('run_at')} <= %s) d, LATERAL (SELECT pg_notify(%s, d.q)) n"

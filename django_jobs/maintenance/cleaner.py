@@ -109,7 +109,7 @@ def prune_status(
     full batch as long as the batch held it, so that the claims and settles
     waiting for the lock get their turn.
     """
-    shares_one_lock = not driver.connection.features.has_select_for_update_skip_locked
+    shares_one_lock = not driver.supports_skip_locked
     deleted = used = 0
     while max_batches is None or used < max_batches:
         began = time.monotonic()
@@ -155,7 +155,7 @@ def expired_ids(driver: Driver, status: JobStatus, cutoff: datetime, batch: int)
     rows = Job.objects.using(driver.using).filter(
         InFinishedIndex(), status=status, finished_at__lt=cutoff
     )
-    if driver.connection.features.has_select_for_update_skip_locked:
+    if driver.supports_skip_locked:
         rows = rows.select_for_update(skip_locked=True)
     return rows.order_by("finished_at").values_list("id", flat=True)[:batch]
 

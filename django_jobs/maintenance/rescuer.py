@@ -134,7 +134,7 @@ def reclaim_row(driver: Driver, row: Any, now: datetime) -> bool:
         with driver.write_transaction():
             # A row another session holds locked (a worker cut off mid-write
             # leaves its transaction open on the server) is passed, not waited for.
-            locked = not driver.connection.features.has_select_for_update_skip_locked or (
+            locked = not driver.supports_skip_locked or (
                 fenced.select_for_update(skip_locked=True).exists()
             )
             changed = locked and fenced.update(**values, lease_owner=None, lease_expires_at=None)

@@ -156,6 +156,6 @@ class OutcomeWriter:
             return
         try:
             with self.deadline("waking the queues"):
-                self.driver.notify(queues)
+                self.driver.wake(queues)
         except DatabaseError as exc:
             logger.debug("wake-up not sent: %s", exc, extra={"event": "wake_failed"})

@@ -12,8 +12,8 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
-from ..conf import settings
-from ..db.notify import Listener, psycopg_can_listen, supports_notify
+from ..db import get_driver
+from ..db.notify import Listener, psycopg_can_listen
 
 logger = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ class Waker:
 
     def start(self) -> bool:
         """Start listening; False (and no thread) where LISTEN is not used."""
-        if not settings.LISTEN or not supports_notify(self.using):
+        if not get_driver(self.using).listen:
             return False
         if not psycopg_can_listen():
             logger.info(

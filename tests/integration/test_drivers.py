@@ -508,3 +508,13 @@ def test_driver_renew_extends_only_the_leases_still_held(make_job):
     expiries = dict(Job.objects.values_list("id", "lease_expires_at"))
     assert expiries[mine.id] == expires
     assert expiries[stale.id] == expiries[other.id] == START + timedelta(seconds=LEASE)
+
+
+def test_driver_declares_what_its_database_can_do():
+    """The rest of the code reads these instead of the vendor's name."""
+    driver = get_driver()
+    features = connection.features
+    assert driver.supports_skip_locked == features.has_select_for_update_skip_locked
+    assert driver.supports_listen == (connection.vendor == "postgresql")
+    assert driver.claims_in_one_statement == (STATEMENTS_PER_CLAIM[connection.vendor] == 1)
+    assert driver.cuts_off_calls == (connection.vendor != "sqlite")

@@ -23,7 +23,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from django_jobs import JobSpec, schedule_job, schedule_jobs
-from django_jobs.db.notify import CHANNEL, Listener, notify
+from django_jobs.db import get_driver
+from django_jobs.db.notify import CHANNEL, Listener
 from django_jobs.worker.waker import Waker
 from tests.conftest import wait_until
 
@@ -142,7 +143,7 @@ def test_notify_rides_in_the_insert_of_the_job():
 @pytest.mark.without_listen_notify
 def test_notify_is_a_no_op_without_listen_notify():
     with CaptureQueriesContext(connection) as context:
-        notify("default", ["default", "emails"])
+        get_driver().wake(["default", "emails"])
         schedule_job("tests.ok")
     assert not [q for q in context.captured_queries if "notify" in q["sql"]]
     assert not Waker("default", ["default"], lambda queue: None).start()
@@ -161,7 +162,7 @@ def test_listener_ignores_empty_payloads(listener):
 @pytest.mark.listen_notify
 def test_listener_drains_everything_already_arrived(listener):
     for queue in ("a", "b", "c"):
-        notify("default", [queue])
+        get_driver().wake([queue])
     time.sleep(0.1)  # all three have arrived before the wait
     started = time.monotonic()
     assert listener.wait(5.0) == {"a", "b", "c"}
@@ -312,3 +313,20 @@ def test_notify_a_job_due_again_after_its_outcome_wakes_its_queue(listener, work
     [again] = w.claim("emails", timezone.now(), 1)
     assert w.release([again.pair], timezone.now()) == {again.id}  # the stop's hand-back
     assert received(listener) == {"default", "emails"}
+
+
+@pytest.mark.listen_notify
+def test_notify_off_in_the_settings_the_worker_sends_no_wake_up_either(settings, worker):
+    """LISTEN is read once per driver, and every wake-up goes through Driver.wake: a
+    worker's wake for a job due again honours DJANGO_JOBS["LISTEN"] as an enqueue does."""
+    settings.DJANGO_JOBS = {"LISTEN": False}
+    w = worker()
+    with CaptureQueriesContext(connection) as context:
+        w.writer.wake(["default"])
+        get_driver().wake(["default"])
+        schedule_job("tests.ok")
+    assert not [q for q in context.captured_queries if "notify" in q["sql"]]
+    settings.DJANGO_JOBS = {"LISTEN": True}
+    with CaptureQueriesContext(connection) as context:
+        worker().writer.wake(["default"])
+    assert [q for q in context.captured_queries if "pg_notify" in q["sql"]]
