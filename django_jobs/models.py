@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
+
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone as tz
 
 
@@ -29,8 +32,49 @@ class AttemptOutcome(models.TextChoices):
 
 
 class JobQuerySet(models.QuerySet["Job"]):
+    """The states the code names, spelled out once."""
+
     def live(self) -> JobQuerySet:
+        """Pending or running."""
         return self.filter(status__in=LIVE_STATUSES)
+
+    def pending(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.PENDING)
+
+    def due(self, now: datetime) -> JobQuerySet:
+        """Pending, due at ``now``, with an attempt left: what a claim takes."""
+        return self.filter(
+            status=JobStatus.PENDING, run_at__lte=now, attempts_used__lt=F("max_attempts")
+        )
+
+    def exhausted(self) -> JobQuerySet:
+        """Pending with no attempt left (a row written by hand, say): never claimable."""
+        return self.filter(status=JobStatus.PENDING, attempts_used__gte=F("max_attempts"))
+
+    def running(self) -> JobQuerySet:
+        return self.filter(status=JobStatus.RUNNING)
+
+    def unleased(self, now: datetime) -> JobQuerySet:
+        """Running with no live lease at ``now``: expired, or without an expiry or an owner.
+
+        Nobody can renew a lease without an owner, and one without an expiry
+        never ends: both are as good as lapsed.
+        """
+        no_live_lease = (
+            Q(lease_expires_at__lt=now)
+            | Q(lease_expires_at__isnull=True)
+            | Q(lease_owner__isnull=True)
+            | Q(lease_owner="")
+        )
+        return self.running().filter(no_live_lease)
+
+    def held_by(self, owners: Iterable[str]) -> JobQuerySet:
+        """Running under one of ``owners``' leases."""
+        return self.running().filter(lease_owner__in=list(owners))
+
+    def finished(self) -> JobQuerySet:
+        """Succeeded, dead-lettered or cancelled."""
+        return self.filter(status__in=FINISHED_STATUSES)
 
     def dead_lettered(self) -> JobQuerySet:
         return self.filter(status=JobStatus.DEAD_LETTERED)

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from .conf import require_queue_name, require_use_tz, settings
 from .exceptions import JobsError
-from .models import Job, JobStatus
+from .models import Job
 
 logger = logging.getLogger(__name__)
 
@@ -117,7 +117,7 @@ def unserved_due_counts(served: Iterable[str], now: datetime, using: str) -> dic
     """Due pending jobs per queue outside ``served``, in one query."""
     rows = (
         Job.objects.using(using)
-        .filter(status=JobStatus.PENDING, run_at__lte=now)
+        .due(now)
         .exclude(queue__in=list(served))
         .values("queue")
         .annotate(count=Count("id"))

@@ -17,13 +17,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import router
-from django.db.models import Count, Min, Q, QuerySet
+from django.db.models import Count, Min, Q
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from .conf import settings
 from .db import driver_class
-from .models import FINISHED_STATUSES, Attempt, AttemptOutcome, Job, JobStatus, Worker
+from .models import FINISHED_STATUSES, Attempt, AttemptOutcome, Job, JobQuerySet, JobStatus, Worker
 
 
 @dataclass
@@ -181,11 +181,11 @@ def count_queues(
     return [by_queue[name] for name in sorted(by_queue)], estimates is not None
 
 
-def count_live(jobs: QuerySet[Job], now: datetime, stats_for: Any) -> None:
+def count_live(jobs: JobQuerySet, now: datetime, stats_for: Any) -> None:
     # The claim index's condition: pending rows only.
     future = Q(run_at__gt=now)
     pending = (
-        jobs.filter(status=JobStatus.PENDING)
+        jobs.pending()
         .values("queue")
         .annotate(
             due=Count("id", filter=Q(run_at__lte=now)),
@@ -199,12 +199,12 @@ def count_live(jobs: QuerySet[Job], now: datetime, stats_for: Any) -> None:
         stats.due, stats.scheduled, stats.retrying = row["due"], row["scheduled"], row["retrying"]
         stats.oldest_due_at = row["oldest_due_at"]
     # The lease index's condition: running rows only.
-    running = jobs.filter(status=JobStatus.RUNNING).values("queue").annotate(count=Count("id"))
+    running = jobs.running().values("queue").annotate(count=Count("id"))
     for counted in running:
         stats_for(counted["queue"]).running = counted["count"]
 
 
-def count_finished(jobs: QuerySet[Job], stats_for: Any) -> None:
+def count_finished(jobs: JobQuerySet, stats_for: Any) -> None:
     """Exact: one grouped count over the finished index's condition."""
     finished = (
         jobs.filter(status__in=FINISHED_STATUSES).values("queue", "status").annotate(n=Count("id"))
@@ -213,7 +213,7 @@ def count_finished(jobs: QuerySet[Job], stats_for: Any) -> None:
         setattr(stats_for(by_status["queue"]), by_status["status"], by_status["n"])
 
 
-def estimated_finished(jobs: QuerySet[Job], queues: list[str]) -> dict[tuple[str, str], int] | None:
+def estimated_finished(jobs: JobQuerySet, queues: list[str]) -> dict[tuple[str, str], int] | None:
     """The planner's estimate of each queue's finished rows by status, from one ``EXPLAIN``.
 
     None (count them exactly) unless the database is PostgreSQL and it estimates
@@ -335,7 +335,7 @@ def attach_running_jobs(workers: Iterable[LiveWorker], using: str) -> None:
         return
     held = (
         Job.objects.using(using)
-        .filter(status=JobStatus.RUNNING, lease_owner__in=by_id)
+        .held_by(by_id)
         .order_by("id")
         .values_list("lease_owner", "id", named=True)
     )

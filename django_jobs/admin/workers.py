@@ -18,7 +18,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from ..display import format_age, format_time
-from ..models import Job, JobStatus, Worker
+from ..models import Job, Worker
 from ..stats import LATE_BEATS, heartbeat_is_stale
 from .common import ReadOnlyAdminMixin
 from .filters import HeartbeatFilter
@@ -44,7 +44,7 @@ def show_workers(workers: Iterable[Worker], now: datetime, using: str) -> None:
     if workers:
         rows = (
             Job.objects.using(using)
-            .filter(status=JobStatus.RUNNING, lease_owner__in=[worker.id for worker in workers])
+            .held_by(worker.id for worker in workers)
             .order_by("id")
             .values_list("lease_owner", "id", "name", named=True)
         )

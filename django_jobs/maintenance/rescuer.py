@@ -13,7 +13,7 @@ import logging
 from datetime import datetime
 from typing import Any
 
-from django.db.models import F, Q
+from django.db.models import Q
 
 from ..db import ROW_ERRORS, Driver
 from ..models import Attempt, AttemptOutcome, Job, JobStatus
@@ -50,18 +50,8 @@ def reclaim_expired_leases(driver: Driver, now: datetime, batch: int = RECLAIM_B
 
 
 def _without_live_lease(driver: Driver, now: datetime) -> Any:
-    """Running rows that no lease holds: expired, without an expiry, or without an owner.
-
-    Nobody can renew a lease without an owner, and one without an expiry
-    never ends: both are as good as lapsed.
-    """
-    no_live_lease = (
-        Q(lease_expires_at__lt=now)
-        | Q(lease_expires_at__isnull=True)
-        | Q(lease_owner__isnull=True)
-        | Q(lease_owner="")
-    )
-    return Job.objects.using(driver.using).filter(no_live_lease, status=JobStatus.RUNNING)
+    """Running rows that no lease holds (``Job.objects.unleased``)."""
+    return Job.objects.using(driver.using).unleased(now)
 
 
 UNLEASED_FIELDS = (
@@ -171,7 +161,7 @@ def dead_letter_exhausted(driver: Driver, now: datetime) -> int:
     with driver.write_transaction():
         return (
             Job.objects.using(driver.using)
-            .filter(status=JobStatus.PENDING, attempts_used__gte=F("max_attempts"))
+            .exhausted()
             .update(
                 status=JobStatus.DEAD_LETTERED,
                 finished_at=now,

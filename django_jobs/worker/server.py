@@ -30,12 +30,11 @@ from functools import partial
 from typing import TypeVar
 
 from django.db import connections
-from django.db.models import F, Q
 
 from ..conf import settings
 from ..db import ClaimedJob
 from ..deadlines import apply_connect_timeout
-from ..models import Job, JobStatus
+from ..models import Job
 from .connections import guarded, tidy_connections
 from .core import Parts, Worker
 from .waker import Waker
@@ -177,15 +176,9 @@ class Server:
         if any(state.busy or not state.inbox.empty() for state in self.states.values()):
             return False
         p = self.parts
-        now = p.clock.now()
-        due = Q(status=JobStatus.PENDING, run_at__lte=now, attempts_used__lt=F("max_attempts"))
+        jobs = Job.objects.using(p.using).filter(queue__in=list(p.queues))
         with p.deadline("the drain check"):
-            return (
-                not Job.objects.using(p.using)
-                .filter(queue__in=list(p.queues))
-                .filter(due | Q(status=JobStatus.RUNNING))
-                .exists()
-            )
+            return not (jobs.due(p.clock.now()) | jobs.running()).exists()
 
     def shut_down(self, threads: list[threading.Thread]) -> None:
         """Cancel running handlers, wait up to the grace period, flush the settler,
