@@ -17,8 +17,11 @@ def format_time(value: datetime | None, zone: tzinfo | None = None) -> str:
     return timezone.localtime(value, zone).strftime(TIME_FORMAT)
 
 
-def format_age(age: timedelta) -> str:
-    """How long ago, or how long waiting, in whole seconds: ``4 s``, ``3 min 5 s``."""
+def format_age(age: timedelta | None) -> str:
+    """How long ago, or how long waiting, in whole seconds: ``4 s``, ``3 min 5 s``; ``-``
+    for None."""
+    if age is None:
+        return "-"
     return format_span(timedelta(seconds=max(int(age.total_seconds()), 0)), whole=True)
 
 

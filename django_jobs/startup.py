@@ -15,6 +15,7 @@ from django.utils import timezone
 from .conf import require_queue_name, require_use_tz, settings
 from .exceptions import JobsError
 from .models import Job
+from .text import first_line
 
 logger = logging.getLogger(__name__)
 
@@ -52,11 +53,6 @@ def require_migrated(using: str) -> None:
 
 class DatabaseUnreachable(JobsError):
     """The database could not be reached and the caller would not wait."""
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def wait_for_database(

@@ -11,6 +11,12 @@ import re
 UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, or its type's name if it has none."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def storable_text(text: str) -> str:
     """``text`` with NUL written ``\\x00`` and each lone surrogate replaced by U+FFFD."""
     if UNSTORABLE.search(text) is None:

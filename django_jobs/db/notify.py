@@ -26,6 +26,7 @@ from django.db import connections
 
 from ..conf import settings
 from ..retry_policy import RetryPolicy, backoff_seconds
+from ..text import first_line
 
 if TYPE_CHECKING:
     import psycopg
@@ -59,11 +60,6 @@ def psycopg_can_listen() -> bool:
         return False
     major, minor = (int(part) for part in psycopg.__version__.split(".")[:2])
     return (major, minor) >= (3, 2)
-
-
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 class Listener:

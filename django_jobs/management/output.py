@@ -7,23 +7,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from ..display import format_time
+from ..display import format_age, format_time
 
 __all__ = ["format_age", "format_duration", "format_time"]
-
-
-def format_age(age: timedelta | None) -> str:
-    """``1h02m03s``, ``4m05s``, ``6s``: whole seconds."""
-    if age is None:
-        return "-"
-    seconds = max(int(age.total_seconds()), 0)
-    hours, rest = divmod(seconds, 3600)
-    minutes, seconds = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m{seconds:02d}s"
-    if minutes:
-        return f"{minutes}m{seconds:02d}s"
-    return f"{seconds}s"
 
 
 def shorten(text: str, width: int = 60) -> str:

@@ -9,6 +9,8 @@ from typing import TypeVar
 
 from django.db import DatabaseError, connections
 
+from ..text import first_line
+
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -25,7 +27,7 @@ def guarded(step: Callable[[], T], using: str) -> T | None:
         logger.warning(
             "worker step failed (%s: %s); retrying",
             type(exc).__name__,
-            str(exc).strip().splitlines()[0] if str(exc).strip() else "",
+            first_line(exc),
             extra={"event": "worker_error"},
         )
     except Exception:

@@ -32,6 +32,7 @@ from ..deadlines import CallerBusy, DatabaseTimeout, Deadlines, OffThread
 from ..events import report_lease
 from ..models import AttemptOutcome
 from ..outcomes import HandlerResult
+from ..text import first_line
 from .heartbeat import LeaseKeeper, Renewal
 
 logger = logging.getLogger(__name__)
@@ -78,8 +79,7 @@ def may_be_the_rows(error: BaseException | None) -> bool:
 def error_line(error: BaseException | None) -> str:
     if error is None:
         return "no time left before the give-up point"
-    text = str(error).strip()
-    return f"{type(error).__name__}: {text.splitlines()[0]}" if text else type(error).__name__
+    return f"{type(error).__name__}: {first_line(error)}"
 
 
 def run_on_a_thread(write: Callable[[], object]) -> None:
