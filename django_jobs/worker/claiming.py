@@ -12,9 +12,9 @@ from __future__ import annotations
 import logging
 from datetime import datetime
 
-from ..clock import Clock
 from ..db import ROW_ERRORS, ClaimedJob, ClaimRequest, DatabaseBusy, Driver
-from ..deadlines import Deadlines
+from .clock import Clock
+from .deadlines import Deadlines
 from .recording import OutcomeWriter
 from .settler import Settler
 

@@ -25,17 +25,17 @@ from typing import TypeVar
 
 from django.db import router
 
-from ..clock import Clock, DatabaseClock
 from ..conf import settings
 from ..db import ClaimedJob, Driver, get_driver
 from ..db.records import Pairs
-from ..deadlines import Deadlines
 from ..maintenance.scheduler import enqueue_due
 from ..models import AttemptOutcome, Job, JobStatus
 from ..outcomes import HandlerResult, Settlement
 from ..retry_policy import RetryPolicy
 from .claiming import Claimer
+from .clock import Clock, DatabaseClock
 from .connections import guarded
+from .deadlines import Deadlines
 from .execution import Executor, timeout_for
 from .inflight import InFlight, driver_renewal
 from .maintainer import Maintainer

@@ -14,7 +14,6 @@ import logging
 from typing import Any
 
 from .. import signals
-from ..clock import Clock
 from ..conf import settings
 from ..context import JobContext
 from ..db import ClaimedJob
@@ -24,6 +23,7 @@ from ..models import AttemptOutcome
 from ..outcomes import HandlerResult, Settlement, cancelled
 from ..payloads import decode_payload, encode_payload
 from ..registry import get_definition
+from .clock import Clock
 from .inflight import Held, InFlight
 from .recording import OutcomeWriter
 from .settler import Outcome, Settler

@@ -9,7 +9,7 @@ in time (cancelling their handlers), and times out handlers past their
 its handler's late result dropped.
 
 The heartbeat itself never waits on the database past the give-up point:
-the renewal runs on a thread of its own (:class:`~django_jobs.deadlines.OffThread`)
+the renewal runs on a thread of its own (:class:`~django_jobs.worker.deadlines.OffThread`)
 and is waited for only until the earliest give-up point among the leases
 it renews; then the leases are judged at the time the wait ended. Writes
 that may wait out an outage (a timed-out job's outcome) are handed to
@@ -28,11 +28,11 @@ from datetime import datetime, timedelta
 from ..context import JobContext, Progress
 from ..db import ClaimedJob, Driver
 from ..db.records import Pairs, Renewed
-from ..deadlines import CallerBusy, DatabaseTimeout, Deadlines, OffThread
 from ..events import report_lease
 from ..models import AttemptOutcome
 from ..outcomes import HandlerResult
 from ..text import first_line
+from .deadlines import CallerBusy, DatabaseTimeout, Deadlines, OffThread
 from .heartbeat import LeaseKeeper, Renewal
 
 logger = logging.getLogger(__name__)

@@ -12,10 +12,10 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from ..db import Driver
-from ..deadlines import Deadlines
 from ..maintenance.cleaner import prune_finished
 from ..maintenance.rescuer import dead_letter_exhausted, reclaim_expired_leases
 from ..maintenance.scheduler import enqueue_due
+from .deadlines import Deadlines
 from .processes import refresh_worker, register_worker, sweep_workers, unregister_worker
 
 # Batches of finished jobs one maintenance pass may prune (of prune_finished's batch size).

@@ -18,16 +18,16 @@ from datetime import datetime
 
 from django.db import DatabaseError
 
-from ..clock import Clock
 from ..conf import settings
 from ..db import Driver
 from ..db.outage import with_backoff
 from ..db.records import ClaimedJob, Pairs, Settled
-from ..deadlines import Deadlines
 from ..events import report_lease, report_outcome
 from ..models import AttemptOutcome, JobStatus
 from ..outcomes import HandlerResult, Settlement, cancel_honoured, decide, released
 from ..retry_policy import RetryPolicy
+from .clock import Clock
+from .deadlines import Deadlines
 from .inflight import InFlight
 from .settler import Outcome
 

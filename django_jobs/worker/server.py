@@ -33,10 +33,10 @@ from django.db import connections
 
 from ..conf import settings
 from ..db import ClaimedJob
-from ..deadlines import apply_connect_timeout
 from ..models import Job
 from .connections import guarded, tidy_connections
 from .core import Parts, Worker
+from .deadlines import apply_connect_timeout
 from .waker import Waker
 
 logger = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
-from django_jobs.deadlines import CallerBusy, DatabaseTimeout, OffThread, deadline
 from django_jobs.models import Job, JobStatus
+from django_jobs.worker.deadlines import CallerBusy, DatabaseTimeout, OffThread, deadline
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -92,7 +92,7 @@ def test_release_hands_every_held_job_back_in_one_transaction(
 def test_apply_connect_timeout_bounds_new_connections_unless_one_is_set(settings):
     from django.db import connections
 
-    from django_jobs.deadlines import apply_connect_timeout
+    from django_jobs.worker.deadlines import apply_connect_timeout
 
     options = connections["default"].settings_dict.setdefault("OPTIONS", {})
     saved = dict(options)

@@ -3,10 +3,10 @@ from datetime import timedelta
 
 import pytest
 
-from django_jobs.clock import DatabaseClock, SystemClock
 from django_jobs.models import Job, Worker
 from django_jobs.worker import Worker as JobWorker
 from django_jobs.worker import serve
+from django_jobs.worker.clock import DatabaseClock, SystemClock
 from django_jobs.worker.processes import refresh_worker, register_worker, sweep_workers
 from tests.conftest import START, wait_until
 

@@ -11,7 +11,7 @@ from django.core.management.base import SystemCheckError
 
 from django_jobs import schedule_job, schedule_jobs
 from django_jobs.models import Job, JobStatus
-from django_jobs.startup import log_unserved_due, unserved_due_counts
+from django_jobs.worker.startup import log_unserved_due, unserved_due_counts
 from testproject.example.management.commands.demo import python_command
 
 pytestmark = pytest.mark.django_db(transaction=True)

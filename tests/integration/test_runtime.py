@@ -8,9 +8,9 @@ import pytest
 from django.db import connection
 
 from django_jobs import schedule_jobs
-from django_jobs.clock import SystemClock
 from django_jobs.models import Job, JobStatus
 from django_jobs.worker import Worker, serve
+from django_jobs.worker.clock import SystemClock
 from tests.conftest import wait_until
 from tests.jobs import SLEPT
 

@@ -7,7 +7,6 @@ import pytest
 from django.db import transaction
 
 from django_jobs import schedule_job, schedule_jobs
-from django_jobs.clock import SystemClock
 from django_jobs.models import Job, JobStatus
 from django_jobs.signals import (
     job_cancelled,
@@ -17,6 +16,7 @@ from django_jobs.signals import (
     job_started,
     job_succeeded,
 )
+from django_jobs.worker.clock import SystemClock
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

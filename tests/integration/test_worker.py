@@ -3,10 +3,10 @@ import threading
 import pytest
 
 from django_jobs import schedule_job, schedule_jobs
-from django_jobs.clock import DatabaseClock, SystemClock
 from django_jobs.models import Job, JobStatus
 from django_jobs.testing import FakeClock, run_until_empty
 from django_jobs.worker import Worker, serve
+from django_jobs.worker.clock import DatabaseClock, SystemClock
 from tests.conftest import wait_until
 from tests.jobs import ok
 

@@ -4,8 +4,8 @@ import threading
 import time
 from datetime import timedelta
 
-from django_jobs.clock import DatabaseClock
 from django_jobs.testing import FakeClock
+from django_jobs.worker.clock import DatabaseClock
 from tests.conftest import START, wait_until
 
 

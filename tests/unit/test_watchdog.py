@@ -2,7 +2,7 @@
 
 import threading
 
-from django_jobs.deadlines import Watchdog
+from django_jobs.worker.deadlines import Watchdog
 from tests.conftest import wait_until
 
 

@@ -12,18 +12,18 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import router
 
 from django_jobs.conf import settings
-from django_jobs.deadlines import apply_connect_timeout
 from django_jobs.exceptions import JobsError
 from django_jobs.models import Job
 from django_jobs.recurring import sync_from_settings
-from django_jobs.startup import (
+from django_jobs.worker import Worker, serve
+from django_jobs.worker.deadlines import apply_connect_timeout
+from django_jobs.worker.startup import (
     check_configured,
     log_unserved_due,
     require_migrated,
     served_queues,
     wait_for_database,
 )
-from django_jobs.worker import Worker, serve
 
 logger = logging.getLogger("django_jobs.runjobs")
 

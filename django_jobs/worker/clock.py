@@ -114,7 +114,7 @@ class DatabaseClock:
             connections.close_all()
 
     def _read_database(self) -> datetime | None:
-        from .db import get_driver
+        from ..db import get_driver
         from .deadlines import deadline
 
         with deadline(self.timeout_seconds, self.using, "reading the database clock"):

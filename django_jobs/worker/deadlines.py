@@ -34,7 +34,7 @@ from typing import Any, TypeVar
 
 from django.db import OperationalError, connections
 
-from .db import driver_class
+from ..db import driver_class
 
 logger = logging.getLogger(__name__)
 

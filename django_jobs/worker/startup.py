@@ -12,10 +12,10 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Count
 from django.utils import timezone
 
-from .conf import require_queue_name, require_use_tz, settings
-from .exceptions import JobsError
-from .models import Job
-from .text import first_line
+from ..conf import require_queue_name, require_use_tz, settings
+from ..exceptions import JobsError
+from ..models import Job
+from ..text import first_line
 
 logger = logging.getLogger(__name__)
 
