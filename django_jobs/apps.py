@@ -1,7 +1,22 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.apps import AppConfig
-from django.utils.module_loading import autodiscover_modules
+from django.conf import settings
+from django.utils.module_loading import autodiscover_modules, import_string
+
+
+def runs_tasks(params: Any) -> bool:
+    """Whether a ``TASKS`` entry's backend runs on django-jobs (``JobsBackend`` or a subclass)."""
+    path = params.get("BACKEND") if isinstance(params, dict) else None
+    if not isinstance(path, str):
+        return False
+    try:
+        backend = import_string(path)
+    except ImportError:
+        return False  # Django's own check says so when the backend is used
+    return bool(getattr(backend, "runs_on_django_jobs", False))
 
 
 class DjangoJobsConfig(AppConfig):
@@ -10,7 +25,12 @@ class DjangoJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        """The one place that registers things: the system checks, every installed app's
+        ``@job`` handlers, and the job that runs Django tasks when a ``TASKS`` backend is a
+        ``JobsBackend``."""
         from . import checks  # noqa: F401  (registers the system checks)
 
         # Import every installed app's jobs.py so that its @job handlers register.
         autodiscover_modules("jobs")
+        if any(runs_tasks(params) for params in (getattr(settings, "TASKS", None) or {}).values()):
+            from . import backend  # noqa: F401  (registers the task runner)

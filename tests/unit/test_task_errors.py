@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("django_jobs.backend", reason="needs django.tasks or the django-tasks backport")
 
-from django_jobs.jobs import runs_tasks  # noqa: E402
+from django_jobs.apps import runs_tasks  # noqa: E402
 from django_jobs.models import AttemptOutcome  # noqa: E402
 from django_jobs.outcomes import ERROR_LIMIT  # noqa: E402
 from django_jobs.tasks.results import PREFIX, failure_text, task_error  # noqa: E402
