@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from typing import Any
@@ -173,3 +175,60 @@ def prune_batch(driver: Driver, status: JobStatus, cutoff: datetime, batch: int)
         # The cascade deletes the attempts first, then the jobs.
         _, counts = Job.objects.using(driver.using).filter(pk__in=ids).only("pk").delete()
     return len(ids), counts.get(Job._meta.label, 0)
+
+
+# -- pruning now: ``jobs prune`` and its dry run -------------------------------------
+
+
+@dataclass(frozen=True)
+class StatusPruned:
+    """What pruning did (or, in a dry run, would do) to one finished status."""
+
+    status: str
+    kept: timedelta | None  # None: kept forever, so nothing goes
+    cutoff: datetime | None  # jobs finished before it go
+    count: int
+
+
+def prune_statuses(
+    now: datetime,
+    *,
+    using: str,
+    retention: Mapping[str, timedelta | None],
+    statuses: Iterable[str] | None = None,
+    older_than: timedelta | None = None,
+    dry_run: bool = False,
+    batch: int = PRUNE_BATCH,
+) -> list[StatusPruned]:
+    """Delete (or count) the expired jobs of each finished status, in the statuses' order.
+
+    ``older_than`` replaces the retention of every status pruned, those kept
+    forever included; ``statuses`` limits the run to those named.
+    """
+    chosen = set(statuses) if statuses is not None else None
+    driver = get_driver(using)
+    results = []
+    for status in FINISHED_STATUSES:
+        if chosen is not None and status.value not in chosen:
+            continue
+        kept = older_than or retention.get(status.value)
+        if kept is None:
+            results.append(StatusPruned(status.value, None, None, 0))
+            continue
+        cutoff = cutoff_for(now, kept)
+        count = (
+            count_expired(driver, status, cutoff)
+            if dry_run
+            else prune_status(driver, status, cutoff, batch)[0]
+        )
+        results.append(StatusPruned(status.value, kept, cutoff, count))
+    return results
+
+
+def count_expired(driver: Driver, status: JobStatus, cutoff: datetime) -> int:
+    """How many ``status`` jobs finished before ``cutoff``: the rows a prune would delete."""
+    return (
+        Job.objects.using(driver.using)
+        .filter(InFinishedIndex(), status=status, finished_at__lt=cutoff)
+        .count()
+    )

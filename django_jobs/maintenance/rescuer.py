@@ -13,9 +13,10 @@ import logging
 from datetime import datetime
 from typing import Any
 
+from django.db import router
 from django.db.models import Q
 
-from ..db import ROW_ERRORS, Driver
+from ..db import ROW_ERRORS, Driver, get_driver
 from ..models import Attempt, AttemptOutcome, Job, JobStatus
 from ..outcomes import ERROR_LIMIT
 
@@ -24,7 +25,9 @@ logger = logging.getLogger(__name__)
 RECLAIM_BATCH = 100
 
 
-def reclaim_expired_leases(driver: Driver, now: datetime, batch: int = RECLAIM_BATCH) -> int:
+def reclaim_expired_leases(
+    now: datetime, *, using: str | None = None, batch: int = RECLAIM_BATCH
+) -> int:
     """Take back every running job without a live lease at ``now``.
 
     That is a lease that expired, or a running row with no expiry or no
@@ -34,6 +37,7 @@ def reclaim_expired_leases(driver: Driver, now: datetime, batch: int = RECLAIM_B
     passed: each read asks for as many more rows as were passed, so those
     rows never hide the ones behind them.
     """
+    driver = get_driver(using or router.db_for_write(Job))
     reclaimed = 0
     passed: set[int] = set()
     while True:
@@ -156,8 +160,9 @@ def reclaim_row(driver: Driver, row: Any, now: datetime) -> bool:
     return bool(changed)
 
 
-def dead_letter_exhausted(driver: Driver, now: datetime) -> int:
+def dead_letter_exhausted(now: datetime, *, using: str | None = None) -> int:
     """Dead-letter pending jobs with no attempt left (rows written by hand, say)."""
+    driver = get_driver(using or router.db_for_write(Job))
     with driver.write_transaction():
         return (
             Job.objects.using(driver.using)

@@ -15,8 +15,9 @@ from ..db import Driver
 from ..maintenance.cleaner import prune_finished
 from ..maintenance.rescuer import dead_letter_exhausted, reclaim_expired_leases
 from ..maintenance.scheduler import enqueue_due
+from ..maintenance.workers import sweep_workers
 from .deadlines import Deadlines
-from .processes import refresh_worker, register_worker, sweep_workers, unregister_worker
+from .processes import refresh_worker, register_worker, unregister_worker
 
 # Batches of finished jobs one maintenance pass may prune (of prune_finished's batch size).
 PRUNE_BATCHES = 10
@@ -55,9 +56,9 @@ class Maintainer:
     def rescue(self, now: datetime) -> int:
         """Take back expired leases, dead-letter what has no attempt left, sweep workers."""
         with self.deadline("the maintenance pass"):
-            reclaimed = reclaim_expired_leases(self.driver, now)
-            dead_letter_exhausted(self.driver, now)
-            sweep_workers(now, self.lease_seconds, self.using)
+            reclaimed = reclaim_expired_leases(now, using=self.using)
+            dead_letter_exhausted(now, using=self.using)
+            sweep_workers(now, using=self.using, lease_seconds=self.lease_seconds)
         return reclaimed
 
     def prune(self, now: datetime) -> int:

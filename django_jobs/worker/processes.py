@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 from collections.abc import Iterable
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from ..models import Worker
 
@@ -38,10 +38,3 @@ def refresh_worker(
 
 def unregister_worker(owner: str, using: str) -> None:
     Worker.objects.using(using).filter(id=owner).delete()
-
-
-def sweep_workers(now: datetime, lease_seconds: float, using: str) -> int:
-    """Remove registrations whose heartbeat is older than a lease."""
-    cutoff = now - timedelta(seconds=lease_seconds)
-    deleted, _ = Worker.objects.using(using).filter(last_heartbeat_at__lt=cutoff).delete()
-    return deleted

@@ -19,7 +19,8 @@ from django.db import connection
 from django.test import override_settings
 from freezegun import freeze_time
 
-from django_jobs.management.pruning import parse_duration, prune_statuses
+from django_jobs.maintenance.cleaner import prune_statuses
+from django_jobs.management.arguments import parse_duration
 from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Worker
 from tests.conftest import ROOT, START, database_url
 

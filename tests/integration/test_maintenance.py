@@ -18,7 +18,7 @@ LONG_AGO = START - timedelta(hours=2)
 
 
 def reclaim(now=START):
-    return reclaim_expired_leases(get_driver(), now)
+    return reclaim_expired_leases(now)
 
 
 def running(**overrides):
@@ -160,7 +160,7 @@ def test_reclaim_skips_a_row_it_cannot_write_and_takes_back_the_rest(refuse_upda
     others = [running(lease_owner="gone", lease_expires_at=LONG_AGO) for _ in range(3)]
     refuse_updates_of(stuck.pk)
     with caplog.at_level("WARNING", logger="django_jobs.maintenance.rescuer"):
-        assert reclaim_expired_leases(get_driver(), START, batch=1) == 3
+        assert reclaim_expired_leases(START, batch=1) == 3
     failed = [r.job_id for r in caplog.records if getattr(r, "event", "") == "job_reclaim_failed"]
     assert failed == [stuck.pk]
     statuses = dict(Job.objects.values_list("id", "status"))
@@ -177,7 +177,7 @@ def test_dead_letter_exhausted_clears_a_leftover_lease():
         lease_owner="gone-worker",
         lease_expires_at=LONG_AGO,
     )
-    assert dead_letter_exhausted(get_driver(), START) == 1
+    assert dead_letter_exhausted(START) == 1
     job.refresh_from_db()
     assert (job.status, job.finished_at) == ("dead_lettered", START)
     assert (job.lease_owner, job.lease_expires_at) == (None, None)

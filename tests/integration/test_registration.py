@@ -3,11 +3,12 @@ from datetime import timedelta
 
 import pytest
 
+from django_jobs.maintenance.workers import sweep_workers
 from django_jobs.models import Job, Worker
 from django_jobs.worker import Worker as JobWorker
 from django_jobs.worker import serve
 from django_jobs.worker.clock import DatabaseClock, SystemClock
-from django_jobs.worker.processes import refresh_worker, register_worker, sweep_workers
+from django_jobs.worker.processes import refresh_worker, register_worker
 from tests.conftest import START, wait_until
 
 
@@ -18,8 +19,8 @@ def test_workers_register_refresh_and_are_swept_a_lease_after_their_last_beat():
     row = Worker.objects.get(id="h:2:b")
     assert row.queues == ["default", "emails"] and row.started_at == START
     refresh_worker("h:1:a", ["default"], START + timedelta(seconds=200), "default")
-    assert sweep_workers(START + timedelta(seconds=300), 300, "default") == 0
-    assert sweep_workers(START + timedelta(seconds=301), 300, "default") == 1
+    assert sweep_workers(START + timedelta(seconds=300), lease_seconds=300) == 0
+    assert sweep_workers(START + timedelta(seconds=301), lease_seconds=300) == 1
     assert list(Worker.objects.values_list("id", flat=True)) == ["h:1:a"]
     refresh_worker("h:2:b", ["default"], START + timedelta(seconds=400), "default")
     assert Worker.objects.filter(id="h:2:b").exists()  # registered again after a sweep

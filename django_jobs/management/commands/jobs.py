@@ -15,6 +15,8 @@ from django.utils import timezone
 from django_jobs.conf import RETENTION_STATUSES, settings
 from django_jobs.control import RETRYABLE_STATUSES, cancel_job, retry_job
 from django_jobs.exceptions import JobNotCancellable
+from django_jobs.maintenance.cleaner import StatusPruned, prune_statuses
+from django_jobs.management.arguments import parse_duration
 from django_jobs.management.output import (
     fields,
     format_age,
@@ -24,7 +26,6 @@ from django_jobs.management.output import (
     table,
     to_json,
 )
-from django_jobs.management.pruning import StatusPruned, parse_duration, prune_statuses
 from django_jobs.models import Attempt, Job, JobStatus
 from django_jobs.redaction import mask_payload
 from django_jobs.stats import live_workers, queue_stats
