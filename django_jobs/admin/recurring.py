@@ -31,8 +31,7 @@ from ..display import format_time
 from ..exceptions import JobsError
 from ..models import Job, RecurringJob
 from ..payloads import encode_payload
-from ..recurring import change_schedule, check_schedule_options, first_run_at
-from ..recurring import run_now as enqueue_run_now
+from ..recurring import change_schedule, check_schedule_options, first_run_at, run_now
 from ..registry import get_definition, registered_names
 from .common import format_message, status_label
 
@@ -291,7 +290,7 @@ class RecurringJobAdmin(admin.ModelAdmin):
         enqueued: list[Job] = []
         for schedule in schedules:
             try:
-                enqueued.append(enqueue_run_now(schedule))
+                enqueued.append(run_now(schedule))
             except (JobsError, ValueError) as exc:
                 message = gettext("Schedule %(name)s not run: %(error)s")
                 self.message_user(
