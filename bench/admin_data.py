@@ -177,16 +177,16 @@ def fill_finished(fill: Fill, now: datetime) -> None:
 
 def fill_live(fill: Fill, now: datetime) -> None:
     """The live part, made anew: pending, running, dead letters, workers, schedules."""
-    from django_jobs.models import Attempt, Job, RecurringJob, Worker
+    from django_jobs.models import Attempt, Job, RecurringJob, WorkerProcess
 
     tables = quoted_tables()
     for sql in delete_live_sql(tables):
         execute(sql)
-    Worker.objects.all().delete()
+    WorkerProcess.objects.all().delete()
     RecurringJob.objects.all().delete()
     names, queues = job_names(), queue_names()
     workers = [
-        Worker(
+        WorkerProcess(
             id=f"bench-host-{number}:{1000 + number}:live",
             host=f"bench-host-{number}",
             pid=1000 + number,
@@ -197,7 +197,7 @@ def fill_live(fill: Fill, now: datetime) -> None:
         )
         for number in range(fill.workers)
     ]
-    Worker.objects.bulk_create(workers)
+    WorkerProcess.objects.bulk_create(workers)
     jobs, attempts = live_jobs(fill, now, names, queues, [w.id for w in workers])
     Job.objects.bulk_create(jobs, batch_size=1000)
     for attempt in attempts:

@@ -184,7 +184,7 @@ def admin_pages(sample: dict[str, Any]) -> list[Page]:
             "dead letter page (3 attempts)",
             reverse("admin:django_jobs_deadletter_change", args=[sample["dead_letter"]]),
         ),
-        Page("workers", reverse("admin:django_jobs_worker_changelist")),
+        Page("workers", reverse("admin:django_jobs_workerprocess_changelist")),
         Page("recurring", reverse("admin:django_jobs_recurringjob_changelist")),
         Page(
             "schedule page",

@@ -234,8 +234,12 @@ class RecurringJob(models.Model):
         return self.name
 
 
-class Worker(models.Model):
-    """A live ``runjobs`` process, refreshed by its heartbeat."""
+class WorkerProcess(models.Model):
+    """A live ``runjobs`` process, refreshed by its heartbeat.
+
+    Not the runtime's :class:`django_jobs.worker.Worker`: this is its row, which the
+    admin's Workers page and ``jobs status`` list.
+    """
 
     id = models.CharField(primary_key=True, max_length=255, help_text="host:pid:random")
     host = models.CharField(max_length=255)
@@ -248,7 +252,10 @@ class Worker(models.Model):
     )
 
     class Meta:
+        db_table = "django_jobs_worker"
         ordering = ["host", "pid"]
+        verbose_name = "worker"
+        verbose_name_plural = "workers"
 
     def __str__(self) -> str:
         return self.id

@@ -23,7 +23,15 @@ from django.utils import timezone
 
 from .conf import settings
 from .db import driver_class
-from .models import FINISHED_STATUSES, Attempt, AttemptOutcome, Job, JobQuerySet, JobStatus, Worker
+from .models import (
+    FINISHED_STATUSES,
+    Attempt,
+    AttemptOutcome,
+    Job,
+    JobQuerySet,
+    JobStatus,
+    WorkerProcess,
+)
 
 
 @dataclass
@@ -296,7 +304,9 @@ def live_workers(
     """Registered workers whose last heartbeat is younger than a lease, with their jobs."""
     using, now = resolve(using, now)
     lease = float(settings.LEASE_SECONDS if lease_seconds is None else lease_seconds)
-    rows = Worker.objects.using(using).filter(last_heartbeat_at__gte=now - timedelta(seconds=lease))
+    rows = WorkerProcess.objects.using(using).filter(
+        last_heartbeat_at__gte=now - timedelta(seconds=lease)
+    )
     workers = [as_live_worker(row) for row in rows]
     attach_running_jobs(workers, using)
     return workers
@@ -311,14 +321,14 @@ def registered_workers(
     has not swept yet is stale too.
     """
     using, now = resolve(using, now)
-    workers = [as_live_worker(row) for row in Worker.objects.using(using)]
+    workers = [as_live_worker(row) for row in WorkerProcess.objects.using(using)]
     attach_running_jobs(workers, using)
     fresh = [w for w in workers if not heartbeat_is_stale(w.last_heartbeat_at, now)]
     stale = [w for w in workers if heartbeat_is_stale(w.last_heartbeat_at, now)]
     return fresh, stale
 
 
-def as_live_worker(row: Worker) -> LiveWorker:
+def as_live_worker(row: WorkerProcess) -> LiveWorker:
     return LiveWorker(
         id=row.id,
         host=row.host,

@@ -12,7 +12,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from ..conf import settings
-from ..models import RecurringJob, Worker
+from ..models import RecurringJob, WorkerProcess
 from ..registry import get_definition, registered_names
 from ..stats import heartbeat_is_stale
 
@@ -72,7 +72,9 @@ class HeartbeatFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, StrOrPromise]]:
         return [("live", _("live")), ("stale", _("stale"))]
 
-    def queryset(self, request: HttpRequest, queryset: QuerySet[Worker]) -> QuerySet[Worker]:
+    def queryset(
+        self, request: HttpRequest, queryset: QuerySet[WorkerProcess]
+    ) -> QuerySet[WorkerProcess]:
         if self.value() not in ("live", "stale"):
             return queryset
         # A row per live process (the maintenance sweeps the rest): read in one query.

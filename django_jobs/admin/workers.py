@@ -18,12 +18,12 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from ..display import format_age, format_time
-from ..models import Job, Worker
+from ..models import Job, WorkerProcess
 from ..stats import LATE_BEATS, heartbeat_is_stale
 from .common import ReadOnlyAdminMixin
 from .filters import HeartbeatFilter
 
-# Set on each Worker shown: what one query per page found, and the instant the page reads.
+# Set on each WorkerProcess shown: what one query per page found, and the instant the page reads.
 SHOWN = "django_jobs_shown"
 
 
@@ -37,7 +37,7 @@ class Shown(NamedTuple):
     running: list[HeldJob]
 
 
-def show_workers(workers: Iterable[Worker], now: datetime, using: str) -> None:
+def show_workers(workers: Iterable[WorkerProcess], now: datetime, using: str) -> None:
     """Attach to each worker the running jobs leased to it: one query for them all."""
     workers = list(workers)
     held: dict[str, list[HeldJob]] = defaultdict(list)
@@ -54,7 +54,7 @@ def show_workers(workers: Iterable[Worker], now: datetime, using: str) -> None:
         setattr(worker, SHOWN, Shown(now, held.get(worker.id, [])))
 
 
-def shown(worker: Worker) -> Shown:
+def shown(worker: WorkerProcess) -> Shown:
     """What :func:`show_workers` attached (worked out now for a worker shown without it)."""
     if getattr(worker, SHOWN, None) is None:
         show_workers([worker], timezone.now(), worker._state.db or "default")
@@ -68,7 +68,7 @@ class WorkerChangeList(ChangeList):
         show_workers(self.result_list, timezone.now(), self.queryset.db)
 
 
-@admin.register(Worker)
+@admin.register(WorkerProcess)
 class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The runjobs processes; a registration is swept a lease after its last heartbeat."""
 
@@ -84,7 +84,7 @@ class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "running_jobs",
     )
     list_filter = (HeartbeatFilter,)
-    change_list_template = "admin/django_jobs/worker/change_list.html"
+    change_list_template = "admin/django_jobs/workerprocess/change_list.html"
     fields = readonly_fields = (
         "id",
         "host",
@@ -111,21 +111,21 @@ class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return False  # the maintenance sweeps a registration a lease after its last beat
 
     @admin.display(description=_("queues"))
-    def queue_names(self, obj: Worker) -> str:
+    def queue_names(self, obj: WorkerProcess) -> str:
         return ", ".join(obj.queues or [])
 
     @admin.display(description=_("started"), ordering="started_at")
-    def started(self, obj: Worker) -> str:
+    def started(self, obj: WorkerProcess) -> str:
         return format_time(obj.started_at)
 
     @admin.display(description=_("last heartbeat"), ordering="last_heartbeat_at")
-    def heartbeat(self, obj: Worker) -> SafeString:
+    def heartbeat(self, obj: WorkerProcess) -> SafeString:
         age = format_age(shown(obj).now - obj.last_heartbeat_at)
         ago = gettext("%(age)s ago") % {"age": age}
         return format_html("{}<br>{}", format_time(obj.last_heartbeat_at), ago)
 
     @admin.display(description=_("state"))
-    def state(self, obj: Worker) -> SafeString:
+    def state(self, obj: WorkerProcess) -> SafeString:
         if heartbeat_is_stale(obj.last_heartbeat_at, shown(obj).now):
             why = gettext(
                 "missed more than %(beats)s heartbeats: its jobs go back to the queue "
@@ -137,7 +137,7 @@ class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return format_html('<span class="jobs-worker-live">{}</span>', gettext("live"))
 
     @admin.display(description=_("running"))
-    def running_jobs(self, obj: Worker) -> SafeString:
+    def running_jobs(self, obj: WorkerProcess) -> SafeString:
         running = shown(obj).running
         if not running:
             return self.get_empty_value_display()

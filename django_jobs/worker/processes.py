@@ -1,4 +1,4 @@
-"""Worker processes register themselves, so the admin can list the live ones."""
+"""WorkerProcess processes register themselves, so the admin can list the live ones."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import socket
 from collections.abc import Iterable
 from datetime import datetime
 
-from ..models import Worker
+from ..models import WorkerProcess
 
 
 def register_worker(
     owner: str, queues: Iterable[str], now: datetime, using: str, jobs_run: int = 0
 ) -> None:
-    Worker.objects.using(using).update_or_create(
+    WorkerProcess.objects.using(using).update_or_create(
         id=owner,
         defaults={
             "host": socket.gethostname(),
@@ -31,10 +31,10 @@ def refresh_worker(
 ) -> None:
     """Mark the worker alive with its count of finished attempts; register it again
     if a sweep removed it meanwhile."""
-    rows = Worker.objects.using(using).filter(id=owner)
+    rows = WorkerProcess.objects.using(using).filter(id=owner)
     if not rows.update(last_heartbeat_at=now, jobs_run=jobs_run):
         register_worker(owner, queues, now, using, jobs_run)
 
 
 def unregister_worker(owner: str, using: str) -> None:
-    Worker.objects.using(using).filter(id=owner).delete()
+    WorkerProcess.objects.using(using).filter(id=owner).delete()

@@ -12,7 +12,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Worker
+from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, WorkerProcess
 
 # scripts/test installs both and sets this, so that CI never skips the test quietly.
 REQUIRED = os.environ.get("JOBS_TEST_BROWSER") == "required"
@@ -105,7 +105,7 @@ def control_room_rows() -> tuple[Job, Job]:
     """A small, lively site: a worker running a job with progress, some jobs done and failed
     in the last hour, one waiting out a backoff, one scheduled and one dead letter."""
     now = timezone.now()
-    worker = Worker.objects.create(
+    worker = WorkerProcess.objects.create(
         id="web-1:4242:9f3c",
         host="web-1",
         pid=4242,

@@ -18,7 +18,7 @@ from freezegun import freeze_time
 
 from django_jobs import stats
 from django_jobs.admin.dashboard import INDEX_TEMPLATE, URL_NAME, install
-from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Worker
+from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, WorkerProcess
 from tests.conftest import START
 
 pytestmark = pytest.mark.django_db
@@ -81,8 +81,8 @@ def bars(html: str, queue: str) -> list[tuple[str, str, str, str]]:
     )
 
 
-def register(worker_id: str, heartbeat_age: timedelta, queues: list[str]) -> Worker:
-    return Worker.objects.create(
+def register(worker_id: str, heartbeat_age: timedelta, queues: list[str]) -> WorkerProcess:
+    return WorkerProcess.objects.create(
         id=worker_id,
         host="host",
         pid=1,
@@ -303,7 +303,7 @@ def test_dashboard_and_summary_need_the_view_permission_on_jobs(
     staff_client: Callable[..., Client], make_job: MakeJob
 ) -> None:
     make_job()
-    client = staff_client("view_worker")
+    client = staff_client("view_workerprocess")
     assert client.get(reverse(DASHBOARD)).status_code == 403
     index = page(client, INDEX)
     assert "django-jobs-summary" not in index

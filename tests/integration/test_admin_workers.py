@@ -16,17 +16,17 @@ from django.urls import reverse
 from freezegun import freeze_time
 
 from django_jobs.conf import settings as jobs_settings
-from django_jobs.models import Job, JobStatus, Worker
+from django_jobs.models import Job, JobStatus, WorkerProcess
 from django_jobs.stats import LATE_BEATS
 
 pytestmark = pytest.mark.django_db
 
 UTC = timezone.utc
 NOW = datetime(2026, 1, 5, 12, 0, 0, tzinfo=UTC)
-CHANGELIST = "admin:django_jobs_worker_changelist"
+CHANGELIST = "admin:django_jobs_workerprocess_changelist"
 
 
-def make_worker(worker_id: str, *, beat_ago: float = 1, **overrides: Any) -> Worker:
+def make_worker(worker_id: str, *, beat_ago: float = 1, **overrides: Any) -> WorkerProcess:
     values: dict[str, Any] = {
         "host": worker_id.split(":")[0],
         "pid": 4242,
@@ -35,7 +35,7 @@ def make_worker(worker_id: str, *, beat_ago: float = 1, **overrides: Any) -> Wor
         "last_heartbeat_at": NOW - timedelta(seconds=beat_ago),
     }
     values.update(overrides)
-    return Worker.objects.create(id=worker_id, **values)
+    return WorkerProcess.objects.create(id=worker_id, **values)
 
 
 def running_job(make_job: Callable[..., Job], owner: str, name: str = "tests.ok") -> Job:
@@ -56,7 +56,9 @@ def listed(response: Any) -> list[str]:
 def cell(response: Any, worker_id: str, column: str) -> str:
     """The text of ``column``'s cell in the row of ``worker_id``."""
     page = response.content.decode()
-    row = page[page.index(reverse("admin:django_jobs_worker_change", args=[quote(worker_id)])) :]
+    row = page[
+        page.index(reverse("admin:django_jobs_workerprocess_change", args=[quote(worker_id)])) :
+    ]
     start = row.index(f'class="field-{column}"')
     return row[row.index(">", start) + 1 : row.index("</td>", start)]
 
@@ -75,7 +77,7 @@ def test_worker_changelist_shows_host_pid_queues_times_jobs_run_and_running_jobs
     response = changelist(admin_client)
 
     worker = "web-1:4242:abcd"
-    change = reverse("admin:django_jobs_worker_change", args=[quote(worker)])
+    change = reverse("admin:django_jobs_workerprocess_change", args=[quote(worker)])
     assert f'<th class="field-host"><a href="{change}">web-1</a></th>' in response.content.decode()
     assert cell(response, worker, "pid") == "4242"
     assert cell(response, worker, "queue_names") == "default, emails"
@@ -108,7 +110,9 @@ def test_worker_changelist_shows_an_idle_worker_without_jobs(admin_client, make_
     assert cell(response, "idle:1:a", "running_jobs") == "-"
     assert cell(response, "idle:1:a", "jobs_run") == "0"
     with freeze_time(NOW):
-        page = admin_client.get(reverse("admin:django_jobs_worker_change", args=["idle:1:a"]))
+        page = admin_client.get(
+            reverse("admin:django_jobs_workerprocess_change", args=["idle:1:a"])
+        )
     assert '<div class="readonly">-</div>' in page.content.decode()
     assert '<div class="readonly">None</div>' not in page.content.decode()
 
@@ -175,7 +179,7 @@ def test_worker_change_page_shows_the_same_read_only_fields(admin_client, make_j
 
     with freeze_time(NOW):
         response = admin_client.get(
-            reverse("admin:django_jobs_worker_change", args=["web-1:4242:abcd"])
+            reverse("admin:django_jobs_workerprocess_change", args=["web-1:4242:abcd"])
         )
 
     assert response.status_code == 200
@@ -188,16 +192,16 @@ def test_worker_change_page_shows_the_same_read_only_fields(admin_client, make_j
 
 def test_worker_admin_cannot_add_change_or_delete(admin_client):
     make_worker("web-1:4242:abcd")
-    delete = reverse("admin:django_jobs_worker_delete", args=["web-1:4242:abcd"])
+    delete = reverse("admin:django_jobs_workerprocess_delete", args=["web-1:4242:abcd"])
 
     response = changelist(admin_client)
 
     page = response.content.decode()
-    assert reverse("admin:django_jobs_worker_add") not in page
+    assert reverse("admin:django_jobs_workerprocess_add") not in page
     assert 'name="action"' not in page  # no bulk delete either
     assert admin_client.post(delete, {"post": "yes"}).status_code == 403
-    assert admin_client.post(reverse("admin:django_jobs_worker_add"), {}).status_code == 403
-    assert Worker.objects.filter(id="web-1:4242:abcd").exists()
+    assert admin_client.post(reverse("admin:django_jobs_workerprocess_add"), {}).status_code == 403
+    assert WorkerProcess.objects.filter(id="web-1:4242:abcd").exists()
 
 
 def test_worker_changelist_needs_the_view_permission(client, django_user_model):
@@ -207,5 +211,5 @@ def test_worker_changelist_needs_the_view_permission(client, django_user_model):
 
     assert client.get(reverse(CHANGELIST)).status_code == 403
 
-    user.user_permissions.add(Permission.objects.get(codename="view_worker"))
+    user.user_permissions.add(Permission.objects.get(codename="view_workerprocess"))
     assert listed(changelist(client)) == ["web-1:4242:abcd"]

@@ -21,7 +21,7 @@ from freezegun import freeze_time
 
 from django_jobs.maintenance.cleaner import prune_statuses
 from django_jobs.management.arguments import parse_duration
-from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Worker
+from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, WorkerProcess
 from tests.conftest import ROOT, START, database_url
 
 pytestmark = pytest.mark.django_db
@@ -49,8 +49,8 @@ def finished(make_job: MakeJob, status: str, **overrides: Any) -> Job:
     return make_job(status=status, finished_at=START, **overrides)
 
 
-def register(worker_id: str, heartbeat_age: timedelta, queues: list[str]) -> Worker:
-    return Worker.objects.create(
+def register(worker_id: str, heartbeat_age: timedelta, queues: list[str]) -> WorkerProcess:
+    return WorkerProcess.objects.create(
         id=worker_id,
         host="host",
         pid=1,

@@ -4,9 +4,8 @@ from datetime import timedelta
 import pytest
 
 from django_jobs.maintenance.workers import sweep_workers
-from django_jobs.models import Job, Worker
-from django_jobs.worker import Worker as JobWorker
-from django_jobs.worker import serve
+from django_jobs.models import Job, WorkerProcess
+from django_jobs.worker import Worker, serve
 from django_jobs.worker.clock import DatabaseClock, SystemClock
 from django_jobs.worker.processes import refresh_worker, register_worker
 from tests.conftest import START, wait_until
@@ -16,14 +15,14 @@ from tests.conftest import START, wait_until
 def test_workers_register_refresh_and_are_swept_a_lease_after_their_last_beat():
     register_worker("h:1:a", ["default"], START, "default")
     register_worker("h:2:b", ["emails", "default"], START, "default")
-    row = Worker.objects.get(id="h:2:b")
+    row = WorkerProcess.objects.get(id="h:2:b")
     assert row.queues == ["default", "emails"] and row.started_at == START
     refresh_worker("h:1:a", ["default"], START + timedelta(seconds=200), "default")
     assert sweep_workers(START + timedelta(seconds=300), lease_seconds=300) == 0
     assert sweep_workers(START + timedelta(seconds=301), lease_seconds=300) == 1
-    assert list(Worker.objects.values_list("id", flat=True)) == ["h:1:a"]
+    assert list(WorkerProcess.objects.values_list("id", flat=True)) == ["h:1:a"]
     refresh_worker("h:2:b", ["default"], START + timedelta(seconds=400), "default")
-    assert Worker.objects.filter(id="h:2:b").exists()  # registered again after a sweep
+    assert WorkerProcess.objects.filter(id="h:2:b").exists()  # registered again after a sweep
 
 
 @pytest.mark.django_db
@@ -31,22 +30,22 @@ def test_maintenance_sweeps_long_gone_workers(worker, clock):
     register_worker("gone", ["default"], clock.now() - timedelta(hours=1), "default")
     register_worker("alive", ["default"], clock.now(), "default")
     worker().run_once()
-    assert list(Worker.objects.values_list("id", flat=True)) == ["alive"]
+    assert list(WorkerProcess.objects.values_list("id", flat=True)) == ["alive"]
 
 
 @pytest.mark.django_db(transaction=True)
 def test_running_worker_is_registered_until_it_stops(settings):
     settings.DJANGO_JOBS = {"POLL_SECONDS": 0.02}
-    w = JobWorker(["default"], clock=SystemClock())
+    w = Worker(["default"], clock=SystemClock())
     stop = threading.Event()
     thread = threading.Thread(target=serve, args=(w, stop))
     thread.start()
     try:
-        wait_until(lambda: Worker.objects.filter(id=w.owner).exists())
+        wait_until(lambda: WorkerProcess.objects.filter(id=w.owner).exists())
     finally:
         stop.set()
         thread.join(10)
-    assert not Worker.objects.exists()
+    assert not WorkerProcess.objects.exists()
 
 
 @pytest.mark.django_db(transaction=True)
@@ -54,12 +53,12 @@ def test_running_worker_reports_the_jobs_it_ran_with_its_heartbeat(settings, mak
     settings.DJANGO_JOBS = {"POLL_SECONDS": 0.02, "LEASE_SECONDS": 0.9}  # a beat: 0.3 s
     for _ in range(3):
         make_job()
-    w = JobWorker(["default"], clock=SystemClock())
+    w = Worker(["default"], clock=SystemClock())
     stop = threading.Event()
     thread = threading.Thread(target=serve, args=(w, stop))
     thread.start()
     try:
-        wait_until(lambda: Worker.objects.filter(id=w.owner, jobs_run=3).exists(), timeout=5)
+        wait_until(lambda: WorkerProcess.objects.filter(id=w.owner, jobs_run=3).exists(), timeout=5)
     finally:
         stop.set()
         thread.join(10)
@@ -83,12 +82,12 @@ def test_database_clock_corrects_a_wrong_host_clock(make_job):
 def test_worker_with_a_fast_host_clock_does_not_take_a_live_lease(make_job, settings):
     settings.DJANGO_JOBS = {"LEASE_SECONDS": 30}
     job = make_job(run_at=SystemClock().now() - timedelta(seconds=5))
-    honest = JobWorker(["default"], clock=DatabaseClock(), owner="honest")
+    honest = Worker(["default"], clock=DatabaseClock(), owner="honest")
     [claimed] = honest.claim("default", honest.clock.now(), 1)
-    fast = JobWorker(["default"], clock=DatabaseClock(host=SkewedHostClock()), owner="fast")
+    fast = Worker(["default"], clock=DatabaseClock(host=SkewedHostClock()), owner="fast")
     assert fast.run_once().reclaimed == 0  # an hour fast, yet it reads the database's time
     assert Job.objects.get(pk=job.pk).lease_owner == "honest"
-    naive = JobWorker(["default"], clock=SkewedHostClock(), owner="naive")
+    naive = Worker(["default"], clock=SkewedHostClock(), owner="naive")
     assert naive.run_once().reclaimed == 1  # what a host clock alone would do
     first = Job.objects.get(pk=claimed.id).attempts.get(number=1)
     assert (first.owner, first.outcome) == ("honest", "lease_expired")

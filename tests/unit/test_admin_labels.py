@@ -7,7 +7,7 @@ from django.contrib import admin
 from django.utils.functional import Promise
 
 from django_jobs.admin.common import AttemptInline
-from django_jobs.models import DeadLetter, Job, RecurringJob, Worker
+from django_jobs.models import DeadLetter, Job, RecurringJob, WorkerProcess
 
 
 def labels(model_admin: Any) -> list[tuple[str, Any]]:
@@ -28,7 +28,7 @@ def labels(model_admin: Any) -> list[tuple[str, Any]]:
     return found
 
 
-@pytest.mark.parametrize("model", [Job, DeadLetter, RecurringJob, Worker])
+@pytest.mark.parametrize("model", [Job, DeadLetter, RecurringJob, WorkerProcess])
 def test_admin_labels_are_lazy_translations(model: type) -> None:
     found = labels(admin.site._registry[model])
 
