@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime
+from functools import partial
 
-from django.db import IntegrityError, router
+from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
 from .db import get_driver
@@ -128,7 +129,13 @@ def cancel_job(job_id: int, *, now: datetime | None = None, using: str | None = 
             logger.info(
                 "job #%s cancelled", job_id, extra={"event": "job_cancelled", "job_id": job_id}
             )
-            send(job_cancelled, job_id=job.pk, name=job.name, queue=job.queue, attempt=None)
+            # Once it commits, as every signal: inside the caller's transaction, not before.
+            transaction.on_commit(
+                partial(
+                    send, job_cancelled, job_id=job.pk, name=job.name, queue=job.queue, attempt=None
+                ),
+                using=driver.using,
+            )
             return job
         if requested:
             logger.info(

@@ -99,3 +99,20 @@ def test_signals_cancelled(heard):
     cancel_job(job.pk)
     assert Job.objects.get(pk=job.pk).status == JobStatus.CANCELLED
     assert [label for label, _ in heard] == ["enqueued", "cancelled"]
+
+
+def test_signals_cancel_of_a_pending_job_is_told_once_it_commits(heard):
+    from django_jobs import cancel_job
+
+    job = schedule_job("tests.ok")
+    heard.clear()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        cancel_job(job.pk)
+        assert heard == []  # not before the caller's transaction commits
+        raise RuntimeError("the caller rolls back")
+    assert heard == []
+    assert Job.objects.get(pk=job.pk).status == JobStatus.PENDING
+    with transaction.atomic():
+        cancel_job(job.pk)
+        assert heard == []
+    assert [label for label, _ in heard] == ["cancelled"]
