@@ -222,8 +222,6 @@ class Worker:
         written = self.executor.execute(claimed)
         return None if written is None else written.status
 
-    execute = execute_held
-
     def record(self, claimed: ClaimedJob, result: HandlerResult) -> JobStatus | None:
         return self.writer.record(claimed, result)
 

@@ -81,7 +81,7 @@ def test_execute_payload_that_does_not_decode_fails_the_attempt(worker, make_job
     job = make_job(max_attempts=1)
     w = worker()
     [claimed] = w.claim("default", clock.now(), 1)
-    assert w.execute(dataclasses.replace(claimed, raw_payload="{oops")) == "dead_lettered"
+    assert w.execute_held(dataclasses.replace(claimed, raw_payload="{oops")) == "dead_lettered"
     job.refresh_from_db()
     assert job.last_error.startswith("PayloadError: stored payload is not valid JSON")
     assert "oops" not in job.last_error
@@ -129,10 +129,10 @@ def test_settle_after_the_lease_was_taken_writes_nothing(worker, make_job, clock
     assert second.maintain(clock.now()) == 1  # the first worker's lease expired
     [taken] = second.claim("default", clock.now(), 1)
     assert taken.attempt == 2
-    assert first.execute(lost) is None  # its outcome is dropped
+    assert first.execute_held(lost) is None  # its outcome is dropped
     job.refresh_from_db()
     assert (job.status, job.lease_owner, job.attempt) == (JobStatus.RUNNING, "second", 2)
-    assert second.execute(taken) == JobStatus.SUCCEEDED
+    assert second.execute_held(taken) == JobStatus.SUCCEEDED
     outcomes = list(job.attempts.values_list("number", "owner", "outcome"))
     assert outcomes == [(1, "first", "lease_expired"), (2, "second", "succeeded")]
 
