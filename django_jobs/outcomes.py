@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import random
 import traceback
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 
 from .db.records import ClaimedJob, Settlement
@@ -104,20 +104,6 @@ def decide(
     if retry_at is None:
         return settled(JobStatus.DEAD_LETTERED, finished_at=now, last_error=error)
     return settled(JobStatus.PENDING, run_at=retry_at, last_error=error)
-
-
-def cancel_honoured(settled: Settlement) -> Settlement:
-    """``settled`` as the settle wrote it for a job with a cancel request: cancelled, now.
-
-    The attempt keeps its outcome and error (see :class:`~.records.Settled`).
-    """
-    return replace(
-        settled,
-        status=JobStatus.CANCELLED,
-        run_at=None,
-        finished_at=settled.ended_at,
-        last_error=settled.error,
-    )
 
 
 def cancelled(claimed: ClaimedJob) -> HandlerResult:

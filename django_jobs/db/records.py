@@ -1,9 +1,10 @@
-"""The records the runtime and the database drivers speak in: plain data, no logic.
+"""The records the runtime and the database drivers speak in: plain data.
 
 A :class:`ClaimRequest` asks a driver for due jobs; a :class:`ClaimedJob` is
 what a claim returns; a :class:`Settlement` is what
 :func:`django_jobs.outcomes.decide` makes of an attempt's end and what the
-driver writes, and :class:`Settled` what the settle answers. A renewal
+driver writes, and :class:`Settled` what the settle answers (and so how each
+settlement was written). A renewal
 carries :class:`RenewRow` rows (with a handler's ``Progress``) and
 answers :class:`Renewed`. Rows a driver reads are read into named tuples,
 never by position.
@@ -12,7 +13,7 @@ never by position.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -111,6 +112,22 @@ class Settled:
 
     lost: list[Settlement]
     cancelled: frozenset[tuple[int, int]] = frozenset()
+
+    def as_written(self, settlement: Settlement) -> Settlement | None:
+        """``settlement`` as the settle wrote it: None if it was fenced out; for a job with a
+        cancel request, cancelled at the attempt's end (the attempt keeps its outcome and
+        error)."""
+        if self.lost and any(s.pair == settlement.pair for s in self.lost):
+            return None
+        if settlement.pair not in self.cancelled:
+            return settlement
+        return replace(
+            settlement,
+            status=JobStatus.CANCELLED,
+            run_at=None,
+            finished_at=settlement.ended_at,
+            last_error=settlement.error,
+        )
 
 
 class Renewed(NamedTuple):

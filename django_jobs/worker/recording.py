@@ -24,7 +24,7 @@ from ..db.outage import with_backoff
 from ..db.records import ClaimedJob, Pairs, Settled
 from ..events import report_lease, report_outcome
 from ..models import AttemptOutcome, JobStatus
-from ..outcomes import HandlerResult, Settlement, cancel_honoured, decide, released
+from ..outcomes import HandlerResult, Settlement, decide, released
 from ..retry_policy import RetryPolicy
 from .clock import Clock
 from .deadlines import Deadlines
@@ -113,25 +113,21 @@ class OutcomeWriter:
     def written(
         self, outcomes: Sequence[Outcome], decided: Sequence[Settlement], settled: Settled
     ) -> list[Settlement | None]:
-        """Report each written outcome; return them as written, None where the lease was lost."""
-        lost = {s.pair for s in settled.lost}
-        final: list[Settlement | None] = []
-        for outcome, decision in zip(outcomes, decided, strict=True):
-            if decision.pair in lost:
-                report_lease(
-                    "job_lease_lost", decision.job_id, decision.attempt, outcome=decision.outcome
-                )
-                final.append(None)
-                continue
-            if decision.pair in settled.cancelled:
-                decision = cancel_honoured(decision)
-            report_outcome(outcome.claimed, outcome.result, decision)
-            final.append(decision)
+        """Each outcome as written, None where the lease was lost; wake the queues of the jobs
+        due again, then report each outcome."""
+        final = [settled.as_written(decision) for decision in decided]
         with self._counting:
-            self.jobs_run += len(outcomes) - len(lost)
+            self.jobs_run += len(outcomes) - len(settled.lost)
         self.wake(
             [o.claimed.queue for o, s in zip(outcomes, final, strict=True) if s and due_again(s)]
         )
+        for outcome, decision, written in zip(outcomes, decided, final, strict=True):
+            if written is None:
+                report_lease(
+                    "job_lease_lost", decision.job_id, decision.attempt, outcome=decision.outcome
+                )
+            else:
+                report_outcome(outcome.claimed, outcome.result, written)
         return final
 
     def hand_back(self, pairs: Pairs, now: datetime) -> set[int]:
