@@ -180,6 +180,9 @@ class Attempt(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=20, choices=AttemptOutcome.choices, null=True, blank=True)
     error = models.TextField(blank=True, default="")
+    # Where the handler raised: the end of the traceback, masked like ``error``. Its database
+    # default serves the claim's INSERT, which does not name it.
+    traceback = models.TextField(blank=True, default="", db_default="")
 
     class Meta:
         ordering = ["job_id", "number"]

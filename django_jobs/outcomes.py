@@ -18,9 +18,12 @@ from .models import AttemptOutcome, JobStatus
 from .payloads import decode_payload
 from .redaction import masker
 from .retry_policy import RetryPolicy, next_run_at
-from .text import storable_text
+from .text import keep_end, storable_text
 
 ERROR_LIMIT = 2000
+#: How much of a traceback an attempt keeps: its first line and its end, where the frame that
+#: raised is (see :func:`~django_jobs.text.keep_end`).
+TRACEBACK_LIMIT = 10_000
 RELEASED_ERROR = "Released: the worker stopped before the handler finished"
 
 
@@ -40,7 +43,7 @@ class HandlerResult:
 
     outcome: AttemptOutcome
     error: str = ""
-    traceback: str = ""  # for the log; payload values masked like ``error``
+    traceback: str = ""  # stored on the attempt and logged; payload values masked like ``error``
     result: str | None = None  # a success's return value, as JSON text (None: no value)
 
     @classmethod
@@ -55,7 +58,7 @@ class HandlerResult:
         mask = masker(_stored_payload(raw_payload))
         trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         error = mask(error_text(exc, limit=None))[:ERROR_LIMIT]
-        return cls(outcome, error, storable_text(mask(trace)))
+        return cls(outcome, error, keep_end(storable_text(mask(trace)), TRACEBACK_LIMIT))
 
 
 def _stored_payload(raw_payload: object) -> object:
@@ -90,6 +93,7 @@ def decide(
             status,
             now,
             error,
+            traceback=result.traceback,
             **changes,  # type: ignore[arg-type]
         )
 

@@ -17,6 +17,22 @@ def first_line(exc: BaseException) -> str:
     return text.splitlines()[0] if text else type(exc).__name__
 
 
+ELIDED = "  ...\n"
+
+
+def keep_end(text: str, limit: int) -> str:
+    """``text`` in at most ``limit`` characters: its first line, then as much of its end as
+    fits, from a line's start (a traceback's end holds the frame that raised)."""
+    if len(text) <= limit:
+        return text
+    head = text[: text.find("\n") + 1] if "\n" in text else ""
+    kept = head + ELIDED
+    tail = text[len(text) - max(0, limit - len(kept)) :]
+    if "\n" in tail[:-1]:
+        tail = tail[tail.find("\n") + 1 :]
+    return (kept + tail)[:limit] if len(kept) < limit else text[-limit:]
+
+
 def storable_text(text: str) -> str:
     """``text`` with NUL written ``\\x00`` and each lone surrogate replaced by U+FFFD."""
     if UNSTORABLE.search(text) is None:

@@ -78,6 +78,24 @@ def pops_secret(ctx: JobContext, payload: Any) -> None:
     raise ValueError(f"card {card} declined for {payload['name']} with key {key!r}")
 
 
+def _descend(depth: int, secret: str) -> None:
+    if depth > 0:
+        _step(depth - 1, secret)
+        return
+    raise ValueError(f"token {secret} refused at the bottom")
+
+
+def _step(depth: int, secret: str) -> None:
+    """A frame between two of ``_descend``'s, so that Python does not fold the repeats."""
+    _descend(depth, secret)
+
+
+@job("tests.deep_failure", max_attempts=1)
+def deep_failure(ctx: JobContext, payload: Any) -> None:
+    """Fails ``depth`` calls down, naming the payload's secret in its message."""
+    _descend(payload["depth"], payload["api_token"])
+
+
 @job("tests.csv_error", max_attempts=1)
 def csv_error(ctx: JobContext, payload: Any) -> None:
     raise ValueError("row 2: expected 3 columns, got 2")

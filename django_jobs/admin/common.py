@@ -84,7 +84,7 @@ class AttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
     model = Attempt
     extra = 0
     can_delete = False
-    fields = ("number", "outcome", "owner", "started", "finished", "duration", "error")
+    fields = ("number", "outcome", "owner", "started", "finished", "duration", "error_shown")
     readonly_fields = fields
     ordering = ("number",)
 
@@ -96,6 +96,20 @@ class AttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
         if obj.finished_at is None:
             return gettext("running") if obj.outcome is None else "-"
         return format_span(obj.finished_at - obj.started_at)
+
+    @admin.display(description=_("error"))
+    def error_shown(self, obj: Attempt) -> SafeString:
+        """The error line; under it, folded, the traceback where the handler raised."""
+        if not obj.traceback:
+            return conditional_escape(obj.error)
+        return format_html(
+            '{}<details class="django-jobs-traceback"><summary>{}</summary>'
+            '<pre style="white-space: pre-wrap; max-height: 40em; overflow: auto">{}</pre>'
+            "</details>",
+            obj.error,
+            gettext("Traceback"),
+            obj.traceback,
+        )
 
 
 TIME_FIELDS = tuple(

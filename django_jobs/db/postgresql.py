@@ -315,25 +315,26 @@ class PostgresDriver(Driver):
         return (
             "v AS (SELECT * FROM unnest(%s::bigint[], %s::text[], %s::integer[],"
             " %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[], %s::integer[],"
-            " %s::text[], %s::text[], %s::timestamptz[], %s::text[])"
+            " %s::text[], %s::text[], %s::timestamptz[], %s::text[], %s::text[])"
             " AS v(id, owner, attempt, status, run_at, finished_at, last_error, give_back,"
-            " outcome, error, ended_at, result)),"
+            " outcome, error, ended_at, result, traceback)),"
             f" settled AS (UPDATE {job} j SET {self.settled_columns_sql('j', 'v')},"
             f" {qn('attempts_used')} = j.{qn('attempts_used')} - v.give_back,"
             f" {qn('result')} = COALESCE(v.result::jsonb, j.{qn('result')}),"
             f" {qn('lease_owner')} = NULL, {qn('lease_expires_at')} = NULL"
             f" FROM v WHERE j.{qn('id')} = v.id AND j.{qn('lease_owner')} = v.owner"
             f" AND j.{qn('attempt')} = v.attempt AND {self.running_guard('j')}"
-            f" RETURNING v.id, v.attempt, v.outcome, v.error, v.ended_at,"
+            f" RETURNING v.id, v.attempt, v.outcome, v.error, v.ended_at, v.traceback,"
             f" j.{qn('status')} AS new_status),"
             f" closed AS (UPDATE {attempts} a SET {qn('outcome')} = settled.outcome,"
-            f" {qn('finished_at')} = settled.ended_at, {qn('error')} = settled.error"
+            f" {qn('finished_at')} = settled.ended_at, {qn('error')} = settled.error,"
+            f" {qn('traceback')} = settled.traceback"
             f" FROM settled WHERE a.{qn('job_id')} = settled.id"
             f" AND a.{qn('number')} = settled.attempt AND a.{qn('outcome')} IS NULL)"
         )
 
     def settle_params(self, settlements: Sequence[Settlement]) -> list[list[Any]]:
-        columns: list[list[Any]] = [[] for _ in range(12)]
+        columns: list[list[Any]] = [[] for _ in range(13)]
         for s in settlements:
             row = (
                 s.job_id,
@@ -348,6 +349,7 @@ class PostgresDriver(Driver):
                 s.error,
                 s.ended_at,
                 s.result,
+                s.traceback,
             )
             for column, value in zip(columns, row, strict=True):
                 column.append(value)

@@ -94,6 +94,7 @@ class Settlement:
     last_error: str | None = None
     give_back: bool = False  # released: the attempt is not charged
     result: str | None = None  # succeeded: the return value as JSON text; None keeps the column
+    traceback: str = ""  # the attempt's, where its handler raised (masked, bounded)
 
     @property
     def pair(self) -> tuple[int, int]:

@@ -172,14 +172,22 @@ class SQLiteDriver(Driver):
 
     def close_attempts(self, cursor: Any, done: Sequence[Settlement]) -> None:
         qn, attempts = self.qn, self.attempt_table
-        values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(done))
+        values = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(done))
         params: list[Any] = []
         for s in done:
-            params += [s.job_id, s.attempt, str(s.outcome), s.error, self.adapt(s.ended_at)]
+            params += [
+                s.job_id,
+                s.attempt,
+                str(s.outcome),
+                s.error,
+                self.adapt(s.ended_at),
+                s.traceback,
+            ]
         cursor.execute(
-            f"WITH v(job_id, number, outcome, error, ended_at) AS (VALUES {values})"
+            f"WITH v(job_id, number, outcome, error, ended_at, traceback) AS (VALUES {values})"
             f" UPDATE {attempts} SET {qn('outcome')} = v.outcome,"
-            f" {qn('finished_at')} = v.ended_at, {qn('error')} = v.error"
+            f" {qn('finished_at')} = v.ended_at, {qn('error')} = v.error,"
+            f" {qn('traceback')} = v.traceback"
             f" FROM v WHERE {attempts}.{qn('job_id')} = v.job_id"
             f" AND {attempts}.{qn('number')} = v.number AND {attempts}.{qn('outcome')} IS NULL",
             params,

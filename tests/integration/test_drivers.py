@@ -456,6 +456,26 @@ def test_driver_settle_ends_a_job_with_a_cancel_request_cancelled_whatever_its_a
     assert claim(now=later + timedelta(days=1)) == []  # never run again
 
 
+@pytest.mark.parametrize("way", ["settle", "claim_and_settle"])
+def test_driver_settle_writes_each_attempts_traceback_and_none_for_a_success(make_job, way):
+    from django_jobs.models import AttemptOutcome
+    from django_jobs.outcomes import HandlerResult, decide
+    from django_jobs.retry_policy import RetryPolicy
+
+    make_job(max_attempts=3)
+    make_job(max_attempts=3)
+    failing, passing = claim(limit=2)
+    trace = 'Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeError: boom\n'
+    result = HandlerResult(AttemptOutcome.FAILED, "RuntimeError: boom", trace)
+    settlements = [decide(failing, result, START, RetryPolicy()), succeeded(passing)]
+    if way == "settle":
+        get_driver().settle(settlements)
+    else:
+        get_driver().claim_and_settle(request(1), settlements)
+    traces = dict(Attempt.objects.values_list("job_id", "traceback"))
+    assert traces == {failing.id: trace, passing.id: ""}
+
+
 def test_driver_settle_a_success_after_a_cancel_request_stays_a_success(make_job):
     make_job()
     [job] = claim()

@@ -31,7 +31,7 @@ from django_jobs.redaction import mask_payload
 from django_jobs.stats import live_workers, queue_stats
 
 JOB_FIELDS = [field.attname for field in Job._meta.concrete_fields]
-ATTEMPT_FIELDS = ["number", "owner", "started_at", "finished_at", "outcome", "error"]
+ATTEMPT_FIELDS = ["number", "owner", "started_at", "finished_at", "outcome", "error", "traceback"]
 # What ``jobs retry`` did with an id, and how a table says it. The first two fail the command.
 RETRY_RESULTS = {
     "unknown": "unknown id",
@@ -238,7 +238,8 @@ class Command(BaseCommand):
                 for a in attempts
             ],
         )
-        self.emit(document, f"{text}\n\n{attempts_text if attempts else 'No attempts yet.'}")
+        shown_attempts = attempts_text if attempts else "No attempts yet."
+        self.emit(document, f"{text}\n\n{shown_attempts}{last_traceback(attempts)}")
 
     def handle_retry(self, options: dict[str, Any]) -> None:
         ids: list[int] = options["ids"]
@@ -342,6 +343,15 @@ class Command(BaseCommand):
         if found in RETRYABLE_STATUSES:
             return {"id": id, "result": "refused", "status": None}
         return {"id": id, "result": "not_retryable", "status": found}
+
+
+def last_traceback(attempts: list[Attempt]) -> str:
+    """The traceback of the latest attempt that has one, as a block of ``jobs show``'s text
+    (``--json`` gives every attempt's)."""
+    traced = [a for a in attempts if a.traceback]
+    if not traced:
+        return ""
+    return f"\n\nTraceback of attempt {traced[-1].number}:\n{traced[-1].traceback.rstrip()}"
 
 
 def job_document(job: Job) -> dict[str, Any]:
