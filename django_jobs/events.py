@@ -49,13 +49,17 @@ def send(signal: Signal, sender: Any = Job, **details: Any) -> None:
 Line = Callable[["ClaimedJob", "HandlerResult", "Settlement"], tuple[Any, ...]]
 
 
+#: A signal to send, with the arguments that kind of outcome adds to the common ones.
+Sent = tuple[Signal, dict[str, Any]]
+
+
 @dataclass(frozen=True)
 class Report:
-    """How one kind of written outcome is told: log level, event name, signal, line."""
+    """How one kind of written outcome is told: log level, event name, signals, line."""
 
     level: int
     event: str
-    signal: Signal | None
+    signals: tuple[Sent, ...]
     line: Line
 
 
@@ -67,19 +71,19 @@ OUTCOMES: dict[str, Report] = {
     "succeeded": Report(
         logging.DEBUG,
         "job_succeeded",
-        signals.job_succeeded,
+        ((signals.job_succeeded, {}),),
         lambda c, r, s: ("%s succeeded on attempt %s", _label(c), c.attempt),
     ),
     "released": Report(  # handed back at a stop: not an outcome anyone waits for
         logging.INFO,
         "job_released",
-        None,
+        (),
         lambda c, r, s: ("%s released on attempt %s", _label(c), c.attempt),
     ),
     "cancelled": Report(  # an attempt that ended otherwise says how
         logging.INFO,
         "job_cancelled",
-        signals.job_cancelled,
+        ((signals.job_cancelled, {}),),
         lambda c, r, s: (
             "%s cancelled on attempt %s%s",
             _label(c),
@@ -89,8 +93,8 @@ OUTCOMES: dict[str, Report] = {
     ),
     "dead_lettered": Report(
         logging.ERROR,
-        "job_dead_lettered",
-        signals.job_dead_lettered,
+        "job_dead_lettered",  # every failed attempt sends job_failed; the last, this too
+        ((signals.job_failed, {"will_retry": False}), (signals.job_dead_lettered, {})),
         lambda c, r, s: (
             "%s dead-lettered after attempt %s: %s\n%s",
             _label(c),
@@ -102,7 +106,7 @@ OUTCOMES: dict[str, Report] = {
     "failed": Report(  # pending again: a retry is due after the backoff
         logging.WARNING,
         "job_failed",
-        signals.job_failed,
+        ((signals.job_failed, {"will_retry": True}),),
         lambda c, r, s: (
             "%s %s on attempt %s, retry at %s: %s\n%s",
             _label(c),
@@ -137,14 +141,15 @@ def report_outcome(claimed: ClaimedJob, result: HandlerResult, settled: Settleme
                 "job_name": claimed.name,
             },
         )
-    if report.signal is not None:
+    for signal, added in report.signals:
         send(
-            report.signal,
+            signal,
             job_id=claimed.id,
             name=claimed.name,
             queue=claimed.queue,
             attempt=claimed.attempt,
             error=settled.error,
+            **added,
         )
 
 

@@ -6,9 +6,9 @@ Each is sent with ``sender=Job`` and keyword arguments ``job_id``, ``name``,
 - ``job_enqueued``: ``schedule_job()``/``schedule_jobs()``'s insert committed
   (on ``transaction.on_commit`` of the caller's transaction);
 - ``job_started``: a worker starts an attempt (its claim has committed);
-- ``job_succeeded``, ``job_failed`` (each failed or timed-out attempt that
-  will be retried), ``job_dead_lettered``, ``job_cancelled``: the attempt's
-  outcome is written.
+- ``job_succeeded``, ``job_failed`` (each failed or timed-out attempt, with
+  ``will_retry``), ``job_dead_lettered`` (after ``job_failed``, for the last
+  one), ``job_cancelled``: the attempt's outcome is written.
 
 A receiver that raises is logged (``signal_receiver_failed``) and never
 changes the job's outcome.

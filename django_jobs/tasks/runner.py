@@ -179,7 +179,7 @@ def announce_finished(
     sender: Any, signal: Signal, job_id: int, name: str, attempt: int | None = None, **details: Any
 ) -> None:
     """``task_finished`` for a task's attempt whose outcome has just been written."""
-    if name != RUNNER:
+    if name != RUNNER or details.get("will_retry") is False:  # job_dead_lettered follows
         return
     status = FINISHED_STATUS[signal]
     kept = _take(job_id, attempt)

@@ -61,9 +61,15 @@ def test_signals_each_failed_attempt_then_the_dead_letter(worker, heard, setting
     w = worker(clock=SystemClock())
     w.run_once()
     w.run_once()
-    labels = [label for label, _ in heard if label != "started"]
-    assert labels == ["enqueued", "failed", "dead_lettered"]
-    assert heard[-1][1]["error"] == "RuntimeError: boom 2"
+    told = [(label, details) for label, details in heard if label != "started"]
+    assert [label for label, _ in told] == ["enqueued", "failed", "failed", "dead_lettered"]
+    assert [details["will_retry"] for label, details in told if label == "failed"] == [
+        True,
+        False,
+    ]
+    assert [details["attempt"] for _, details in told[1:]] == [1, 2, 2]
+    assert told[-1][1]["error"] == told[-2][1]["error"] == "RuntimeError: boom 2"
+    assert "will_retry" not in told[-1][1]
 
 
 def test_signals_enqueued_only_once_the_transaction_commits(heard):
