@@ -242,7 +242,8 @@ def test_jobs_retry_reports_what_happened_to_each_id(make_job: MakeJob) -> None:
     dead = finished(make_job, JobStatus.DEAD_LETTERED, attempts_used=3)
     pending = make_job()
     out = StringIO()
-    with freeze_time(START), pytest.raises(CommandError, match=r"^Not retried: job 999\.$"):
+    not_retried = rf"^Not retried: job {pending.pk}, 999\.$"
+    with freeze_time(START), pytest.raises(CommandError, match=not_retried):
         call_command("jobs", "retry", str(dead.pk), str(pending.pk), "999", "--json", stdout=out)
     assert json.loads(out.getvalue())["results"] == [
         {"id": dead.pk, "result": "retried", "status": None},
@@ -253,11 +254,15 @@ def test_jobs_retry_reports_what_happened_to_each_id(make_job: MakeJob) -> None:
     assert (dead.status, dead.attempts_used, dead.finished_at) == (JobStatus.PENDING, 0, None)
 
 
-def test_jobs_retry_a_job_that_is_not_dead_lettered_succeeds_and_says_so(
+def test_jobs_retry_a_job_that_is_not_dead_lettered_fails_and_says_why(
     make_job: MakeJob,
 ) -> None:
+    """As ``jobs cancel`` of a finished job does: a script sees that nothing was retried."""
     job = finished(make_job, JobStatus.SUCCEEDED)
-    assert jobs("retry", str(job.pk)).splitlines()[1].split(maxsplit=1) == [
+    out = StringIO()
+    with freeze_time(START), pytest.raises(CommandError, match=rf"^Not retried: job {job.pk}\.$"):
+        call_command("jobs", "retry", str(job.pk), stdout=out)
+    assert out.getvalue().splitlines()[1].split(maxsplit=1) == [
         str(job.pk),
         "not dead-lettered or cancelled (it is succeeded)",
     ]
@@ -347,6 +352,53 @@ def test_jobs_process_exits_non_zero_on_an_unknown_id_without_a_traceback(
     listed = manage_jobs("list", "--json")
     assert listed.returncode == 0, listed.stderr
     assert json.loads(listed.stdout)["jobs"][0]["status"] == "pending"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_jobs_process_takes_djangos_options_after_the_subcommand(make_job: MakeJob) -> None:
+    job = make_job()
+    settings_module = os.environ.get("DJANGO_SETTINGS_MODULE", "testproject.settings")
+    for args in (
+        ("status", "--settings", settings_module, "-v", "2"),
+        ("list", "--json", "--traceback", "--no-color", "--verbosity=0"),
+        ("show", "--skip-checks", "--pythonpath", ".", str(job.pk)),
+    ):
+        result = manage_jobs(*args)
+        assert result.returncode == 0, (args, result.stderr)
+
+
+@pytest.mark.parametrize(
+    ("args", "verbosity", "traceback"),
+    [
+        (["status"], 1, False),
+        (["status", "-v", "2"], 2, False),
+        (["-v", "3", "list"], 3, False),
+        (["-v", "3", "list", "--traceback", "-v", "0"], 0, True),
+    ],
+)
+def test_jobs_djangos_options_after_the_subcommand_take_effect(
+    args: list[str], verbosity: int, traceback: bool
+) -> None:
+    from django_jobs.management.commands.jobs import Command
+
+    options = Command().create_parser("manage.py", "jobs").parse_args(args)
+    assert (options.verbosity, options.traceback) == (verbosity, traceback)
+
+
+def test_jobs_process_says_in_one_line_that_the_database_cannot_be_reached(tmp_path) -> None:
+    unreachable = f"sqlite:///{tmp_path / 'no-such-directory' / 'jobs.sqlite3'}"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "manage.py"), "jobs", "status", "--skip-checks"],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": unreachable},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 1
+    assert result.stderr.splitlines() == [
+        "CommandError: The database answered OperationalError: unable to open database file"
+    ]
 
 
 @pytest.mark.django_db(transaction=True)

@@ -9,7 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import router
+from django.db import DatabaseError, router
 from django.utils import timezone
 
 from django_jobs.conf import RETENTION_STATUSES, settings
@@ -32,14 +32,15 @@ from django_jobs.stats import live_workers, queue_stats
 
 JOB_FIELDS = [field.attname for field in Job._meta.concrete_fields]
 ATTEMPT_FIELDS = ["number", "owner", "started_at", "finished_at", "outcome", "error", "traceback"]
-# What ``jobs retry`` did with an id, and how a table says it. The first two fail the command.
+# What ``jobs retry`` did with an id, and how a table says it. All but "retried" fail the
+# command, as ``jobs cancel`` of a finished job does.
 RETRY_RESULTS = {
     "unknown": "unknown id",
     "refused": "refused: a live job has the same unique_key",
     "retried": "retried",
     "not_retryable": "not dead-lettered or cancelled",
 }
-FAILED_RESULTS = ("unknown", "refused")
+FAILED_RESULTS = ("unknown", "refused", "not_retryable")
 # What ``jobs cancel`` did with an id. The last two fail the command.
 CANCEL_RESULTS = {
     "cancelled": "cancelled",
@@ -58,6 +59,25 @@ def job_id(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(f"not a job id: {text!r}")
     return value
+
+
+#: Django's options of every command (``BaseCommand.create_parser``), as each subcommand takes
+#: them: a value given after the subcommand is kept; one not given keeps the command's own.
+DJANGO_OPTIONS: list[tuple[tuple[str, ...], dict[str, Any]]] = [
+    (("-v", "--verbosity"), {"type": int, "choices": [0, 1, 2, 3]}),
+    (("--settings",), {"metavar": "SETTINGS"}),
+    (("--pythonpath",), {"metavar": "PYTHONPATH"}),
+    (("--traceback",), {"action": "store_true"}),
+    (("--no-color",), {"action": "store_true"}),
+    (("--force-color",), {"action": "store_true"}),
+    (("--skip-checks",), {"action": "store_true"}),
+]
+
+
+def django_options(parser: argparse.ArgumentParser) -> None:
+    """Let ``jobs status --settings X -v 2`` work as ``jobs --settings X -v 2 status`` does."""
+    for flags, options in DJANGO_OPTIONS:
+        parser.add_argument(*flags, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **options)
 
 
 def positive_int(text: str) -> int:
@@ -83,6 +103,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         common = CommandParser(add_help=False)
         common.add_argument("--json", action="store_true", help="One JSON document on stdout.")
+        django_options(common)
         sub = parser.add_subparsers(dest="subcommand", required=True, metavar="SUBCOMMAND")
         sub.add_parser(
             "status", parents=[common], help="Per queue: counts by status, oldest due; workers."
@@ -136,7 +157,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **options: Any) -> None:
         self.using = router.db_for_write(Job)
         self.as_json = options["json"]
-        getattr(self, f"handle_{options['subcommand']}")(options)
+        try:
+            getattr(self, f"handle_{options['subcommand']}")(options)
+        except DatabaseError as exc:  # one line, as for any other error: --traceback adds it
+            raise CommandError(f"The database answered {type(exc).__name__}: {exc}") from exc
 
     def emit(self, document: Any, text: str) -> None:
         self.stdout.write(to_json(document) if self.as_json else text)
