@@ -23,6 +23,7 @@ from django.utils.translation import gettext_lazy as _
 from ..db import get_driver
 from ..display import format_span, format_time
 from ..models import FINISHED_STATUSES, LIVE_STATUSES, Attempt, Job, JobStatus
+from ..outcomes import ERROR_LIMIT
 from ..redaction import masked_json
 
 CHANGE_PERMISSION = "django_jobs.change_job"
@@ -57,6 +58,11 @@ def format_message(message: StrOrPromise, **values: Any) -> SafeString:
         for name, value in values.items()
     }
     return mark_safe(message % escaped)  # noqa: S308 - the values are escaped, the text is ours
+
+
+def cut(text: str) -> SafeString:
+    """``text`` cut to its column by the list's style (an ellipsis), whole in its tooltip."""
+    return format_html('<span class="django-jobs-cut" title="{}">{}</span>', text, text)
 
 
 def time_display(field: str, description: StrOrPromise) -> Any:
@@ -193,9 +199,40 @@ class JobDisplayMixin:
             return ""
         return format_span(obj.finished_at - obj.started_at)
 
+    @admin.display(description=_("name"), ordering="name")
+    def name_and_queue(self, obj: Job) -> SafeString:
+        """The job's name, its queue under it: each cut to the column, whole on hover."""
+        return format_html(
+            '{}<span class="django-jobs-under">{}</span>', cut(obj.name), cut(obj.queue)
+        )
+
+    @admin.display(description=_("status"), ordering="status")
+    def status_and_attempts(self, obj: Job) -> SafeString:
+        """The status badge; under it, the attempts used of the maximum."""
+        return format_html(
+            '{}<span class="django-jobs-under">{}</span>',
+            self.status_badge(obj),
+            gettext("%(used)s/%(most)s attempts")
+            % {"used": obj.attempts_used, "most": obj.max_attempts},
+        )
+
+    @admin.display(description=_("duration"), empty_value="")
+    def duration_and_progress(self, obj: Job) -> SafeString | str:
+        """How long it ran (or has run); under it, a running job's progress."""
+        duration, progress = self.duration(obj), self.progress(obj)
+        if not progress:
+            return duration
+        return format_html('{}<span class="django-jobs-under">{}</span>', duration, progress)
+
     @admin.display(description=_("last error"))
-    def short_error(self, obj: Job) -> str:
-        return Truncator(obj.last_error).chars(120)
+    def short_error(self, obj: Job) -> SafeString:
+        """The first 120 characters, cut to three lines of the column; whole on hover (as
+        the worker stores it: 2,000 characters at most)."""
+        return format_html(
+            '<span class="django-jobs-clamp" title="{}">{}</span>',
+            obj.last_error[:ERROR_LIMIT],
+            Truncator(obj.last_error).chars(120),
+        )
 
     @admin.display(description=_("progress"), empty_value="")
     def progress(self, obj: Job) -> str:

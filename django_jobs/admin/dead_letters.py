@@ -37,8 +37,7 @@ class DeadLetterAdmin(
     change_list_template = "admin/django_jobs/job/change_list.html"  # the jobs list's look
     list_display = (
         "id",
-        "name",
-        "queue",
+        "name_and_queue",
         "finished_at_shown",
         "age",
         "attempts",

@@ -32,15 +32,14 @@ class JobAdmin(
     ReadOnlyAdminMixin,
     admin.ModelAdmin,
 ):
+    # Six columns, so that the list fits a laptop's window with the sidebar open: the queue
+    # under the name, the attempts under the status, the progress under the duration.
     list_display = (
         "id",
-        "name",
-        "queue",
-        "status_badge",
-        "attempts",
+        "name_and_queue",
+        "status_and_attempts",
         "run_at_shown",
-        "duration",
-        "progress",
+        "duration_and_progress",
         "short_error",
     )
     # Choices from JobStatus, the settings and the registry: never read from the table.

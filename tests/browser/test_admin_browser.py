@@ -224,3 +224,69 @@ def test_control_room_walk_in_browser(live_server, django_user_model, settings, 
     dead.refresh_from_db()
     assert running.status == JobStatus.RUNNING and running.cancel_requested_at is not None
     assert (dead.status, dead.attempts_used) == (JobStatus.PENDING, 0)
+
+
+LONG_ERROR = (
+    "ConnectionError: HTTPSConnectionPool(host='api.payments.example', port=443): Max retries"
+    " exceeded with url: /v2/customers/cus_8472/invoices?expand=lines (Caused by"
+    " NewConnectionError('<urllib3.connection.HTTPSConnection object>: Failed to establish a"
+    " new connection: [Errno 111] Connection refused'))"
+)
+
+
+def test_jobs_list_fits_a_1366_px_window_with_the_sidebar_open(
+    live_server, django_user_model, settings, tmp_path
+):
+    """A laptop's window: every column, the last error's included, without scrolling sideways;
+    a long cell is cut, its whole text in its tooltip."""
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    django_user_model.objects.create_superuser("admin", "admin@example.com", PASSWORD)
+    control_room_rows()
+    now = timezone.now()
+    Job.objects.create(
+        name="billing.invoices.reconcile_customer_ledger_entries",
+        queue="billing-reconciliation",
+        attempt=2,
+        attempts_used=2,
+        max_attempts=25,
+        run_at=now + timedelta(minutes=3),
+        last_error=LONG_ERROR,
+    )
+    shots = Path(SCREENSHOTS) if SCREENSHOTS else tmp_path
+    shots.mkdir(parents=True, exist_ok=True)
+    jobs = reverse("admin:django_jobs_job_changelist")
+
+    # No database access in here: Playwright's sync API runs an event loop.
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1366, "height": 768})
+            page.set_default_timeout(TIMEOUT_MS)
+            sync_api.expect.set_options(timeout=TIMEOUT_MS)
+            page.goto(f"{live_server.url}{reverse('admin:login')}?next={jobs}")
+            page.fill("#id_username", "admin")
+            page.fill("#id_password", PASSWORD)
+            page.get_by_role("button", name="Log in").click()
+            sync_api.expect(page).to_have_url(f"{live_server.url}{jobs}")
+            sync_api.expect(page.locator("#nav-sidebar")).to_be_visible()  # open, as it starts
+
+            page.screenshot(path=str(shots / "admin-jobs-1366.png"))
+            scroll_width = page.evaluate("document.documentElement.scrollWidth")
+            assert scroll_width <= 1366, f"the page is {scroll_width} px wide"
+            # The list's own box scrolls sideways when its table is wider: it must not.
+            widths = page.evaluate(
+                "(() => { const r = document.querySelector('#changelist .results');"
+                " return [r.scrollWidth, r.clientWidth]; })()"
+            )
+            assert widths[0] <= widths[1], f"the table is {widths[0]} px in {widths[1]} px"
+            shown = page.locator("#changelist .results").bounding_box()
+            error_cell = page.locator("#result_list td.field-short_error", has_text="HTTPS").first
+            box = error_cell.bounding_box()
+            assert shown is not None and box is not None
+            assert box["x"] + box["width"] <= shown["x"] + shown["width"] + 1
+            assert box["width"] >= 150, f"the last error has {box['width']} px"
+            assert error_cell.locator("span").get_attribute("title") == LONG_ERROR
+            long_name = "billing.invoices.reconcile_customer_ledger_entries"
+            assert page.locator(f"span.django-jobs-cut[title='{long_name}']").count() == 1
+        finally:
+            browser.close()

@@ -140,8 +140,9 @@ def test_dead_letters_changelist_truncates_long_errors(admin_client, make_dead_l
     response = admin_client.get(reverse(DEAD_LETTERS))
 
     page = response.content.decode()
-    assert "ValueError: " + "x" * 107 + "…" in page
-    assert "x" * 108 not in page
+    full = "ValueError: " + "x" * 1988  # as much as the worker stores, in the tooltip
+    assert f'<span class="django-jobs-clamp" title="{full}">ValueError: ' + "x" * 107 + "…" in page
+    assert "x" * 1989 not in page
 
 
 def test_job_changelist_renders_for_superuser(admin_client, make_job, make_dead_letter):
@@ -635,6 +636,19 @@ def cell(page: str, column: str, content: str) -> bool:
     return f'<td class="field-{column}">{content}</td>' in page
 
 
+def clamped(error: str, shown: str | None = None) -> str:
+    """The last error's cell: cut to the column, the whole error in its tooltip."""
+    return f'<span class="django-jobs-clamp" title="{error}">{shown or error}</span>'
+
+
+def under(main: str, second: str) -> str:
+    return f'{main}<span class="django-jobs-under">{second}</span>'
+
+
+def cut(text: str) -> str:
+    return f'<span class="django-jobs-cut" title="{text}">{text}</span>'
+
+
 def test_job_changelist_columns_show_status_attempts_times_duration_progress_and_error(
     admin_client, make_job
 ):
@@ -666,19 +680,23 @@ def test_job_changelist_columns_show_status_attempts_times_duration_progress_and
         "running</span>"
     ) in page
     assert ">dead-lettered</span>" in page
-    assert cell(page, "attempts", "2/3") and cell(page, "attempts", "3/3")
+    assert '<span class="django-jobs-under">2/3 attempts</span></td>' in page
+    assert '<span class="django-jobs-under">3/3 attempts</span></td>' in page
+    assert cell(page, "name_and_queue", under(cut("tests.ok"), cut("default")))
     assert cell(page, "run_at_shown", "2026-01-05 12:00:03 UTC")
-    assert cell(page, "duration", "running for 1 min 15 s")
-    assert cell(page, "duration", "1.5 s")
+    bar = (
+        '<span class="django-jobs-progress"><progress value="40" max="100">40%</progress>'
+        " 40/100 rows</span>"
+    )
+    assert cell(page, "duration_and_progress", under("running for 1 min 15 s", bar))
     assert cell(
         page,
-        "progress",
-        '<span class="django-jobs-progress"><progress value="40" max="100">40%</progress>'
-        " 40/100 rows</span>",
+        "duration_and_progress",
+        under("1.5 s", '<span class="django-jobs-progress">7 </span>'),
     )
-    assert cell(page, "progress", '<span class="django-jobs-progress">7 </span>')
-    assert cell(page, "short_error", "RuntimeError: " + "x" * 105 + "…")
-    assert page.count('<td class="field-progress"></td>') == 1  # the plain job: no progress
+    error = "RuntimeError: " + "x" * 500
+    assert cell(page, "short_error", clamped(error, "RuntimeError: " + "x" * 105 + "…"))
+    assert page.count('<td class="field-duration_and_progress"></td>') == 1  # the plain job
     assert {job.pk for job in (running, finished, plain)} <= set(
         Job.objects.values_list("id", flat=True)
     )
@@ -879,7 +897,7 @@ def test_dead_letters_changelist_shows_age_attempts_and_the_error(admin_client, 
     assert cell(page, "age", "3 h 5 min")
     assert cell(page, "finished_at_shown", "2026-01-05 12:00:00 UTC")
     assert cell(page, "attempts", "3/3")
-    assert cell(page, "short_error", "RuntimeError: boom 3")
+    assert cell(page, "short_error", clamped("RuntimeError: boom 3"))
 
 
 @pytest.mark.parametrize(
