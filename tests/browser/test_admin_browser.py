@@ -168,6 +168,21 @@ def control_room_rows() -> tuple[Job, Job]:
         finished_at=now - timedelta(minutes=12),
         last_error="RuntimeError: the report template is missing",
     )
+    Attempt.objects.create(
+        job=dead,
+        number=2,
+        owner=worker.id,
+        started_at=now - timedelta(minutes=13),
+        finished_at=now - timedelta(minutes=12),
+        outcome=AttemptOutcome.FAILED,
+        error="RuntimeError: the report template is missing",
+        traceback=(
+            "Traceback (most recent call last):\n"
+            '  File "reports/jobs.py", line 42, in build_report\n'
+            '    template = load("monthly.html")\n'
+            "RuntimeError: the report template is missing\n"
+        ),
+    )
     return running, dead
 
 
@@ -213,6 +228,10 @@ def test_control_room_walk_in_browser(live_server, django_user_model, settings, 
             sync_api.expect(page.locator(".messagelist .success")).to_contain_text("asked to stop")
 
             page.goto(f"{live_server.url}{dead_page}")
+            trace = page.locator("details.django-jobs-traceback pre")
+            sync_api.expect(trace).to_be_hidden()  # folded until asked for
+            page.locator("details.django-jobs-traceback summary").click()
+            sync_api.expect(trace).to_contain_text("line 42, in build_report")
             retry = page.locator("form.django-jobs-verb button", has_text="Retry").first
             sync_api.expect(retry).to_have_text("Retry")
             retry.click()
