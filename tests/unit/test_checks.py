@@ -604,3 +604,43 @@ def test_check_queues_served_warns_of_a_schedule_on_a_queue_not_in_queues():
         "DJANGO_JOBS['QUEUES'] does not list: `runjobs` without --queue never runs its jobs."
     )
     assert "`manage.py runjobs --queue reports`" in warning.hint
+
+
+def test_conf_defaults_and_overrides():
+    assert settings.LEASE_SECONDS == 300
+    with override_settings(DJANGO_JOBS={"LEASE_SECONDS": 2.5}):
+        assert settings.LEASE_SECONDS == 2.5
+        assert settings.MAX_ATTEMPTS == 5
+    with pytest.raises(AttributeError):
+        _ = settings.NOT_A_KEY
+
+
+@override_settings(DJANGO_JOBS={"LEASE_SECOND": 10, "MAX_ATTEMPT": 3})
+def test_check_unknown_key_suggests_the_closest():
+    errors = check_settings()
+    assert [e.id for e in errors] == ["django_jobs.E002", "django_jobs.E002"]
+    assert "Unknown DJANGO_JOBS key 'LEASE_SECOND'" in errors[0].msg
+    assert errors[0].hint == "Did you mean 'LEASE_SECONDS'?"
+    assert errors[1].hint == "Did you mean 'MAX_ATTEMPTS'?"
+
+
+@override_settings(
+    DJANGO_JOBS={
+        "LEASE_SECONDS": 0,
+        "RETRY_JITTER": -1,
+        "POLL_SECONDS": "1",
+        "MAX_ATTEMPTS": 0,
+        "QUEUES": {"a": {"workers": 0}},
+    }
+)
+def test_check_bad_values_are_errors():
+    messages = [e.msg for e in check_settings()]
+    assert any("LEASE_SECONDS" in m for m in messages)
+    assert any("RETRY_JITTER" in m for m in messages)
+    assert any("POLL_SECONDS" in m for m in messages)
+    assert any("MAX_ATTEMPTS" in m for m in messages)
+    assert any("QUEUES" in m for m in messages)
+
+
+def test_check_good_settings_pass():
+    assert check_settings() == []

@@ -1,4 +1,5 @@
-"""The heartbeat against a real database, with a clock the test moves."""
+"""The in-flight set against a real database: renewals (the heartbeat), progress, time-outs
+and hand-backs, with a clock the test moves."""
 
 from datetime import timedelta
 

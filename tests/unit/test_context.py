@@ -1,0 +1,49 @@
+"""JobContext: cancellation, waiting, progress reports; no database."""
+
+import threading
+import time
+
+import pytest
+
+from django_jobs import JobCancelled, JobContext
+
+
+def make_context():
+    return JobContext(job_id=1, name="n", queue="default", attempt=1, payload=None)
+
+
+def test_context_wait_returns_early_once_cancelled():
+    ctx = make_context()
+    threading.Timer(0.05, ctx.cancel).start()
+    started = time.monotonic()
+    assert ctx.wait(5) is True
+    assert time.monotonic() - started < 2
+    assert ctx.cancelled
+
+
+def test_context_wait_times_out_when_not_cancelled():
+    ctx = make_context()
+    assert ctx.wait(0.01) is False
+    ctx.raise_if_cancelled()  # no error
+    ctx.cancel()
+    with pytest.raises(JobCancelled):
+        ctx.raise_if_cancelled()
+
+
+@pytest.mark.parametrize("count", [2**63, -1, 1.5, True, "3"])
+def test_context_progress_refuses_a_count_the_columns_cannot_hold(count):
+    ctx = make_context()
+    with pytest.raises(ValueError, match="from 0 to 2\\*\\*63 - 1"):
+        ctx.progress(count)
+    with pytest.raises(ValueError, match="total must be"):
+        ctx.progress(1, count)
+    assert ctx.reported_progress() == (0, None)  # nothing kept to be written
+
+
+def test_context_progress_keeps_the_largest_count_and_a_storable_note():
+    ctx = make_context()
+    ctx.progress(2**63 - 1, 2**63 - 1, note="bad \x00 byte, lone \udc80 half" + "x" * 300)
+    _, report = ctx.reported_progress()
+    assert (report.done, report.total) == (2**63 - 1, 2**63 - 1)
+    assert report.note.startswith("bad \\x00 byte, lone \ufffd half")
+    assert len(report.note) == 200
