@@ -1,14 +1,17 @@
 """The ``@job`` decorator and the registry that maps job names to handlers.
 
 A worker resolves a row's job name only through this registry: it never
-imports a path stored in the database.
+imports a path stored in the database. A name no ``@job`` registered is put
+to the finders (:func:`add_finder`) before it is unknown: a package that
+names its jobs itself (Django tasks, by their module paths) resolves them
+there, on its own rules, instead of registering each one up front.
 """
 
 from __future__ import annotations
 
 import difflib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -39,13 +42,27 @@ class JobDefinition:
     priority: int = 0
     max_attempts: int | None = None
     timeout: float | None = None
+    #: Why no job of this name can be enqueued now, though its rows still run (and fail):
+    #: a task whose module no longer imports, say.
+    unavailable: str | None = None
 
     @property
     def func_path(self) -> str:
         return f"{self.func.__module__}.{self.func.__qualname__}"
 
 
+@dataclass(frozen=True)
+class Finder:
+    """Job names a package resolves itself: ``find(name)`` gives the definition or None
+    (nothing of the name's is imported unless the package allows it); ``names()`` those
+    it knows of now, for the admin's filters and ``did you mean``."""
+
+    find: Callable[[str], JobDefinition | None]
+    names: Callable[[], Iterable[str]]
+
+
 _registry: dict[str, JobDefinition] = {}
+_finders: dict[str, Finder] = {}
 _lock = threading.Lock()
 
 
@@ -103,6 +120,22 @@ def unregister(name: str) -> None:
         _registry.pop(name, None)
 
 
+def add_finder(key: str, finder: Finder) -> None:
+    """Put the names no ``@job`` registered to ``finder`` too; once per ``key``."""
+    with _lock:
+        _finders[key] = finder
+
+
+def _found(name: str) -> JobDefinition | None:
+    with _lock:
+        finders = list(_finders.values())
+    for finder in finders:
+        definition = finder.find(name)
+        if definition is not None:
+            return definition
+    return None
+
+
 def get_definition(job: str | Callable[..., Any]) -> JobDefinition:
     """The definition for a job name or a decorated function; :class:`UnknownJob` if none."""
     if callable(job) and not isinstance(job, str):
@@ -112,10 +145,10 @@ def get_definition(job: str | Callable[..., Any]) -> JobDefinition:
         return definition
     if not isinstance(job, str):
         raise UnknownJob(f"a job is a registered name or @job function, not {job!r}")
-    try:
-        return _registry[job]
-    except KeyError:
-        raise UnknownJob(f"no job is registered under the name {job!r}{_suggest(job)}") from None
+    definition = _registry.get(job) or _found(job)
+    if definition is None:
+        raise UnknownJob(f"no job is registered under the name {job!r}{_suggest(job)}")
+    return definition
 
 
 def _suggest(name: str) -> str:
@@ -127,5 +160,10 @@ def _suggest(name: str) -> str:
 
 
 def registered_names() -> list[str]:
+    """Every ``@job`` name, and the names the finders know of now."""
     with _lock:
-        return sorted(_registry)
+        names = set(_registry)
+        finders = list(_finders.values())
+    for finder in finders:
+        names.update(finder.names())
+    return sorted(names)

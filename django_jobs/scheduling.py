@@ -32,6 +32,7 @@ from .conf import (
 )
 from .db import get_driver
 from .events import send
+from .exceptions import UnknownJob
 from .models import Job
 from .payloads import encode_payload
 from .registry import get_definition
@@ -100,6 +101,8 @@ def check_job_options(*, queue: str | None, priority: int | None, max_attempts: 
 def build_job(spec: JobSpec) -> Job:
     """Validate a spec and return an unsaved :class:`Job`."""
     definition = get_definition(spec.job)
+    if definition.unavailable is not None:
+        raise UnknownJob(definition.unavailable)
     text = encode_payload(spec.payload)
     max_attempts = (
         spec.max_attempts
