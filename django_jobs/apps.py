@@ -33,4 +33,4 @@ class DjangoJobsConfig(AppConfig):
         # Import every installed app's jobs.py so that its @job handlers register.
         autodiscover_modules("jobs")
         if any(runs_tasks(params) for params in (getattr(settings, "TASKS", None) or {}).values()):
-            from . import backend  # noqa: F401  (registers the task runner)
+            from .tasks import runner  # noqa: F401  (registers the task runner)

@@ -12,50 +12,41 @@ needs the ``django-tasks`` backport (see :mod:`django_jobs.tasks.framework`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
+from django.apps import apps
 from django.core import checks
 from django.core.exceptions import ImproperlyConfigured
 from django.db import router, transaction
 
-from .conf import INT_MAX, is_int
+from .conf import JOB_NAME_MAX_LENGTH
 from .conf import settings as jobs_settings
-from .models import Job
-from .scheduling import schedule_job
+from .tasks.arguments import json_arguments
 from .tasks.declared import declare, is_module_name
 from .tasks.framework import (
     BaseTaskBackend,
+    InvalidTask,
     Task,
     TaskResult,
     TaskResultDoesNotExist,
     TaskResultStatus,
-    normalize_json,
     task_enqueued,
 )
-from .tasks.results import RUNNER
-from .tasks.runner import load_result, send
+from .tasks.options import TaskOptions, job_options, max_attempts_of, options_of
 
-F = TypeVar("F", bound=Callable[..., Any])
+# Nothing here imports django_jobs' models at load: a project without "django_jobs" in
+# INSTALLED_APPS gets the check's error (django_jobs.E031), not a RuntimeError.
 
-ATTRIBUTE = "django_jobs_options"
+__all__ = ["JobsBackend", "TaskOptions", "job_options", "options_of"]
+
 OPTION_KEYS = {"MAX_ATTEMPTS", "MODULES"}
-
-
-@dataclass(frozen=True)
-class TaskOptions:
-    """What a task's jobs get that Django's ``@task`` has no argument for."""
-
-    max_attempts: int | None = None
-
-
-def _max_attempts(value: Any, where: str) -> int | None:
-    if value is None:
-        return None
-    if not is_int(value, 1):
-        raise ValueError(f"{where} must be an integer from 1 to {INT_MAX}, got {value!r}")
-    return value
+NOT_INSTALLED = (
+    "TASKS[{alias!r}] is a JobsBackend, but 'django_jobs' is not in INSTALLED_APPS: "
+    "its tasks cannot be enqueued or run."
+)
+NOT_INSTALLED_HINT = (
+    "Add 'django_jobs' to INSTALLED_APPS and run `manage.py migrate`, or use another task backend."
+)
 
 
 def _modules(value: Any, where: str) -> frozenset[str]:
@@ -67,31 +58,6 @@ def _modules(value: Any, where: str) -> frozenset[str]:
             f"got {value!r}"
         )
     return frozenset(value)
-
-
-def job_options(*, max_attempts: int | None = None) -> Callable[[F], F]:
-    """Give a task's jobs options Django's ``@task`` has no place for. Put it under ``@task``::
-
-        @task(queue_name="emails")
-        @job_options(max_attempts=8)
-        def send_welcome(user_id): ...
-
-    Other backends ignore it, so the same task runs on ``ImmediateBackend`` in tests.
-    """
-    options = TaskOptions(_max_attempts(max_attempts, "job_options(max_attempts=...)"))
-
-    def decorate(func: F) -> F:
-        if isinstance(func, Task):
-            raise TypeError("put @job_options(...) under @task, on the function itself")
-        setattr(func, ATTRIBUTE, options)
-        return func
-
-    return decorate
-
-
-def options_of(task: Task) -> TaskOptions:
-    found = getattr(task.func, ATTRIBUTE, None)
-    return found if isinstance(found, TaskOptions) else TaskOptions()
 
 
 class JobsBackend(BaseTaskBackend):
@@ -121,7 +87,7 @@ class JobsBackend(BaseTaskBackend):
                 f"known: {sorted(OPTION_KEYS)}"
             )
         try:
-            self.max_attempts = _max_attempts(
+            self.max_attempts = max_attempts_of(
                 self.options.get("MAX_ATTEMPTS"), f"TASKS[{alias!r}]['OPTIONS']['MAX_ATTEMPTS']"
             )
         except ValueError as exc:
@@ -131,23 +97,34 @@ class JobsBackend(BaseTaskBackend):
         )
 
     def validate_task(self, task: Task) -> None:
-        """Django's checks; then ``task``'s path is one this process's rows may name."""
+        """Django's checks, a path that fits a job's name; then ``task``'s path is one
+        this process's rows may name."""
         super().validate_task(task)
+        if len(task.module_path) > JOB_NAME_MAX_LENGTH:
+            raise InvalidTask(
+                f"Task path {task.module_path!r} is longer than a job's name may be "
+                f"({JOB_NAME_MAX_LENGTH} characters)."
+            )
         declare(task)
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
-        """Write the task's job row; ``task_enqueued`` is sent once it commits."""
+        """Write the task's job row, named by its module path; ``task_enqueued`` is sent
+        once it commits."""
+        from .models import Job
+        from .scheduling import schedule_job
+        from .tasks.runner import send
+
         self.validate_task(task)
-        args, kwargs = normalize_json(list(args)), normalize_json(dict(kwargs))
+        require_installed(self.alias)
+        args, kwargs = json_arguments(args, kwargs)
         payload = {
-            "task": task.module_path,
             "args": args,
             "kwargs": kwargs,
             "backend": self.alias,
             "run_after": task.run_after.isoformat() if task.run_after else None,
         }
         row = schedule_job(
-            RUNNER,
+            task.module_path,
             payload,
             run_at=task.run_after,
             queue=task.queue_name,
@@ -175,10 +152,22 @@ class JobsBackend(BaseTaskBackend):
         """The task's result as it is now; ``TaskResultDoesNotExist`` for an unknown id."""
         if not isinstance(result_id, str) or not result_id.isascii() or not result_id.isdigit():
             raise TaskResultDoesNotExist(f"no task result with id {result_id!r}")
+        require_installed(self.alias)
+        from .tasks.runner import load_result
+
         return load_result(int(result_id))
 
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """Warn about a queue of ``QUEUES`` that ``DJANGO_JOBS["QUEUES"]`` does not declare."""
+        """``django_jobs`` missing from ``INSTALLED_APPS`` (E031); a queue of ``QUEUES``
+        that ``DJANGO_JOBS["QUEUES"]`` does not declare (W030)."""
+        if not apps.is_installed("django_jobs"):
+            return [
+                checks.Error(
+                    NOT_INSTALLED.format(alias=self.alias),
+                    hint=NOT_INSTALLED_HINT,
+                    id="django_jobs.E031",
+                )
+            ]
         try:
             declared = set(jobs_settings.QUEUES)
         except ImproperlyConfigured:
@@ -193,3 +182,9 @@ class JobsBackend(BaseTaskBackend):
             )
             for queue in sorted(self.queues - declared)
         ]
+
+
+def require_installed(alias: str) -> None:
+    """``ImproperlyConfigured`` as check E031 says, before anything imports the models."""
+    if not apps.is_installed("django_jobs"):
+        raise ImproperlyConfigured(f"{NOT_INSTALLED.format(alias=alias)} {NOT_INSTALLED_HINT}")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from django_jobs.backend import job_options
@@ -85,3 +86,11 @@ def deep(depth: int) -> None:
         raise ValueError("at the bottom")
     except ValueError as exc:
         raise ValueError(f"at depth {depth}") from exc
+
+
+@task(queue_name="emails", priority=3)
+@job_options(max_attempts=1, timeout=0.3)
+def slow(seconds: float) -> str:
+    """Sleeps past its own timeout when given more than 0.3 seconds."""
+    time.sleep(seconds)
+    return "woke"

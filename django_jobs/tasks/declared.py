@@ -12,6 +12,10 @@ before anything is imported. It resolves when it is
   and the path must then name a ``Task``.
 
 Anything else is refused with :class:`ValueError`, and nothing is imported.
+
+A declared path whose import now fails (the module or the task was moved or
+renamed) resolves to a stand-in ``Task`` under the same path that raises that
+error when called: its job fails as the import did, and its result still reads.
 """
 
 from __future__ import annotations
@@ -30,9 +34,19 @@ from .framework import Task, task_backends
 _declared: set[str] = set()
 
 
+#: Set on a stand-in's function: the path it stands for is not declared by it.
+STAND_IN = "django_jobs_stand_in"
+
+
 def declare(task: Task) -> None:
     """Record ``task``'s path: this process made it, so rows may name it."""
-    _declared.add(task.module_path)
+    if not getattr(task.func, STAND_IN, False):
+        _declared.add(task.module_path)
+
+
+def declared_names() -> list[str]:
+    """The paths of the tasks declared in this process whose modules are imported."""
+    return sorted(path for path in list(_declared) if is_declared(path))
 
 
 def is_module_name(name: Any) -> bool:
@@ -53,6 +67,18 @@ def is_declared(path: str) -> bool:
     return path in _declared and path.rpartition(".")[0] in sys.modules
 
 
+def may_name(path: str) -> bool:
+    """Whether ``path`` may name a task for some alias of ``TASKS``: nothing is imported."""
+    if is_declared(path):
+        return True
+    module = path.rpartition(".")[0]
+    try:
+        aliases = list(task_backends)
+    except ImproperlyConfigured:  # a TASKS setting Django refuses: no alias allows anything
+        return False
+    return bool(module) and any(module in allowed_modules(alias) for alias in aliases)
+
+
 def refusal(path: str, backend: str) -> str:
     module = path.rpartition(".")[0]
     return (
@@ -62,17 +88,31 @@ def refusal(path: str, backend: str) -> str:
     )
 
 
-def resolve_task(path: str, backend: str) -> Task:
+def resolve_task(path: str, backend: str, queue: str = "default") -> Task:
     """The ``Task`` at ``path`` (``module.name``) if the project declares it, else ``ValueError``.
 
-    Nothing is imported before the check; see the module's text.
+    Nothing is imported before the check; see the module's text. A path whose
+    import fails gives :func:`stand_in`.
     """
     if not is_declared(path) and path.rpartition(".")[0] not in allowed_modules(backend):
         raise ValueError(refusal(path, backend))
     try:
         found = import_string(path)
-    except ImportError as exc:
-        raise ValueError(f"task {path!r} cannot be imported: {exc}") from None
+    except Exception as exc:  # ImportError, or whatever the module raised as it was imported
+        return stand_in(path, backend, queue, exc)
     if not isinstance(found, Task):
         raise ValueError(f"{path!r} is not a task (decorate it with @task)")
     return found
+
+
+def stand_in(path: str, backend: str, queue: str, error: BaseException) -> Task:
+    """A ``Task`` under ``path`` on ``queue`` that raises ``error`` when called (it is not
+    declared: the path stays as the project declares it)."""
+    module, _, name = path.rpartition(".")
+
+    def missing(*args: Any, **kwargs: Any) -> Any:
+        raise error
+
+    missing.__module__, missing.__qualname__, missing.__name__ = module, name, name
+    setattr(missing, STAND_IN, True)
+    return Task(func=missing, backend=backend, queue_name=queue)

@@ -22,7 +22,8 @@ from ..outcomes import ERROR_LIMIT
 from .declared import resolve_task
 from .framework import Task, TaskError, TaskResult, TaskResultStatus
 
-#: The job every task runs as; its payload names the task.
+#: The job every task ran as before each task was a job name of its own (its module path);
+#: its payload names the task. Rows of it still run.
 RUNNER = "django_jobs.task"
 
 PREFIX = "TaskFailed: "
@@ -112,40 +113,80 @@ def run_after(payload: Mapping[str, Any]) -> datetime | None:
     return parse_datetime(value) if isinstance(value, str) else None
 
 
-def task_payload(payload: Any, job_id: int) -> dict[str, Any]:
-    """A task's job's payload: the task's path, its arguments, its backend; else ``ValueError``."""
+#: What a task's job named by its path runs with when its payload leaves it out.
+NAMED_DEFAULTS: dict[str, Any] = {"args": [], "kwargs": {}, "backend": "default", "run_after": None}
+
+
+def task_payload(name: str, payload: Any, job_id: int) -> dict[str, Any]:
+    """A task's job's payload as the runner reads it: ``task`` (the path), ``args``,
+    ``kwargs``, ``backend``, ``run_after``; else ``ValueError``.
+
+    A job named by its task's path may leave out what it does not need (a row
+    written by ``schedule_job()`` or a recurring schedule): no arguments, the
+    ``default`` alias. A :data:`RUNNER` row names the task in its payload.
+    """
+    if name == RUNNER:
+        if not (
+            isinstance(payload, dict)
+            and isinstance(payload.get("task"), str)
+            and isinstance(payload.get("args"), list)
+            and isinstance(payload.get("kwargs"), dict)
+            and isinstance(payload.get("backend"), str)
+        ):
+            raise ValueError(
+                f"job #{job_id} is not a task's job: its payload has no task, args, kwargs"
+            )
+        return payload
+    given = {} if payload is None else payload
+    filled = {**NAMED_DEFAULTS, **given} if isinstance(given, dict) else None
     if not (
-        isinstance(payload, dict)
-        and isinstance(payload.get("task"), str)
-        and isinstance(payload.get("args"), list)
-        and isinstance(payload.get("kwargs"), dict)
-        and isinstance(payload.get("backend"), str)
+        filled is not None
+        and isinstance(filled["args"], list)
+        and isinstance(filled["kwargs"], dict)
+        and isinstance(filled["backend"], str)
     ):
         raise ValueError(
-            f"job #{job_id} is not a task's job: its payload has no task, args, kwargs"
+            f"job #{job_id} cannot run task {name!r}: its payload must be null or an object "
+            'with "args" (a list), "kwargs" (an object) and "backend" (a TASKS alias)'
         )
-    return payload
+    return {**filled, "task": name}
 
 
 def payload_of(job: Job) -> dict[str, Any]:
-    return task_payload(job.payload, job.pk)
+    return task_payload(job.name, job.payload, job.pk)
 
 
-def task_named(payload: Any, job_id: int) -> Task:
-    """The task a task's job's payload names, if the project declares it (see :mod:`.declared`)."""
-    checked = task_payload(payload, job_id)
-    return resolve_task(checked["task"], checked["backend"])
+def task_named(name: str, payload: Any, job_id: int, queue: str = "default") -> Task:
+    """The task a task's job runs, if the project declares it (see :mod:`.declared`)."""
+    checked = task_payload(name, payload, job_id)
+    return resolve_task(checked["task"], checked["backend"], queue)
 
 
 def task_of(job: Job) -> Task:
     """The task a job runs, with the options it was enqueued with."""
     payload = payload_of(job)
-    return task_named(payload, job.pk).using(
+    return task_named(job.name, payload, job.pk, job.queue).using(
         priority=job.priority,
         queue_name=job.queue,
         run_after=run_after(payload),
         backend=payload["backend"],
     )
+
+
+#: The errors the worker records for an attempt it ended, as the exceptions they stand for.
+ENDED_BY_WORKER = {class_path(kind): kind for kind in (TaskTimedOut, WorkerLost)} | {
+    class_path(jobs_exceptions.JobCancelled): jobs_exceptions.JobCancelled
+}
+
+
+def ended_exception(result: TaskResult) -> BaseException | None:
+    """The exception of ``result``'s last error, if the worker ended that attempt (a
+    time-out, a lost lease, a cancel): what the task raised is not known then."""
+    if not result.errors:
+        return None
+    error = result.errors[-1]
+    kind = ENDED_BY_WORKER.get(error.exception_class_path)
+    return kind(error.traceback) if kind is not None else None
 
 
 def build_result(job: Job, attempts: Sequence[Mapping[str, Any]], task: Task) -> TaskResult:

@@ -1,16 +1,22 @@
-"""The job that runs every Django task, and Django's task signals at the right moments.
+"""The handler that runs every Django task, and Django's task signals at the right moments.
 
-A task is enqueued as one job named :data:`~.results.RUNNER` whose payload
-names the task by its module path (as Django's own ``Task`` pickles it) with
-its arguments. The runner resolves that path only if the project declares it
-(:mod:`.declared`: nothing else is imported), refuses anything that is not a
-``Task``, and calls it as Django's ``ImmediateBackend`` does: ``Task.call``,
-which runs a coroutine function to completion with ``async_to_sync``.
+A task is enqueued as a job named by the task's module path (as Django's own
+``Task`` pickles it), its arguments in the payload. The registry holds no
+such name: it asks :func:`task_definition`, which answers only for a path the
+project declares (:mod:`.declared`: nothing else is imported) and gives this
+module's handler with the task's own queue, attempts and timeout. Rows of the
+older single job, :data:`~.results.RUNNER`, name the task in their payload and
+still run. The handler refuses anything that is not a ``Task`` and calls it as
+Django's ``ImmediateBackend`` does: ``Task.call``, which runs a coroutine
+function to completion with ``async_to_sync``.
 
 ``task_started`` is sent as the attempt starts, on the worker's thread;
 ``task_finished`` once the attempt's outcome is written, from the receivers
 of django-jobs' own outcome signals, with the status the task then has
-(``READY`` when a retry is due, ``SUCCESSFUL``, or ``FAILED``).
+(``READY`` when a retry is due, ``SUCCESSFUL``, or ``FAILED``). After a
+failure it is sent while the task's exception is being handled, as
+``ImmediateBackend`` sends it, so a receiver (Django's own log line) has it in
+``sys.exc_info()``.
 """
 
 from __future__ import annotations
@@ -20,19 +26,22 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import router
 from django.dispatch import Signal
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from .. import events, signals
 from ..context import JobContext
-from ..exceptions import JobCancelled
+from ..exceptions import JobCancelled, UnknownJob
 from ..models import Attempt, Job
 from ..redaction import Mask, masker
-from ..registry import job
+from ..registry import Finder, JobDefinition, add_finder, get_definition, job
+from .declared import declared_names, may_name
 from .framework import (
+    Task,
     TaskContext,
     TaskError,
     TaskResult,
@@ -43,11 +52,13 @@ from .framework import (
     task_finished,
     task_started,
 )
+from .options import options_of
 from .results import (
     RUNNER,
     TaskFailed,
     build_result,
     class_path,
+    ended_exception,
     failure_text,
     task_named,
     task_of,
@@ -57,9 +68,19 @@ logger = logging.getLogger(__name__)
 
 ATTEMPT_FIELDS = ("number", "owner", "started_at", "outcome", "error")
 
+
+class Ending(NamedTuple):
+    """An attempt's result as the handler left it, kept for ``task_finished``."""
+
+    succeeded: bool
+    result: TaskResult
+    #: What the task raised, re-raised around ``task_finished``.
+    error: BaseException | None = None
+
+
 #: Results of attempts whose outcome is being written, by (job id, attempt), for
 #: ``task_finished``; bounded, for the attempts whose outcome is never written (a lost lease).
-_ending: OrderedDict[tuple[int, int], tuple[bool, TaskResult]] = OrderedDict()
+_ending: OrderedDict[tuple[int, int], Ending] = OrderedDict()
 _ending_lock = threading.Lock()
 ENDING_LIMIT = 1000
 
@@ -67,8 +88,8 @@ ENDING_LIMIT = 1000
 def load_result(job_id: int, using: str | None = None) -> TaskResult:
     """The ``TaskResult`` of job ``job_id``: two queries, the job and its attempts."""
     using = using or router.db_for_read(Job)
-    row = Job.objects.using(using).filter(pk=job_id, name=RUNNER).first()
-    if row is None:
+    row = Job.objects.using(using).filter(pk=job_id).first()
+    if row is None or not is_task_job(row.name):
         raise TaskResultDoesNotExist(f"no task result with id {str(job_id)!r}")
     attempts = list(
         Attempt.objects.using(using)
@@ -81,10 +102,11 @@ def load_result(job_id: int, using: str | None = None) -> TaskResult:
 
 @job(RUNNER)
 def run_task(ctx: JobContext, payload: Any) -> Any:
-    """Run the task the payload names; its return value is the job's result."""
+    """Run the task the job names; its return value is the job's result."""
     # A path the project does not declare fails here, as an unknown job's name does:
-    # before a query, with nothing imported.
-    task_named(payload, ctx.job_id)
+    # before a query, with nothing imported. One that no longer imports runs as a
+    # stand-in that raises the import's error: the attempt fails as that error.
+    task_named(ctx.name, payload, ctx.job_id, ctx.queue)
     result = load_result(ctx.job_id)
     object.__setattr__(result, "status", TaskResultStatus.RUNNING)
     task = result.task
@@ -104,7 +126,7 @@ def run_task(ctx: JobContext, payload: Any) -> Any:
         error = TaskError(
             exception_class_path=class_path(type(exc)), traceback=text.partition("\n")[2]
         )
-        remember(ctx, result, errors=[*result.errors, error])
+        remember(ctx, result, errors=[*result.errors, error], raised=exc)
         raise TaskFailed(text) from None
     remember(ctx, result, value=value)
     return value
@@ -127,9 +149,15 @@ def mask_arguments(
 
 
 def remember(
-    ctx: JobContext, result: TaskResult, *, value: Any = None, errors: list[TaskError] | None = None
+    ctx: JobContext,
+    result: TaskResult,
+    *,
+    value: Any = None,
+    errors: list[TaskError] | None = None,
+    raised: BaseException | None = None,
 ) -> None:
-    """Keep the attempt's result for ``task_finished``, unless the worker already ended it."""
+    """Keep the attempt's result (and what it raised) for ``task_finished``, unless the
+    worker already ended it."""
     if ctx.cancelled:  # timed out, given up or cancelled: the outcome is not this one
         return
     succeeded = errors is None
@@ -138,12 +166,12 @@ def remember(
     else:
         object.__setattr__(result, "_return_value", value)
     with _ending_lock:
-        _ending[(ctx.job_id, ctx.attempt)] = (succeeded, result)
+        _ending[(ctx.job_id, ctx.attempt)] = Ending(succeeded, result, raised)
         while len(_ending) > ENDING_LIMIT:
             _ending.popitem(last=False)
 
 
-def _take(job_id: int, attempt: int | None) -> tuple[bool, TaskResult] | None:
+def _take(job_id: int, attempt: int | None) -> Ending | None:
     if attempt is None:
         return None
     with _ending_lock:
@@ -179,22 +207,86 @@ def announce_finished(
     sender: Any, signal: Signal, job_id: int, name: str, attempt: int | None = None, **details: Any
 ) -> None:
     """``task_finished`` for a task's attempt whose outcome has just been written."""
-    if name != RUNNER or details.get("will_retry") is False:  # job_dead_lettered follows
+    if not is_task_job(name) or details.get("will_retry") is False:  # job_dead_lettered follows
         return
     status = FINISHED_STATUS[signal]
     kept = _take(job_id, attempt)
-    if kept is not None and kept[0] == (status == TaskResultStatus.SUCCESSFUL):
-        result = kept[1]
+    error: BaseException | None = None
+    if kept is not None and kept.succeeded == (status == TaskResultStatus.SUCCESSFUL):
+        result, error = kept.result, kept.error
     else:  # the worker ended it (a timeout, a cancel), or it never ran: read it back
         try:
             result = load_result(job_id)
-        except ValueError:  # no task to report on: refused, or not a task (its error says so)
+        except (ValueError, TaskResultDoesNotExist):  # refused, or not a task: its error says so
             return
+        if status != TaskResultStatus.SUCCESSFUL:
+            error = ended_exception(result)
     object.__setattr__(result, "status", status)
     if status != TaskResultStatus.READY and result.finished_at is None:
         object.__setattr__(result, "finished_at", timezone.now())
-    send(task_finished, result)
+    send_finished(result, error)
+
+
+def send_finished(result: TaskResult, error: BaseException | None) -> None:
+    """``task_finished``; with ``error`` being handled, as ``ImmediateBackend`` sends it
+    from its ``except`` block, so ``sys.exc_info()`` in a receiver is the task's error."""
+    if error is None:
+        send(task_finished, result)
+        return
+    try:
+        raise error
+    except BaseException:
+        send(task_finished, result)
 
 
 for _signal in FINISHED_STATUS:
     _signal.connect(announce_finished, sender=Job, dispatch_uid="django_jobs.tasks.finished")
+
+
+# -- a task's module path as a job name ---------------------------------------------------
+
+
+def task_definition(name: str) -> JobDefinition | None:
+    """:func:`run_task` under a task's module path, with the task's queue, priority,
+    attempts and timeout; None for a name that is no task the project declares.
+
+    Nothing is imported for a path outside the declared modules. A declared path
+    that no longer imports still names a task: its rows run and fail as that import
+    does, but no new job of it can be enqueued.
+    """
+    if not may_name(name):
+        return None
+    try:
+        found = import_string(name)
+    except Exception as exc:  # ImportError, or what the module raised as it was imported
+        reason = f"task {name!r} cannot be imported: {type(exc).__name__}: {exc}"
+        return JobDefinition(name, run_task, unavailable=reason)
+    if not isinstance(found, Task):
+        return None
+    options = options_of(found)
+    return JobDefinition(
+        name,
+        run_task,
+        queue=found.queue_name,
+        priority=found.priority,
+        max_attempts=options.max_attempts or backend_max_attempts(found.backend),
+        timeout=options.timeout,
+    )
+
+
+def backend_max_attempts(alias: str) -> int | None:
+    try:
+        return getattr(task_backends[alias], "max_attempts", None)
+    except Exception:  # not configured (any more): DJANGO_JOBS' attempts
+        return None
+
+
+def is_task_job(name: str) -> bool:
+    """Whether jobs named ``name`` run a task: :data:`RUNNER`, or a task's module path."""
+    try:
+        return get_definition(name).func is run_task
+    except UnknownJob:
+        return False
+
+
+add_finder("django_jobs.tasks", Finder(find=task_definition, names=declared_names))

@@ -298,7 +298,7 @@ def test_tasks_backend_runs_in_tests_with_run_until_empty(worker):
 
 def test_tasks_backend_aenqueue_writes_a_row(worker):
     queued = async_to_sync(tasks.add.aenqueue)(1, 2)
-    assert Job.objects.get(pk=queued.id).payload["task"] == "tests.tasks.add"
+    assert Job.objects.get(pk=queued.id).name == "tests.tasks.add"
 
 
 # -- context, attempts, workers -------------------------------------------------------
