@@ -110,12 +110,12 @@ class JobsBackend(BaseTaskBackend):
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:
         """Write the task's job row, named by its module path; ``task_enqueued`` is sent
         once it commits."""
+        self.validate_task(task)
+        require_installed(self.alias)
         from .models import Job
         from .scheduling import schedule_job
         from .tasks.runner import send
 
-        self.validate_task(task)
-        require_installed(self.alias)
         args, kwargs = json_arguments(args, kwargs)
         payload = {
             "args": args,
