@@ -7,11 +7,20 @@ scheduler's (:mod:`django_jobs.maintenance.scheduler`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, router, transaction
+from django.db import (
+    DatabaseError,
+    IntegrityError,
+    OperationalError,
+    ProgrammingError,
+    connections,
+    router,
+    transaction,
+)
 from django.utils import timezone as dj_timezone
 
 from .conf import SCHEDULE_NAME_MAX_LENGTH, require_text, require_use_tz, settings
@@ -133,6 +142,12 @@ def add_recurring_job(
         "overlap": overlap,
         "source": source,
     }
+    with table_required(name, using):
+        return save_schedule(name, values, using)
+
+
+def save_schedule(name: str, values: Mapping[str, Any], using: str) -> RecurringJob:
+    """Create the schedule ``name`` with ``values``, or change it to them."""
     for _ in range(SAVE_TRIES):
         pk = (
             RecurringJob.objects.using(using).filter(name=name).values_list("pk", flat=True).first()
@@ -140,7 +155,9 @@ def add_recurring_job(
         if pk is None:
             try:
                 with transaction.atomic(using=using):
-                    next_run_at = first_run_at(cron, timezone, dj_timezone.now(), enabled)
+                    next_run_at = first_run_at(
+                        values["cron"], values["timezone"], dj_timezone.now(), values["enabled"]
+                    )
                     return RecurringJob.objects.using(using).create(
                         name=name, next_run_at=next_run_at, **values
                     )
@@ -150,6 +167,44 @@ def add_recurring_job(
         if schedule is not None:
             return schedule
     raise JobsError(f"recurring job {name!r} could not be saved")
+
+
+@contextmanager
+def table_required(name: str, using: str) -> Iterator[None]:
+    """Say to run ``migrate`` if the schedules table does not exist yet.
+
+    Only for a table that is missing: any other database error passes through
+    as raised. In a transaction the work runs in a savepoint, so that the
+    table can still be looked for after the failed statement (PostgreSQL
+    refuses every statement in a transaction after one fails).
+    """
+    in_transaction = connections[using].in_atomic_block
+    savepoint: AbstractContextManager[Any] = (
+        transaction.atomic(using=using) if in_transaction else nullcontext()
+    )
+    try:
+        with savepoint:
+            yield
+    except (OperationalError, ProgrammingError):
+        if not table_missing(using):
+            raise
+        from .worker.startup import NotMigrated  # the error `runjobs` gives before migrate
+
+        database = "" if using == "default" else f" --database {using}"
+        command = f"python manage.py migrate{database}"
+        raise NotMigrated(
+            f"recurring job {name!r} was not saved: database {using!r} has no table "
+            f"{RecurringJob._meta.db_table} yet: run `{command}` first. Or declare it in "
+            'DJANGO_JOBS["RECURRING"]: `runjobs` adds the schedules listed there when it starts.'
+        ) from None
+
+
+def table_missing(using: str) -> bool:
+    """Whether the schedules table is missing from ``using`` (False if that cannot be told)."""
+    try:
+        return RecurringJob._meta.db_table not in connections[using].introspection.table_names()
+    except DatabaseError:
+        return False
 
 
 def change_schedule(

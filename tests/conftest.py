@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import os
 import random
+import secrets
 import signal
 import subprocess
 import sys
@@ -180,6 +181,26 @@ def runjobs_process(tmp_path: Path) -> Iterator[RunjobsProcesses]:
         yield processes
     finally:
         processes.stop_all()
+
+
+@pytest.fixture
+def fresh_database_url(tmp_path: Path) -> Iterator[str]:
+    """A DATABASE_URL of an empty database on the server the tests use (needs
+    ``django_db(transaction=True)`` on PostgreSQL, where it is created)."""
+    from django.db import connection
+
+    if connection.vendor == "sqlite":
+        yield f"sqlite:///{tmp_path / 'fresh.sqlite3'}"
+        return
+    name = f"jobs_fresh_{secrets.token_hex(4)}"
+    qn = connection.ops.quote_name
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE DATABASE {qn(name)}")
+    try:
+        yield database_url().rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute(f"DROP DATABASE {qn(name)}")
 
 
 @pytest.fixture(autouse=True, scope="session")
