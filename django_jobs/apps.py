@@ -4,6 +4,7 @@ from typing import Any
 
 from django.apps import AppConfig
 from django.conf import settings
+from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules, import_string
 
 
@@ -25,10 +26,16 @@ class DjangoJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """The one place that registers things: the system checks, every installed app's
-        ``@job`` handlers, and the job that runs Django tasks when a ``TASKS`` backend is a
+        """The one place that registers things: the system checks, the ``post_migrate``
+        receiver that puts a SQLite file in WAL mode, every installed app's ``@job``
+        handlers, and the job that runs Django tasks when a ``TASKS`` backend is a
         ``JobsBackend``."""
         from . import checks  # noqa: F401  (registers the system checks)
+        from .db.journal import use_wal_mode_after_migrate
+
+        post_migrate.connect(
+            use_wal_mode_after_migrate, sender=self, dispatch_uid="django_jobs.wal_mode"
+        )
 
         # Import every installed app's jobs.py so that its @job handlers register.
         autodiscover_modules("jobs")

@@ -66,6 +66,10 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {"transaction_mode": "IMMEDIATE", "timeout": 30}
     )
+    # A journal mode of a test's choosing, set on every connection (without one, django-jobs
+    # puts the file in WAL mode at migrate and at runjobs start-up).
+    if journal_mode := env("JOBS_SQLITE_JOURNAL_MODE", default=""):
+        DATABASES["default"]["OPTIONS"]["init_command"] = f"PRAGMA journal_mode={journal_mode};"
     # Tests use a file, so that runjobs subprocesses see the test database.
     DATABASES["default"]["TEST"] = {
         "NAME": env("TEST_SQLITE_NAME", default=f"{DATABASES['default']['NAME']}-test")

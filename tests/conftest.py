@@ -69,6 +69,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip("needs LISTEN/NOTIFY")
         if wants_no_listen and has:
             pytest.skip("needs a database without LISTEN/NOTIFY")
+    if item.get_closest_marker("journal_modes"):
+        from django_jobs.db import driver_class
+
+        if not driver_class("default").has_journal_modes:
+            pytest.skip("needs a database file with journal modes (SQLite's WAL)")
 
 
 @pytest.fixture
@@ -140,7 +145,15 @@ class RunjobsProcesses:
         self.tmp_path = tmp_path
         self.processes: list[subprocess.Popen[bytes]] = []
 
-    def start(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    def start(
+        self,
+        *args: str,
+        env: dict[str, str] | None = None,
+        project: Path = ROOT,
+        command: str = "runjobs",
+    ) -> subprocess.Popen[bytes]:
+        """``manage.py runjobs *args`` (or another ``command``) of ``project``, the test
+        project unless told."""
         environment = {
             **os.environ,
             "DATABASE_URL": database_url(),
@@ -153,8 +166,8 @@ class RunjobsProcesses:
         }
         log = open(self.tmp_path / f"runjobs-{len(self.processes)}.log", "wb")  # noqa: SIM115
         process = subprocess.Popen(
-            [sys.executable, str(ROOT / "manage.py"), "runjobs", *args],
-            cwd=ROOT,
+            [sys.executable, str(project / "manage.py"), command, *args],
+            cwd=project,
             env=environment,
             stdout=log,
             stderr=subprocess.STDOUT,

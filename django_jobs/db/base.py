@@ -93,6 +93,9 @@ class Driver:
     has_row_estimates = False
     #: A new connection takes a ``connect_timeout`` option (libpq's), which bounds it.
     has_connect_timeout = False
+    #: The database is a file with a journal mode (SQLite's): django-jobs puts it in WAL
+    #: mode, so that readers and the one writer do not wait for each other.
+    has_journal_modes = False
 
     def __init__(self, using: str = "default") -> None:
         self.using = using
@@ -147,6 +150,11 @@ class Driver:
     def journal_mode(self) -> str | None:
         """SQLite's journal mode of the live database file; None elsewhere or unreadable."""
         return None
+
+    def put_in_wal_mode(self) -> bool:
+        """Put a database file with journal modes in WAL mode, unless the project chose its
+        journal mode; whether it did (``DatabaseError`` if the database refused)."""
+        return False
 
     def database_now(self) -> datetime | None:
         """The database server's clock (None if it cannot be read)."""

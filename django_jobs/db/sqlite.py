@@ -42,6 +42,8 @@ MINIMUM_SQLITE = (3, 35, 0)
 
 
 class SQLiteDriver(Driver):
+    has_journal_modes = True
+
     @contextmanager
     def write_transaction(self) -> Iterator[None]:
         connection = self.connection
@@ -97,6 +99,29 @@ class SQLiteDriver(Driver):
             return None
         (mode,) = found
         return str(mode).lower()
+
+    def journal_mode_chosen(self) -> bool:
+        """Whether the project sets the journal mode itself (in ``OPTIONS['init_command']``)."""
+        options = self.connection.settings_dict.get("OPTIONS") or {}
+        return "journal_mode" in str(options.get("init_command") or "").lower()
+
+    def put_in_wal_mode(self) -> bool:
+        connection = self.connection
+        if connection.is_in_memory_db() or self.journal_mode_chosen():
+            return False
+        if connection.in_atomic_block:
+            return False  # SQLite changes the journal mode outside transactions only
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA journal_mode")
+            (mode,) = cursor.fetchone()
+            if str(mode).lower() == "wal":
+                return False
+            # Waits for the other connections up to the busy timeout, then "database is locked".
+            cursor.execute("PRAGMA journal_mode=WAL")
+            (mode,) = cursor.fetchone()
+        if str(mode).lower() != "wal":
+            raise OperationalError(f"SQLite kept the journal mode {mode!r}")
+        return True
 
     def database_now(self) -> datetime | None:
         # SQLite reads this host's clock, at millisecond resolution.

@@ -13,6 +13,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from ..conf import require_queue_name, require_use_tz, settings
+from ..db.journal import use_wal_mode
 from ..exceptions import JobsError
 from ..models import Job
 from ..text import first_line
@@ -38,6 +39,13 @@ def unapplied_migrations(using: str) -> list[str]:
 
 
 def require_migrated(using: str) -> None:
+    """Raise :class:`NotMigrated`, saying what to run, if the jobs tables are not up to date;
+    then make the database ready to serve (:func:`prepare_database`)."""
+    require_migrations_applied(using)
+    prepare_database(using)
+
+
+def require_migrations_applied(using: str) -> None:
     """Raise :class:`NotMigrated`, saying what to run, if the jobs tables are not up to date."""
     missing = unapplied_migrations(using)
     if not missing:
@@ -49,6 +57,11 @@ def require_migrated(using: str) -> None:
         f"Database {using!r} lacks django_jobs migration(s) {', '.join(missing)}: "
         f"run `{command}` first."
     )
+
+
+def prepare_database(using: str) -> None:
+    """Put a SQLite file in WAL mode."""
+    use_wal_mode(using)
 
 
 class DatabaseUnreachable(JobsError):

@@ -38,9 +38,15 @@ def test_runjobs_two_processes_run_each_of_500_jobs_exactly_once(runjobs_process
     jobs = schedule_jobs(
         [{"job": "example.record", "payload": {"n": n, "sleep": 0.01}} for n in range(500)]
     )
-    workers = [runjobs_process.start("--burst", "--queue", "default") for _ in range(2)]
+    # The workers keep the mode (else they would put the file in WAL mode).
+    env = {"JOBS_SQLITE_JOURNAL_MODE": journal_mode} if journal_mode else {}
+    workers = [runjobs_process.start("--burst", "--queue", "default", env=env) for _ in range(2)]
     for process in workers:
         assert process.wait(120) == 0, runjobs_process.log(process)
+    if journal_mode:
+        with connection.cursor() as cursor:
+            cursor.execute("PRAGMA journal_mode")
+            assert cursor.fetchone()[0] == journal_mode
     assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 500
     runs = Counter(Execution.objects.values_list("job_id", flat=True))
     assert set(runs) == {job.pk for job in jobs}
