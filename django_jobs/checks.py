@@ -1,9 +1,11 @@
 """System checks for the ``DJANGO_JOBS`` setting and the database it runs on.
 
 Every message says what is wrong, the value given, and (in its hint) the fix.
-The checks tagged ``database`` read the live database, so Django runs them
-only when asked to (``manage.py check --database default``, ``migrate``);
-a database that is not reachable or not migrated yet is skipped, never a crash.
+The checks tagged ``database`` are about the jobs database and read it, so
+Django runs them only when asked to (``manage.py check --database default``,
+``migrate``), and ``runjobs`` logs them at start-up: said where the database is
+set up and served, not on every command. A database that is not reachable or
+not migrated yet is skipped, never a crash.
 """
 
 from __future__ import annotations
@@ -271,6 +273,7 @@ def _schedule_problem(check: Any, *args: Any, **kwargs: Any) -> tuple[str, str] 
 
 @register(Tags.compatibility)
 def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """What keeps the jobs database from serving at all (E030: SQLite too old)."""
     from .db import get_driver
     from .models import Job
 
@@ -281,43 +284,20 @@ def check_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
 def check_live_database(
     app_configs: Any = None, databases: Any = None, **kwargs: Any
 ) -> list[CheckMessage]:
-    """What only the live jobs database can tell: SQLite's journal mode, the schedule rows.
+    """The jobs database's settings and what only the live database can tell: SQLite's
+    transaction mode (W001) and journal mode (W003), the schedule rows (W004).
 
-    Django runs it only with ``databases`` (``check --database``, ``migrate``).
+    Django runs it only with ``databases`` (``check --database``, ``migrate``), and
+    ``runjobs`` at start-up: a warning about the database is shown where the database is
+    set up and served, not on every ``manage.py`` command.
     """
+    from .db import get_driver
     from .models import Job
 
     using = router.db_for_write(Job)
     if not databases or using not in databases:
         return []
-    return [*_journal_mode_warnings(using), *_schedule_row_warnings(using)]
-
-
-def _journal_mode_warnings(using: str) -> list[CheckMessage]:
-    """W003: a SQLite file whose readers hold up the workers' writes (not in WAL mode).
-
-    Every ``runjobs`` process reads and writes on several connections at once
-    (each handler thread, the lease renewal's own connection, the settler), and
-    the web processes that enqueue are more: there is always more than one.
-    """
-    from .db import get_driver
-
-    mode = get_driver(using).journal_mode()
-    if mode is None or mode == "wal":
-        return []
-    return [
-        Warning(
-            f"The SQLite database {using!r} is in journal mode {mode!r}, not 'wal': while "
-            "any connection reads (a view, the admin, a running handler), the workers' "
-            "claims, outcome writes and lease renewals wait for it, up to the busy timeout, "
-            "and then fail; a lease that cannot be renewed in time is given up.",
-            hint=f"Turn WAL on for every connection, through OPTIONS['init_command'] (Django "
-            f"5.1+): DATABASES[{using!r}]['OPTIONS'] = {{'transaction_mode': 'IMMEDIATE', "
-            "'timeout': 20, 'init_command': 'PRAGMA journal_mode=WAL;'}. WAL stays set on "
-            "the file once set.",
-            id="django_jobs.W003",
-        )
-    ]
+    return [*get_driver(using).check_database(), *_schedule_row_warnings(using)]
 
 
 def _schedule_row_warnings(using: str) -> list[CheckMessage]:

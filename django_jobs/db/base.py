@@ -144,7 +144,12 @@ class Driver:
         return self.connection.cursor()
 
     def check_configuration(self) -> list[CheckMessage]:
-        """System-check messages about how the database is set up for jobs."""
+        """System-check errors about how the database is set up for jobs (every command)."""
+        return []
+
+    def check_database(self) -> list[CheckMessage]:
+        """System-check warnings about the database's settings and the live database: the
+        ``database`` checks, which ``migrate``, ``check --database`` and ``runjobs`` run."""
         return []
 
     def journal_mode(self) -> str | None:

@@ -23,6 +23,7 @@ from typing import Any
 from django.core.checks import CheckMessage, Error, Warning
 from django.db import DatabaseError, OperationalError, transaction
 
+from ..models import Job
 from .base import DatabaseBusy, Driver
 from .records import (
     RENEW_FIELDS,
@@ -39,6 +40,21 @@ from .records import (
 logger = logging.getLogger(__name__)
 
 MINIMUM_SQLITE = (3, 35, 0)
+WAL_COMMAND = "PRAGMA journal_mode=WAL;"
+
+
+def wanted_options(options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` as django-jobs wants them: ``IMMEDIATE`` transactions, a busy timeout
+    (the project's, else 20 s) and WAL in ``init_command`` (instead of any other journal
+    mode, after which the project's other statements follow)."""
+    statements = str(options.get("init_command") or "").split(";")
+    others = [f"{s.strip()};" for s in statements if s.strip() and "journal_mode" not in s.lower()]
+    wanted = {
+        "transaction_mode": "IMMEDIATE",
+        "timeout": options.get("timeout", 20),
+        "init_command": " ".join([WAL_COMMAND, *others]),
+    }
+    return {**wanted, **{key: value for key, value in options.items() if key not in wanted}}
 
 
 class SQLiteDriver(Driver):
@@ -62,29 +78,79 @@ class SQLiteDriver(Driver):
             connection.transaction_mode = saved
 
     def check_configuration(self) -> list[CheckMessage]:
-        messages: list[CheckMessage] = []
-        if sqlite3.sqlite_version_info < MINIMUM_SQLITE:
-            messages.append(
-                Error(
-                    f"django-jobs needs SQLite 3.35 or newer (UPDATE ... RETURNING); "
-                    f"this Python has {sqlite3.sqlite_version}.",
-                    hint="Use a Python built against a newer SQLite.",
-                    id="django_jobs.E030",
-                )
+        if sqlite3.sqlite_version_info >= MINIMUM_SQLITE:
+            return []
+        return [
+            Error(
+                f"django-jobs needs SQLite 3.35 or newer (UPDATE ... RETURNING); "
+                f"this Python has {sqlite3.sqlite_version}.",
+                hint="Use a Python built against a newer SQLite.",
+                id="django_jobs.E030",
             )
-        options = self.connection.settings_dict.get("OPTIONS") or {}
-        if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
+        ]
+
+    @property
+    def options(self) -> Mapping[str, Any]:
+        return self.connection.settings_dict.get("OPTIONS") or {}
+
+    def check_database(self) -> list[CheckMessage]:
+        messages: list[CheckMessage] = []
+        if str(self.options.get("transaction_mode", "")).upper() != "IMMEDIATE":
             messages.append(
                 Warning(
-                    "SQLite transactions are DEFERRED: a view that reads and then enqueues a "
-                    "job inside transaction.atomic() can get 'database is locked' while a "
-                    "worker writes.",
-                    hint="Set DATABASES[...]['OPTIONS'] = {'transaction_mode': 'IMMEDIATE', "
-                    "'timeout': 20}.",
+                    f"SQLite transactions on database {self.using!r} are DEFERRED: a view that "
+                    "reads and then enqueues a job inside transaction.atomic() can get "
+                    "'database is locked' at once, whatever the timeout, while a worker writes.",
+                    hint=f"Set {self.options_text()}.",
                     id="django_jobs.W001",
                 )
             )
-        return messages
+        return messages + self.journal_warnings()
+
+    def journal_warnings(self) -> list[CheckMessage]:
+        """W003: a SQLite file whose readers hold up the workers' writes (not in WAL mode).
+
+        Every ``runjobs`` process reads and writes on several connections at once
+        (each handler thread, the lease renewal's own connection, the settler), and
+        the web processes that enqueue are more: there is always more than one.
+        Before the jobs tables exist it says nothing: the ``migrate`` that creates
+        them puts the file in WAL mode.
+        """
+        mode = self.journal_mode()
+        if mode is None or mode == "wal" or not self.migrated():
+            return []
+        if self.journal_mode_chosen():
+            why = "OPTIONS['init_command'] sets the journal mode, so django-jobs leaves it: for WAL"
+        else:
+            why = (
+                "django-jobs puts the file in WAL mode at the end of `migrate` and when "
+                "`runjobs` starts, unless OPTIONS['init_command'] sets a journal mode (a "
+                "runjobs that finds the file locked logs so and serves on); to set it on "
+                "every connection instead"
+            )
+        return [
+            Warning(
+                f"The SQLite database {self.using!r} is in journal mode {mode!r}, not 'wal': "
+                "while any connection reads (a view, the admin, a running handler), the "
+                "workers' claims, outcome writes and lease renewals wait for it, up to the "
+                "busy timeout, and then fail, and so do the views that enqueue; a lease that "
+                "cannot be renewed in time is given up.",
+                hint=f"{why}, set {self.options_text()}. WAL stays set on the file once set.",
+                id="django_jobs.W003",
+            )
+        ]
+
+    def options_text(self) -> str:
+        """The ``OPTIONS`` django-jobs asks for, keeping the project's others, to paste."""
+        return f"DATABASES[{self.using!r}]['OPTIONS'] = {wanted_options(self.options)!r}"
+
+    def migrated(self) -> bool:
+        """Whether the jobs table exists (else ``migrate`` has yet to run, or it is not
+        reachable)."""
+        try:
+            return Job._meta.db_table in self.connection.introspection.table_names()
+        except DatabaseError:
+            return False
 
     def journal_mode(self) -> str | None:
         if self.connection.is_in_memory_db():
@@ -102,8 +168,7 @@ class SQLiteDriver(Driver):
 
     def journal_mode_chosen(self) -> bool:
         """Whether the project sets the journal mode itself (in ``OPTIONS['init_command']``)."""
-        options = self.connection.settings_dict.get("OPTIONS") or {}
-        return "journal_mode" in str(options.get("init_command") or "").lower()
+        return "journal_mode" in str(self.options.get("init_command") or "").lower()
 
     def put_in_wal_mode(self) -> bool:
         connection = self.connection

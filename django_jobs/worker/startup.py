@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
+from django.core.checks import WARNING, CheckMessage, Tags, run_checks
 from django.db import OperationalError, connections
 from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Count
@@ -59,9 +60,47 @@ def require_migrations_applied(using: str) -> None:
     )
 
 
+class DatabaseCheckFailed(JobsError):
+    """A system check tagged ``database`` found an error: ``runjobs`` stops, as ``migrate``."""
+
+
 def prepare_database(using: str) -> None:
-    """Put a SQLite file in WAL mode."""
+    """Put a SQLite file in WAL mode, then run the database checks and log what they find."""
     use_wal_mode(using)
+    log_database_checks(using)
+
+
+def log_database_checks(using: str) -> None:
+    """Run the system checks tagged ``database`` on ``using``, as ``migrate`` does.
+
+    ``runjobs`` is connected anyway, and the person starting it is the one who
+    should hear of the database's settings (``django_jobs.W001``, ``W003``...).
+    Each warning is logged and the worker starts; an error (not silenced) raises
+    :class:`DatabaseCheckFailed`, as it stops ``migrate``.
+    """
+    found = [
+        message
+        for message in run_checks(
+            tags=[Tags.database], databases=[using], include_deployment_checks=False
+        )
+        if not message.is_silenced()
+    ]
+    errors = [str(message) for message in found if message.is_serious()]
+    if errors:
+        raise DatabaseCheckFailed("System check identified errors:\n" + "\n".join(errors))
+    for message in found:
+        logger.log(
+            logging.WARNING if message.level >= WARNING else logging.INFO,
+            "%s",
+            one_line(message),
+            extra={"event": "system_check", "check_id": message.id},
+        )
+
+
+def one_line(message: CheckMessage) -> str:
+    """A check's message as one log line: ``(id) message HINT: hint``."""
+    text = f"({message.id}) {message.msg}"
+    return f"{text} HINT: {message.hint}" if message.hint else text
 
 
 class DatabaseUnreachable(JobsError):

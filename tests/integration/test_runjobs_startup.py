@@ -1,4 +1,4 @@
-"""What ``runjobs`` says at start-up about jobs it will not run."""
+"""What ``runjobs`` says at start-up: jobs it will not run, the database checks."""
 
 import logging
 import sys
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings as django_settings
 from django.core.management import call_command
-from django.core.management.base import SystemCheckError
+from django.core.management.base import CommandError, SystemCheckError
 
 from django_jobs import schedule_job, schedule_jobs
 from django_jobs.models import Job, JobStatus
@@ -80,3 +80,47 @@ def test_demo_hints_use_the_python_it_runs_under(settings, capsys):
     python = python_command(sys.executable, Path(django_settings.BASE_DIR))
     assert f"See them in the admin: {python} manage.py createsuperuser, " in out
     assert f"{python} manage.py runserver" in out
+
+
+# -- the database checks, at start-up ---------------------------------------------------------
+
+
+@pytest.fixture
+def database_check():
+    """Register a check of the project's own, tagged ``database``, giving ``messages``."""
+    from django.core.checks import Tags, register, registry
+
+    given: list = []
+
+    def project_check(app_configs=None, databases=None, **kwargs):
+        return list(given) if databases else []
+
+    register(project_check, Tags.database)
+    yield given
+    registry.registry.registered_checks.discard(project_check)
+
+
+def test_runjobs_logs_the_database_checks_as_warnings_and_serves(database_check, caplog):
+    from django.core.checks import Warning
+
+    database_check.append(Warning("Replica lag above 5 s.", hint="Look.", id="project.W001"))
+    job = schedule_job("tests.ok")
+    with caplog.at_level(logging.INFO, logger="django_jobs"):
+        call_command("runjobs", "--burst", verbosity=1)
+    [record] = [r for r in caplog.records if getattr(r, "event", None) == "system_check"]
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == "(project.W001) Replica lag above 5 s. HINT: Look."
+    assert record.check_id == "project.W001"
+    assert Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED
+
+
+def test_runjobs_stops_on_a_database_check_error_as_migrate_does(database_check):
+    from django.core.checks import Error
+
+    database_check.append(Error("The jobs tables are on a read-only replica.", id="project.E001"))
+    with pytest.raises(CommandError) as raised:
+        call_command("runjobs", "--burst")
+    assert str(raised.value) == (
+        "System check identified errors:\n"
+        "?: (project.E001) The jobs tables are on a read-only replica."
+    )

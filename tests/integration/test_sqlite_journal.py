@@ -1,5 +1,6 @@
-"""SQLite's journal: django-jobs puts the file in WAL mode itself (at ``migrate``, at
-``runjobs`` start-up)."""
+"""SQLite's journal and transaction settings: django-jobs puts the file in WAL mode itself
+(at ``migrate``, at ``runjobs`` start-up), and says what ``OPTIONS`` it wants where the
+database is set up and served, not on every command."""
 
 from __future__ import annotations
 
@@ -14,16 +15,22 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.core.checks import run_checks
 from django.core.management import call_command
 from django.db import connection
 
 from django_jobs import schedule_job
+from django_jobs.checks import check_live_database
 from django_jobs.db import get_driver
 from django_jobs.db.journal import use_wal_mode
 from django_jobs.models import Job, JobStatus
 from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.journal_modes, pytest.mark.django_db(transaction=True)]
+
+WANTED = (
+    "{'transaction_mode': 'IMMEDIATE', 'timeout': 20, 'init_command': 'PRAGMA journal_mode=WAL;'}"
+)
 
 
 def file_journal_mode(name: Any = None) -> str:
@@ -88,6 +95,8 @@ def test_runjobs_start_up_puts_the_sqlite_file_in_wal_mode(
         call_command("runjobs", "--burst", verbosity=1)
     assert file_journal_mode() == "wal"
     assert len(records(caplog, "sqlite_wal_enabled")) == 1
+    # ... before the database checks, which then find nothing to warn of.
+    assert not [r for r in records(caplog, "system_check") if "W003" in r.getMessage()]
     assert Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED
 
 
@@ -104,6 +113,14 @@ def test_a_journal_mode_the_project_sets_is_left_alone(
         call_command("runjobs", "--burst", verbosity=1)
     assert file_journal_mode() == "delete"
     assert records(caplog, "sqlite_wal_enabled") == []
+    # The worker still says what it costs, and what to write instead.
+    [warning] = [r for r in records(caplog, "system_check") if "W003" in r.getMessage()]
+    assert warning.levelno == logging.WARNING
+    assert (
+        "HINT: OPTIONS['init_command'] sets the journal mode, so django-jobs leaves it: for "
+        "WAL, set DATABASES['default']['OPTIONS'] = {'transaction_mode': 'IMMEDIATE', "
+        "'timeout': 30, 'init_command': 'PRAGMA journal_mode=WAL;'}."
+    ) in warning.getMessage()
 
 
 def test_an_in_memory_database_is_left_alone(caplog: pytest.LogCaptureFixture) -> None:
@@ -161,8 +178,60 @@ def test_migrate_of_a_fresh_file_says_it_on_its_output(tmp_path: Path) -> None:
     database = tmp_path / "fresh.sqlite3"
     first = manage("migrate", url=f"sqlite:///{database}")
     assert first.returncode == 0, first.stderr
+    assert "django_jobs.W003" not in first.stderr  # the tables were not there yet
     line = f"  Put the SQLite file {database} (database 'default') in WAL mode; it stays with"
     assert first.stdout.count(line) == 1, first.stdout
     assert file_journal_mode(database) == "wal"
     again = manage("migrate", url=f"sqlite:///{database}")
     assert "WAL" not in again.stdout
+
+
+# -- what the checks say ----------------------------------------------------------------------
+
+
+def test_w001_gives_the_whole_options_dict_to_paste(sqlite_options: Callable[..., None]) -> None:
+    sqlite_options()  # startproject's settings: no OPTIONS
+    [warning] = [m for m in check_live_database(databases=["default"]) if m.id.endswith("W001")]
+    assert warning.msg == (
+        "SQLite transactions on database 'default' are DEFERRED: a view that reads and then "
+        "enqueues a job inside transaction.atomic() can get 'database is locked' at once, "
+        "whatever the timeout, while a worker writes."
+    )
+    assert warning.hint == f"Set DATABASES['default']['OPTIONS'] = {WANTED}."
+
+
+def test_w001_is_a_database_check_not_said_on_every_command(
+    sqlite_options: Callable[..., None],
+) -> None:
+    sqlite_options()
+    # What `runserver`, `shell`, `makemigrations` ... run: no W001.
+    assert "django_jobs.W001" not in {m.id for m in run_checks()}
+    # What `migrate`, `check --database default` and `runjobs` run.
+    assert "django_jobs.W001" in {m.id for m in run_checks(databases=["default"])}
+
+
+def test_runjobs_logs_w001_at_start_up_and_serves(
+    sqlite_options: Callable[..., None], caplog: pytest.LogCaptureFixture
+) -> None:
+    sqlite_options(timeout=30)
+    job = schedule_job("tests.ok")
+    with caplog.at_level(logging.INFO, logger="django_jobs"):
+        call_command("runjobs", "--burst", verbosity=1)
+    [warning] = [r for r in records(caplog, "system_check") if "W001" in r.getMessage()]
+    assert warning.levelno == logging.WARNING
+    assert warning.getMessage().startswith("(django_jobs.W001) SQLite transactions on database")
+    assert warning.getMessage().endswith(
+        "HINT: Set DATABASES['default']['OPTIONS'] = {'transaction_mode': 'IMMEDIATE', "
+        "'timeout': 30, 'init_command': 'PRAGMA journal_mode=WAL;'}."
+    )
+    assert Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED
+
+
+def test_runjobs_keeps_w001_quiet_when_silenced(
+    sqlite_options: Callable[..., None], caplog: pytest.LogCaptureFixture, settings: Any
+) -> None:
+    settings.SILENCED_SYSTEM_CHECKS = ["django_jobs.W001"]
+    sqlite_options(timeout=30)
+    with caplog.at_level(logging.INFO, logger="django_jobs"):
+        call_command("runjobs", "--burst", verbosity=1)
+    assert records(caplog, "system_check") == []
