@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import difflib
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 
+from django.conf import settings as django_settings
 from django.core.checks import WARNING, CheckMessage, Tags, run_checks
 from django.db import OperationalError, connections
 from django.db.migrations.executor import MigrationExecutor
@@ -17,6 +19,7 @@ from ..conf import require_queue_name, require_use_tz, settings
 from ..db.journal import use_wal_mode
 from ..exceptions import JobsError
 from ..models import Job
+from ..registry import get_definition, registered_names
 from ..text import first_line
 
 logger = logging.getLogger(__name__)
@@ -158,7 +161,45 @@ def served_queues(names: Iterable[str] | None, workers: int | None) -> dict[str,
     if workers is not None and workers < 1:
         raise ValueError("--workers must be at least 1")
     chosen = [require_queue_name(name, "--queue") for name in names or []]
+    warn_unknown_queues(chosen)
     return {name: workers or settings.queue_workers(name) for name in chosen or settings.QUEUES}
+
+
+def known_queues() -> set[str]:
+    """The queues the project names: ``QUEUES``, the registered jobs' own, the ``RECURRING``
+    entries' ``queue`` and the ``QUEUES`` of a ``TASKS`` backend that runs on django-jobs."""
+    from ..apps import runs_tasks
+
+    known = set(settings.QUEUES)
+    known.update(get_definition(name).queue for name in registered_names())
+    for options in settings.RECURRING.values():
+        if isinstance(options, Mapping) and isinstance(options.get("queue"), str):
+            known.add(options["queue"])
+    for params in (getattr(django_settings, "TASKS", None) or {}).values():
+        if runs_tasks(params):
+            known.update(queue for queue in params.get("QUEUES", []) if isinstance(queue, str))
+    return known
+
+
+def warn_unknown_queues(chosen: list[str]) -> None:
+    """A warning for each ``--queue`` the project names nowhere (a typo, most likely), with
+    the closest it does name. The worker serves it all the same: a job can be scheduled
+    onto any queue."""
+    if not chosen:
+        return
+    known = known_queues()
+    for name in chosen:
+        if name in known:
+            continue
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        guess = f"did you mean {close[0]!r}? " if close else ""
+        logger.warning(
+            "--queue %r is not in DJANGO_JOBS['QUEUES'] and no registered job, schedule or "
+            "task backend uses it; %sserving it anyway (a job can be scheduled onto any queue)",
+            name,
+            guess,
+            extra={"event": "unknown_queue", "queue": name},
+        )
 
 
 def unserved_due_counts(served: Iterable[str], now: datetime, using: str) -> dict[str, int]:

@@ -1,4 +1,5 @@
-"""What ``runjobs`` says at start-up: jobs it will not run, the database checks."""
+"""What ``runjobs`` says at start-up: jobs it will not run, queues named nowhere, the
+database checks."""
 
 import logging
 import sys
@@ -9,8 +10,9 @@ from django.conf import settings as django_settings
 from django.core.management import call_command
 from django.core.management.base import CommandError, SystemCheckError
 
-from django_jobs import schedule_job, schedule_jobs
+from django_jobs import job, schedule_job, schedule_jobs
 from django_jobs.models import Job, JobStatus
+from django_jobs.registry import unregister
 from django_jobs.worker.startup import log_unserved_due, unserved_due_counts
 from testproject.example.management.commands.demo import python_command
 
@@ -124,3 +126,55 @@ def test_runjobs_stops_on_a_database_check_error_as_migrate_does(database_check)
         "System check identified errors:\n"
         "?: (project.E001) The jobs tables are on a read-only replica."
     )
+
+
+# -- --queue NAME that the project names nowhere ----------------------------------------------
+
+
+def unknown_queue_records(caplog):
+    return [r for r in caplog.records if getattr(r, "event", None) == "unknown_queue"]
+
+
+def test_runjobs_queue_typo_warns_with_did_you_mean_and_still_serves_it(caplog):
+    job = schedule_job("tests.ok", queue="emial")
+    with caplog.at_level(logging.INFO, logger="django_jobs"):
+        call_command("runjobs", "--burst", "--queue", "emial", verbosity=1)
+    [record] = unknown_queue_records(caplog)
+    assert record.levelno == logging.WARNING
+    assert record.getMessage() == (
+        "--queue 'emial' is not in DJANGO_JOBS['QUEUES'] and no registered job, schedule or "
+        "task backend uses it; did you mean 'emails'? serving it anyway (a job can be "
+        "scheduled onto any queue)"
+    )
+    assert record.queue == "emial"
+    assert Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED
+
+
+def test_runjobs_queue_far_from_any_known_one_warns_without_a_guess(caplog):
+    with caplog.at_level(logging.INFO, logger="django_jobs"):
+        call_command("runjobs", "--burst", "--queue", "zzz", verbosity=1)
+    [record] = unknown_queue_records(caplog)
+    assert "uses it; serving it anyway" in record.getMessage()
+
+
+def test_runjobs_queue_that_a_job_schedule_or_setting_names_is_not_warned_of(settings, caplog):
+    @job("tests.reports", queue="reports")
+    def reports(ctx, payload):
+        return None
+
+    settings.DJANGO_JOBS = {
+        **settings.DJANGO_JOBS,
+        "RECURRING": {"nightly": {"cron": "@daily", "job": "tests.ok", "queue": "nightly"}},
+    }
+    try:
+        with caplog.at_level(logging.INFO, logger="django_jobs"):
+            call_command(
+                "runjobs",
+                "--burst",
+                *("--queue", "default", "--queue", "emails", "--queue", "reports"),
+                *("--queue", "nightly"),
+                verbosity=1,
+            )
+    finally:
+        unregister("tests.reports")
+    assert unknown_queue_records(caplog) == []
