@@ -53,10 +53,14 @@ class HandlerResult:
         """The attempt's end, with the secrets of the payload as stored masked.
 
         ``raw_payload`` is the column's value as claimed, not the handler's
-        copy: a secret the handler popped or changed is still masked.
+        copy: a secret the handler popped or changed is still masked. An
+        exception with a ``stored_traceback`` (text) is stored with that instead
+        of its own: the one of the task it stands for.
         """
         mask = masker(_stored_payload(raw_payload))
-        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        trace = getattr(exc, "stored_traceback", None)  # the task runner's TaskFailed has one
+        if not isinstance(trace, str):
+            trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         error = mask(error_text(exc, limit=None))[:ERROR_LIMIT]
         return cls(outcome, error, keep_end(storable_text(mask(trace)), TRACEBACK_LIMIT))
 

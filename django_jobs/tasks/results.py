@@ -1,9 +1,10 @@
 """A task's job row as Django's ``TaskResult``, and a task's error as stored text.
 
-The runtime stores one error text per attempt (``Attempt.error``), at most
-2,000 characters, secrets masked. The runner writes a task's exception into
-it as ``TaskFailed: <class path>: <first line of the message>`` followed by
-its traceback (cut from the front to fit); :func:`task_error` reads it back.
+The runtime stores an error line and a traceback per attempt (``Attempt.error``,
+``Attempt.traceback``), secrets masked, as it does for every job. A task's
+exception is stored as ``TaskFailed: <class path>: <first line of the message>``
+with the task's own traceback; :func:`task_error` reads both back (and the older
+rows, whose error text carried the traceback after its first line).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ from django.utils.dateparse import parse_datetime
 
 from .. import exceptions as jobs_exceptions
 from ..models import AttemptOutcome, Job, JobStatus
-from ..outcomes import ERROR_LIMIT
 from .declared import resolve_task
 from .framework import Task, TaskError, TaskResult, TaskResultStatus
 
@@ -27,10 +27,7 @@ from .framework import Task, TaskError, TaskResult, TaskResultStatus
 RUNNER = "django_jobs.task"
 
 PREFIX = "TaskFailed: "
-#: Room left for masking, which can lengthen a text a little (a secret of 1 or 2 characters).
-MARGIN = 100
 MESSAGE_LIMIT = 200
-ELIDED = "  ...\n"
 
 STATUSES = {
     JobStatus.PENDING: TaskResultStatus.READY,
@@ -50,7 +47,12 @@ FAILED_OUTCOMES = {
 
 
 class TaskFailed(Exception):
-    """A task raised: the message carries the exception's class path and traceback."""
+    """A task raised: the message names the exception's class path and its first line;
+    ``stored_traceback`` is the task's own traceback, the one its attempt stores."""
+
+    def __init__(self, head: str, stored_traceback: str) -> None:
+        super().__init__(head)
+        self.stored_traceback = stored_traceback
 
 
 class TaskTimedOut(Exception):
@@ -65,29 +67,26 @@ def class_path(kind: type[BaseException]) -> str:
     return f"{kind.__module__}.{kind.__qualname__}"
 
 
-def failure_text(exc: BaseException) -> str:
-    """``exc`` as :class:`TaskFailed`'s message: class path, message's first line, traceback."""
+def failure_head(exc: BaseException) -> str:
+    """``exc`` as :class:`TaskFailed`'s message: its class path and its message's first line."""
     try:
         message = str(exc)
     except Exception:
         message = ""
     first = message.strip().splitlines()[0][:MESSAGE_LIMIT] if message.strip() else ""
-    head = f"{class_path(type(exc))}: {first}" if first else class_path(type(exc))
-    trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    room = ERROR_LIMIT - MARGIN - len(PREFIX) - len(head) - 1
-    if len(trace) > room:
-        lines = trace.splitlines(keepends=True)
-        kept = lines[0] + ELIDED
-        tail = trace[len(trace) - (room - len(kept)) :]
-        trace = kept + tail[tail.find("\n") + 1 :] if "\n" in tail else kept + tail
-    return f"{head}\n{trace}"
+    return f"{class_path(type(exc))}: {first}" if first else class_path(type(exc))
 
 
-def task_error(error: str, outcome: str | None) -> TaskError:
-    """The ``TaskError`` an attempt's stored error text stands for."""
+def failure_trace(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+
+
+def task_error(error: str, outcome: str | None, stored_traceback: str = "") -> TaskError:
+    """The ``TaskError`` an attempt's stored error line and traceback stand for."""
     if error.startswith(PREFIX):
-        head, _, trace = error[len(PREFIX) :].partition("\n")
-        return TaskError(exception_class_path=head.partition(": ")[0], traceback=trace)
+        head, _, trace = error[len(PREFIX) :].partition("\n")  # older rows: trace in the error
+        path = head.partition(": ")[0]
+        return TaskError(exception_class_path=path, traceback=stored_traceback or trace)
     if outcome == AttemptOutcome.TIMED_OUT:
         return TaskError(exception_class_path=class_path(TaskTimedOut), traceback=error)
     if outcome == AttemptOutcome.LEASE_EXPIRED:
@@ -191,10 +190,10 @@ def ended_exception(result: TaskResult) -> BaseException | None:
 
 def build_result(job: Job, attempts: Sequence[Mapping[str, Any]], task: Task) -> TaskResult:
     """The ``TaskResult`` of ``job`` and its ``attempts`` (``number``, ``owner``,
-    ``started_at``, ``outcome``, ``error``; in order)."""
+    ``started_at``, ``outcome``, ``error``, ``traceback``; in order)."""
     status = STATUSES[JobStatus(job.status)]
     errors = [
-        task_error(row["error"], row["outcome"])
+        task_error(row["error"], row["outcome"], row.get("traceback", ""))
         for row in attempts
         if row["outcome"] in FAILED_OUTCOMES
     ]

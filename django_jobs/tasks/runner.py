@@ -37,8 +37,10 @@ from .. import events, signals
 from ..context import JobContext
 from ..exceptions import JobCancelled, UnknownJob
 from ..models import Attempt, Job
+from ..outcomes import TRACEBACK_LIMIT
 from ..redaction import Mask, masker
 from ..registry import Finder, JobDefinition, add_finder, get_definition, job
+from ..text import keep_end
 from .declared import declared_names, may_name
 from .framework import (
     Task,
@@ -59,14 +61,15 @@ from .results import (
     build_result,
     class_path,
     ended_exception,
-    failure_text,
+    failure_head,
+    failure_trace,
     task_named,
     task_of,
 )
 
 logger = logging.getLogger(__name__)
 
-ATTEMPT_FIELDS = ("number", "owner", "started_at", "outcome", "error")
+ATTEMPT_FIELDS = ("number", "owner", "started_at", "outcome", "error", "traceback")
 
 
 class Ending(NamedTuple):
@@ -120,14 +123,11 @@ def run_task(ctx: JobContext, payload: Any) -> Any:
     except JobCancelled:
         raise
     except BaseException as exc:  # SystemExit too: the task's failure, as the runtime treats it
-        text = mask_arguments(task.func, task.takes_context, result.args, result.kwargs)(
-            failure_text(exc)
-        )
-        error = TaskError(
-            exception_class_path=class_path(type(exc)), traceback=text.partition("\n")[2]
-        )
+        mask = mask_arguments(task.func, task.takes_context, result.args, result.kwargs)
+        trace = keep_end(mask(failure_trace(exc)), TRACEBACK_LIMIT)
+        error = TaskError(exception_class_path=class_path(type(exc)), traceback=trace)
         remember(ctx, result, errors=[*result.errors, error], raised=exc)
-        raise TaskFailed(text) from None
+        raise TaskFailed(mask(failure_head(exc)), trace) from None
     remember(ctx, result, value=value)
     return value
 

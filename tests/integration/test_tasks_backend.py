@@ -14,6 +14,8 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import transaction
 from django.utils import timezone
 
+from django_jobs.outcomes import TRACEBACK_LIMIT
+
 pytest.importorskip("django_jobs.backend", reason="needs django.tasks or the django-tasks backport")
 
 from django_jobs import cancel_job  # noqa: E402
@@ -181,7 +183,7 @@ def test_tasks_backend_fails_as_immediate_backend_fails(worker, one_attempt, nam
 
 
 def test_tasks_backend_keeps_the_end_of_a_long_traceback(worker, one_attempt):
-    """An attempt's error holds 2,000 characters: the traceback loses its first frames."""
+    """An attempt keeps 10,000 characters of traceback: a longer one loses its first frames."""
     queued = tasks.deep.enqueue(30)
     run_all(worker)
     [error] = backend().get_result(queued.id).errors
@@ -190,7 +192,12 @@ def test_tasks_backend_keeps_the_end_of_a_long_traceback(worker, one_attempt):
     assert lines[:2] == ["Traceback (most recent call last):", "  ..."]
     assert lines[-1] == "ValueError: at depth 30"
     assert 'raise ValueError(f"at depth {depth}") from exc' in lines[-2]
-    assert len(Job.objects.get(pk=queued.id).last_error) <= 2000
+    row = Job.objects.get(pk=queued.id)
+    attempt = row.attempts.get()
+    # Stored as every job's: the error is one line, the traceback has a column of its own.
+    assert row.last_error == attempt.error == "TaskFailed: builtins.ValueError: at depth 30"
+    assert attempt.traceback == error.traceback
+    assert len(attempt.traceback) <= TRACEBACK_LIMIT
 
 
 # -- statuses -----------------------------------------------------------------------
@@ -346,7 +353,9 @@ def test_tasks_backend_masks_secret_arguments_in_errors(worker, one_attempt):
     run_all(worker)
     row = Job.objects.get(pk=queued.id)
     [error] = backend().get_result(queued.id).errors
-    for text in (error.traceback, row.last_error, row.attempts.get().error):
+    attempt = row.attempts.get()
+    assert "leaks" in attempt.traceback  # the task's own frame
+    for text in (error.traceback, row.last_error, attempt.error, attempt.traceback):
         assert "sk-live-0123456789" not in text and "hunter2hunter2" not in text
         assert "tok-99887766" not in text
         assert "visible-note" in text and "***" in text

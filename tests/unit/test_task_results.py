@@ -10,8 +10,12 @@ pytest.importorskip("django_jobs.backend", reason="needs django.tasks or the dja
 
 from django_jobs.apps import runs_tasks  # noqa: E402
 from django_jobs.models import AttemptOutcome  # noqa: E402
-from django_jobs.outcomes import ERROR_LIMIT  # noqa: E402
-from django_jobs.tasks.results import PREFIX, failure_text, task_error  # noqa: E402
+from django_jobs.tasks.results import (  # noqa: E402
+    PREFIX,
+    failure_head,
+    failure_trace,
+    task_error,
+)
 
 
 def raised(exc: BaseException) -> BaseException:
@@ -21,30 +25,31 @@ def raised(exc: BaseException) -> BaseException:
         return caught
 
 
-def test_failure_text_reads_back_as_the_task_error():
-    text = failure_text(raised(ValueError("missing\nsecond line")))
-    assert text.splitlines()[0] == "builtins.ValueError: missing"
-    error = task_error(PREFIX + text, AttemptOutcome.FAILED)
+def test_failure_head_and_trace_read_back_as_the_task_error():
+    exc = raised(ValueError("missing\nsecond line"))
+    head = failure_head(exc)
+    assert head == "builtins.ValueError: missing"
+    error = task_error(PREFIX + head, AttemptOutcome.FAILED, failure_trace(exc))
     assert error.exception_class is ValueError
     assert error.traceback.startswith("Traceback (most recent call last):\n")
     assert error.traceback.endswith("ValueError: missing\nsecond line\n")
 
 
-def test_failure_text_fits_an_attempt_error_with_room_to_mask():
-    exc = raised(ValueError("x" * 5000))
-    text = PREFIX + failure_text(exc)
-    assert len(text) <= ERROR_LIMIT - 90
-    assert text.splitlines()[2] == "  ..."
+def test_task_error_of_an_older_row_reads_the_trace_from_its_error_text():
+    """Before attempts had a traceback column, the error carried it after its first line."""
+    old = PREFIX + "builtins.KeyError: 'sku'\nTraceback (most recent call last):\nKeyError: 'sku'\n"
+    error = task_error(old, AttemptOutcome.FAILED)
+    assert error.exception_class is KeyError
+    assert error.traceback == "Traceback (most recent call last):\nKeyError: 'sku'\n"
 
 
-def test_failure_text_of_an_exception_whose_message_breaks():
+def test_failure_head_of_an_exception_whose_message_breaks():
     class Unprintable(Exception):
         def __str__(self) -> str:
             raise RuntimeError("no")
 
-    head = failure_text(raised(Unprintable())).splitlines()[0]
-    assert head.endswith(
-        "test_failure_text_of_an_exception_whose_message_breaks.<locals>.Unprintable"
+    assert failure_head(raised(Unprintable())).endswith(
+        "test_failure_head_of_an_exception_whose_message_breaks.<locals>.Unprintable"
     )
 
 
@@ -52,7 +57,7 @@ def test_failure_text_of_an_exception_whose_message_breaks():
     ("params", "expected"),
     [
         ({"BACKEND": "django_jobs.backend.JobsBackend"}, True),
-        ({"BACKEND": "tests.unit.test_task_errors.Subclass"}, True),
+        ({"BACKEND": "tests.unit.test_task_results.Subclass"}, True),
         ({"BACKEND": "django.tasks.backends.immediate.ImmediateBackend"}, False),
         ({"BACKEND": "no.such.Backend"}, False),
         ({}, False),
