@@ -70,7 +70,8 @@ class WorkerChangeList(ChangeList):
 
 @admin.register(WorkerProcess)
 class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    """The runjobs processes; a registration is swept a lease after its last heartbeat."""
+    """The runjobs processes that run: a worker removes its registration as it stops, and
+    one that could not (killed, cut off) is swept a lease after its last heartbeat."""
 
     # The id is host:pid:random: the host links to the worker's page, which shows it.
     list_display = (
@@ -108,7 +109,7 @@ class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return worker
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
-        return False  # the maintenance sweeps a registration a lease after its last beat
+        return False  # a worker removes its row as it stops; the sweep removes a dead one's
 
     @admin.display(description=_("queues"))
     def queue_names(self, obj: WorkerProcess) -> str:

@@ -24,6 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from ..context import JobContext, Progress
 from ..db import ClaimedJob, Driver
@@ -94,6 +95,13 @@ def run_on_a_thread(write: Callable[[], object]) -> None:
             connections.close_all()
 
     threading.Thread(target=run, name="django-jobs-write", daemon=True).start()
+
+
+class HandBack(NamedTuple):
+    """A hand-back at a stop: the running jobs it tried, and those that went back."""
+
+    tried: list[int]
+    handed_back: set[int]
 
 
 @dataclass
@@ -339,25 +347,34 @@ class InFlight:
         for held in self.snapshot():
             held.ctx.cancel()
 
+    def running_ids(self) -> list[int]:
+        """The jobs whose handler has not returned, by id."""
+        return sorted(held.claimed.id for held in self.snapshot() if not held.returned)
+
     def release_all(self, now: datetime) -> int:
         """Hand every job still running back to the queue without using an attempt.
 
         One write for all of them; if it fails, their leases run out as after a crash.
         """
+        return len(self.hand_back_running(now).handed_back)
+
+    def hand_back_running(self, now: datetime) -> HandBack:
+        """:meth:`release_all`, saying which jobs it tried and which went back."""
         running = [held for held in self.snapshot() if not held.returned]
         ended = [held for held in running if self._end(held)]
+        tried = sorted(held.claimed.id for held in ended)
         if not ended or self.release is None:
-            return 0
+            return HandBack(tried, set())
         pairs = [(held.claimed.id, held.claimed.attempt) for held in ended]
         try:
-            return len(self.release(pairs, now))
+            return HandBack(tried, self.release(pairs, now))
         except Exception:
             logger.exception(
                 "could not hand back %s running job(s); their leases will run out",
                 len(pairs),
                 extra={"event": "worker_error"},
             )
-            return 0
+            return HandBack(tried, set())
 
     def close(self) -> None:
         self.renewer.close()

@@ -1,4 +1,5 @@
-"""WorkerProcess processes register themselves, so the admin can list the live ones."""
+"""WorkerProcess processes register themselves, so the admin can list the live ones, and
+remove their row as they stop (after a second signal too), so a stopped one is not listed."""
 
 from __future__ import annotations
 

@@ -14,8 +14,11 @@
 - The main thread runs the maintenance pass and the recurring scheduler, and
   keeps the worker's registration fresh.
 
-On stop: cancel running handlers, wait the grace period, flush the settler,
-hand back what is still running in one write.
+On stop: say what it waits for, cancel running handlers, wait the grace
+period, flush the settler, hand back what is still running in one write.
+A second signal (the worker's ``force_event``) ends the wait: the running
+jobs are handed back at once, in the same one write. Either way the
+worker's registration is removed.
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ import logging
 import queue as queue_module
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import partial
 from typing import TypeVar
 
@@ -33,6 +37,7 @@ from django.db import connections
 
 from ..conf import settings
 from ..db import ClaimedJob
+from ..display import format_span
 from ..models import Job
 from .connections import guarded, tidy_connections
 from .core import Parts, Worker
@@ -48,7 +53,7 @@ def serve(worker: Worker, stop_event: threading.Event) -> None:
     """Serve ``worker``'s queues until ``stop_event`` is set, then wait for running handlers.
 
     Setting the worker's ``force_event`` as well stops the wait for running
-    handlers; their jobs' leases then run out as after a crash.
+    handlers: their jobs are handed back at once.
     """
     Server(worker.parts()).run(stop_event)
 
@@ -102,18 +107,20 @@ class Server:
         try:
             self.main_loop(stop_event)
         finally:
+            asked = stop_event.is_set()  # else: drained in burst mode, or the loop failed
             stop_event.set()
             for state in self.states.values():
                 state.wake()
                 with state.changed:
                     state.changed.notify_all()
             waker.stop()
-            self.shut_down(threads)
+            self.shut_down(threads, asked)
             heartbeat_stop.set()
             heartbeat.join(5)
             p.inflight.close()
-            if not p.force_event.is_set():
-                self.guarded(p.maintainer.unregister)
+            # A stopped worker is not listed (admin, `jobs status`): its row goes, after a
+            # second signal too. If the database does not answer, the sweep removes it.
+            self.guarded(p.maintainer.unregister)
             connections.close_all()
             logger.info("worker %s stopped", p.owner, extra={"event": "worker_stopped"})
 
@@ -180,36 +187,58 @@ class Server:
         with p.deadline("the drain check"):
             return not (jobs.due(p.clock.now()) | jobs.running()).exists()
 
-    def shut_down(self, threads: list[threading.Thread]) -> None:
-        """Cancel running handlers, wait up to the grace period, flush the settler,
-        hand back what is still running."""
+    def shut_down(self, threads: list[threading.Thread], asked: bool = True) -> None:
+        """Say what the stop waits for (``asked``: a stop was asked for), cancel running
+        handlers, wait up to the grace period (a second signal ends the wait), flush the
+        settler, hand back what is still running."""
         p = self.parts
-        p.inflight.cancel_all()
         grace = float(settings.SHUTDOWN_GRACE_SECONDS)
+        if asked:
+            say_stopping(p.inflight.running_ids(), grace)
+        p.inflight.cancel_all()
         all_ended = self.join(threads, time.monotonic() + grace)
-        if p.force_event.is_set():
-            return
-        if not p.settler.stop(grace + p.call_timeout_seconds):
+        forced = p.force_event.is_set()
+        if forced:  # the hand-back first: that is what the second signal promises
+            self.hand_back("second stop signal")
+        wait = p.call_timeout_seconds if forced else grace + p.call_timeout_seconds
+        if not p.settler.stop(wait):
             logger.warning(
                 "outcomes still being written at shutdown; their leases will run out",
                 extra={"event": "worker_error"},
             )
-        if not all_ended:
-            released = p.inflight.release_all(p.clock.now())
-            if released:
-                logger.warning(
-                    "handed %s running job(s) back after a %ss grace period",
-                    released,
-                    grace,
-                    extra={"event": "jobs_released"},
-                )
+        if not all_ended and not forced:
+            self.hand_back(f"grace period of {format_span(timedelta(seconds=grace))} over")
+
+    def hand_back(self, why: str) -> None:
+        """Hand back every job still running, in one write, and say which went back."""
+        p = self.parts
+        tried, handed_back = p.inflight.hand_back_running(p.clock.now())
+        kept = [job_id for job_id in tried if job_id not in handed_back]
+        if not tried:
+            if p.force_event.is_set():
+                logger.info("%s: no job left to hand back", why, extra={"event": "jobs_released"})
+            return
+        parts = []
+        if handed_back:
+            parts.append(
+                f"handed {len(handed_back)} job(s) back: {job_list(sorted(handed_back))}; "
+                "another worker can take them now"
+            )
+        if kept:
+            parts.append(f"not handed back: {job_list(kept)} (their leases run out)")
+        logger.warning(
+            "%s: %s",
+            why,
+            "; ".join(parts),
+            extra={"event": "jobs_released", "job_ids": sorted(handed_back), "kept": kept},
+        )
 
     def join(self, threads: list[threading.Thread], deadline: float) -> bool:
-        """Wait for ``threads`` until ``deadline`` (monotonic); True if all ended."""
+        """Wait for ``threads`` until ``deadline`` (monotonic); True if all ended, False
+        at the deadline or at once on a second signal (``force_event``)."""
         for thread in threads:
             while thread.is_alive():
                 if self.parts.force_event.is_set():
-                    logger.warning("stopping without waiting for running jobs")
                     return False
                 if time.monotonic() >= deadline:
                     return False
@@ -289,6 +318,41 @@ class Server:
                 tidy_connections()
         finally:
             connections.close_all()
+
+
+#: Jobs a line names one by one; the rest are counted.
+NAMED = 5
+
+
+def job_list(ids: Sequence[int]) -> str:
+    """``#12, #13, #14``; past :data:`NAMED` ids, ``and 3 more``."""
+    named = ", ".join(f"#{job_id}" for job_id in ids[:NAMED])
+    rest = len(ids) - NAMED
+    return f"{named} and {rest} more" if rest > 0 else named
+
+
+def say_stopping(running: list[int], grace: float) -> None:
+    """The one line of the first stop signal: what the stop waits for, and for how long."""
+    extra = {"event": "worker_stopping", "job_ids": running, "grace_seconds": grace}
+    if not running:
+        logger.info("stop requested; no job is running, stopping now", extra=extra)
+    elif grace <= 0:
+        logger.info(
+            "stop requested; handing %s running job(s) back at once "
+            "(SHUTDOWN_GRACE_SECONDS is 0): %s",
+            len(running),
+            job_list(running),
+            extra=extra,
+        )
+    else:
+        logger.info(
+            "stop requested; waiting up to %s (SHUTDOWN_GRACE_SECONDS) for %s running "
+            "job(s): %s; a second SIGTERM or SIGINT hands them back and stops at once",
+            format_span(timedelta(seconds=grace)),
+            len(running),
+            job_list(running),
+            extra=extra,
+        )
 
 
 def start_thread(name: str, target: Callable[..., object], *args: object) -> threading.Thread:

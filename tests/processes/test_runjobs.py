@@ -120,15 +120,16 @@ def test_runjobs_sigterm_cancels_a_handler_that_honours_ctx(runjobs_process):
     assert Attempt.objects.get(job=job).outcome == "released"
 
 
-def test_runjobs_second_signal_exits_at_once(runjobs_process):
+def test_runjobs_second_signal_exits_at_once_and_hands_the_job_back(runjobs_process):
     job = schedule_job("example.record", {"sleep": 30.0})
     process = runjobs_process.start("--queue", "default")
     wait_until(lambda: Attempt.objects.filter(job=job).exists(), timeout=20)
     os.kill(process.pid, signal.SIGTERM)
     os.kill(process.pid, signal.SIGINT)
     assert process.wait(10) == 1, runjobs_process.log(process)
-    job.refresh_from_db()
-    assert job.status == JobStatus.RUNNING  # its lease runs out as after a crash
+    job.refresh_from_db()  # due again at once: not left running until its lease runs out
+    assert (job.status, job.lease_owner, job.attempts_used) == (JobStatus.PENDING, None, 0)
+    assert Attempt.objects.get(job=job).outcome == "released"
 
 
 def test_runjobs_a_job_longer_than_its_lease_keeps_it_and_runs_once(runjobs_process):
