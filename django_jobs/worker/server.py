@@ -12,7 +12,8 @@
   database call can delay its give-up check.
 - On PostgreSQL the waker listens for new jobs (:mod:`.waker`).
 - The main thread runs the maintenance pass and the recurring scheduler, and
-  keeps the worker's registration fresh.
+  keeps the worker's registration fresh; in burst mode it checks whether the
+  queues are drained (:mod:`.burst`).
 
 On stop: say what it waits for, cancel running handlers, wait the grace
 period, flush the settler, hand back what is still running in one write.
@@ -27,7 +28,7 @@ import logging
 import queue as queue_module
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
@@ -38,7 +39,7 @@ from django.db import connections
 from ..conf import settings
 from ..db import ClaimedJob
 from ..display import format_span
-from ..models import Job
+from .burst import BurstCheck, job_list
 from .connections import guarded, tidy_connections
 from .core import Parts, Worker
 from .deadlines import apply_connect_timeout
@@ -83,6 +84,7 @@ class Server:
     def __init__(self, parts: Parts) -> None:
         self.parts = parts
         self.states = {name: QueueState(name, count) for name, count in parts.queues.items()}
+        self.burst = BurstCheck(parts)
 
     def guarded(self, step: Callable[[], T]) -> T | None:
         return guarded(step, self.parts.using)
@@ -163,8 +165,8 @@ class Server:
             steps.append(lambda: p.maintainer.enqueue_due(p.clock.now()))
             if not self.run_steps(steps, stop_event):
                 return
-            if p.burst and self.guarded(self.is_drained):
-                logger.info("no due or running jobs left; burst worker exits")
+            if p.burst and self.guarded(lambda: self.burst.drained(self.is_busy())):
+                self.guarded(self.burst.say_drained)
                 return
             stop_event.wait(poll)
 
@@ -178,14 +180,9 @@ class Server:
             self.guarded(step)
         return not stop_event.is_set()
 
-    def is_drained(self) -> bool:
-        """True when no job on this worker's queues is due or running."""
-        if any(state.busy or not state.inbox.empty() for state in self.states.values()):
-            return False
-        p = self.parts
-        jobs = Job.objects.using(p.using).filter(queue__in=list(p.queues))
-        with p.deadline("the drain check"):
-            return not (jobs.due(p.clock.now()) | jobs.running()).exists()
+    def is_busy(self) -> bool:
+        """A handler of this worker holds a job, or one waits for a handler."""
+        return any(state.busy or not state.inbox.empty() for state in self.states.values())
 
     def shut_down(self, threads: list[threading.Thread], asked: bool = True) -> None:
         """Say what the stop waits for (``asked``: a stop was asked for), cancel running
@@ -318,17 +315,6 @@ class Server:
                 tidy_connections()
         finally:
             connections.close_all()
-
-
-#: Jobs a line names one by one; the rest are counted.
-NAMED = 5
-
-
-def job_list(ids: Sequence[int]) -> str:
-    """``#12, #13, #14``; past :data:`NAMED` ids, ``and 3 more``."""
-    named = ", ".join(f"#{job_id}" for job_id in ids[:NAMED])
-    rest = len(ids) - NAMED
-    return f"{named} and {rest} more" if rest > 0 else named
 
 
 def say_stopping(running: list[int], grace: float) -> None:

@@ -1,0 +1,115 @@
+"""When a burst worker (``runjobs --burst``) is done, and what it says while it waits.
+
+A burst worker exits once no job on its queues is due or running. While
+nothing is due but jobs still run (here, or on another worker whose lease
+may have to run out first), it says once which jobs it waits for and until
+when their leases hold; when it exits, it names the jobs it leaves for a
+later run (a retry after its backoff, a job scheduled later).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from ..display import format_age, format_time
+from ..models import Job, JobStatus
+from .core import Parts
+
+logger = logging.getLogger(__name__)
+
+#: Jobs a line names one by one; the rest are counted.
+NAMED = 5
+
+
+def job_list(ids: Sequence[int]) -> str:
+    """``#12, #13, #14``; past :data:`NAMED` ids, ``and 3 more``."""
+    named = ", ".join(f"#{job_id}" for job_id in ids[:NAMED])
+    rest = len(ids) - NAMED
+    return f"{named} and {rest} more" if rest > 0 else named
+
+
+def when(at: datetime, now: datetime) -> str:
+    """``2026-01-05 12:00:30 UTC (in 28 s)``."""
+    return f"{format_time(at)} (in {format_age(at - now)})"
+
+
+class BurstCheck:
+    """The drain check of one burst worker, and what it has said while it waits."""
+
+    def __init__(self, parts: Parts) -> None:
+        self.parts = parts
+        self.waiting: set[int] = set()  # the running jobs the previous check waited for
+        self.told: set[int] = set()  # the ones a line has named
+
+    def jobs(self) -> Any:
+        p = self.parts
+        return Job.objects.using(p.using).filter(queue__in=list(p.queues))
+
+    def drained(self, busy: bool) -> bool:
+        """True when no job on the worker's queues is due or running (``busy``: a handler
+        here holds a job). While it waits for running jobs only, say so once: at the
+        second check that finds the same job running, so that the last jobs of a drain,
+        which end before the next check, go unnamed."""
+        p = self.parts
+        now = p.clock.now()
+        jobs = self.jobs()
+        with p.deadline("the drain check"):
+            if jobs.due(now).exists():
+                self.waiting = set()
+                return False
+            running = list(
+                jobs.running()
+                .order_by("id")
+                .values_list("id", "lease_owner", "lease_expires_at", named=True)[: NAMED + 1]
+            )
+            count = len(running) if len(running) <= NAMED else jobs.running().count()
+        ids = {row.id for row in running}
+        if (ids & self.waiting) - self.told:
+            self.say_waiting(running, count, now)
+            self.told |= ids
+        self.waiting = ids
+        return not running and not busy
+
+    def say_waiting(self, running: Sequence[Any], count: int, now: datetime) -> None:
+        owner = self.parts.owner
+        named = [
+            f"#{row.id} here"
+            if row.lease_owner == owner
+            else f"#{row.id} on {row.lease_owner or 'no worker'}"
+            + (f", lease until {when(row.lease_expires_at, now)}" if row.lease_expires_at else "")
+            for row in running[:NAMED]
+        ]
+        more = f" and {count - NAMED} more" if count > NAMED else ""
+        logger.info(
+            "burst: nothing due; waiting for %s running job(s) to finish: %s%s",
+            count,
+            "; ".join(named),
+            more,
+            extra={"event": "burst_waiting", "job_ids": [row.id for row in running]},
+        )
+
+    def say_drained(self) -> None:
+        """The exit line: nothing due or running; the jobs left for a later run, if any."""
+        p = self.parts
+        now = p.clock.now()
+        later = self.jobs().filter(status=JobStatus.PENDING, run_at__gt=now)
+        with p.deadline("the jobs due later"):
+            first = later.order_by("run_at", "id").values_list(
+                "id", "run_at", "attempts_used", named=True
+            )[:1]
+            first_row = first[0] if first else None
+            count = later.count() if first_row is not None else 0
+        left = ""
+        if first_row is not None:
+            what = f"job #{first_row.id}" + ("'s retry" if first_row.attempts_used else "")
+            due = when(first_row.run_at, now)
+            left = f"; left for a later run: {count} job(s), the first {what}, due at {due}"
+        logger.info(
+            "burst: nothing due or running on queues %s; exiting%s",
+            ", ".join(p.queues),
+            left,
+            extra={"event": "burst_drained", "due_later": count},
+        )

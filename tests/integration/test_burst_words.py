@@ -1,0 +1,121 @@
+"""A burst worker says once what it waits for and, as it exits, what it leaves for later."""
+
+import logging
+import re
+import threading
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from django_jobs import schedule_job
+from django_jobs.models import Job, JobStatus
+from django_jobs.worker import Worker, serve
+from django_jobs.worker.burst import BurstCheck
+from django_jobs.worker.clock import SystemClock
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+FAST = {
+    "POLL_SECONDS": 0.02,
+    "MAINTENANCE_SECONDS": 0.1,
+    "RETRY_BASE_SECONDS": 0,
+    "QUEUES": {"default": {"workers": 1}},
+}
+
+
+def burst_worker() -> tuple[Worker, threading.Thread]:
+    worker = Worker(clock=SystemClock(), burst=True)
+    thread = threading.Thread(target=serve, args=(worker, threading.Event()))
+    thread.start()
+    return worker, thread
+
+
+def said(caplog, event: str) -> list[logging.LogRecord]:
+    return [r for r in caplog.records if getattr(r, "event", None) == event]
+
+
+def test_burst_waiting_for_a_job_another_worker_runs_says_so_once_with_its_lease(
+    settings, caplog, make_job
+):
+    settings.DJANGO_JOBS = FAST
+    expires = timezone.now() + timedelta(seconds=30)
+    other = make_job(status=JobStatus.RUNNING, lease_owner="far:1:ab", lease_expires_at=expires)
+    caplog.set_level(logging.INFO, logger="django_jobs")
+    _, thread = burst_worker()
+    try:
+        wait_until(lambda: said(caplog, "burst_waiting"), timeout=10)
+        # It goes on checking, every poll (20 ms), but says nothing more about the same job.
+        threading.Event().wait(0.2)
+        assert thread.is_alive()
+    finally:
+        Job.objects.filter(pk=other.pk).update(status=JobStatus.SUCCEEDED, lease_owner=None)
+        thread.join(10)
+    assert not thread.is_alive()
+    [line] = said(caplog, "burst_waiting")
+    assert line.getMessage().startswith(
+        f"burst: nothing due; waiting for 1 running job(s) to finish: #{other.pk} on far:1:ab, "
+        "lease until "
+    )
+    assert line.getMessage().endswith("(in 29 s)") or line.getMessage().endswith("(in 30 s)")
+    assert line.job_ids == [other.pk]
+    [exit_line] = said(caplog, "burst_drained")
+    assert exit_line.getMessage() == "burst: nothing due or running on queues default; exiting"
+
+
+def test_burst_waiting_for_its_own_long_job_names_it_here(settings, caplog):
+    settings.DJANGO_JOBS = FAST
+    job = schedule_job("tests.sleepy", {"seconds": 0.4})
+    caplog.set_level(logging.INFO, logger="django_jobs")
+    _, thread = burst_worker()
+    thread.join(10)
+    assert not thread.is_alive()
+    [line] = said(caplog, "burst_waiting")
+    assert line.getMessage() == (
+        f"burst: nothing due; waiting for 1 running job(s) to finish: #{job.pk} here"
+    )
+    assert Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED
+
+
+def test_burst_exit_names_the_retry_it_leaves_for_a_later_run(settings, caplog):
+    settings.DJANGO_JOBS = {**FAST, "RETRY_BASE_SECONDS": 30, "RETRY_JITTER": 0}
+    job = schedule_job("tests.fail")
+    caplog.set_level(logging.INFO, logger="django_jobs")
+    _, thread = burst_worker()
+    thread.join(10)
+    assert not thread.is_alive()
+    job.refresh_from_db()
+    assert (job.status, job.attempts_used) == (JobStatus.PENDING, 1)
+    [exit_line] = said(caplog, "burst_drained")
+    message = exit_line.getMessage()
+    assert message.startswith(
+        "burst: nothing due or running on queues default; exiting; left for a later run: "
+        f"1 job(s), the first job #{job.pk}'s retry, due at "
+    )
+    assert re.search(r"\(in (29|30) s\)$", message), message
+    assert exit_line.due_later == 1
+    assert said(caplog, "burst_waiting") == []  # a retry not yet due is not waited for
+
+
+def test_burst_check_names_a_job_from_the_second_check_that_finds_it_running_and_once(
+    worker, make_job, clock, caplog
+):
+    # Driven directly, on the worker's clock: the last jobs of a drain, which end before
+    # the next check, go unnamed; a job still running at the next check is named once.
+    w = worker(burst=True)
+    lease = clock.now() + timedelta(seconds=30)
+    brief = make_job(status=JobStatus.RUNNING, lease_owner="far:1:ab", lease_expires_at=lease)
+    check = BurstCheck(w.parts())
+    caplog.set_level(logging.INFO, logger="django_jobs")
+    assert check.drained(busy=False) is False
+    Job.objects.filter(pk=brief.pk).update(status=JobStatus.SUCCEEDED)
+    long = make_job(status=JobStatus.RUNNING, lease_owner=w.owner, lease_expires_at=lease)
+    assert check.drained(busy=True) is False  # first sight of the long one
+    assert said(caplog, "burst_waiting") == []
+    for _ in range(3):
+        assert check.drained(busy=True) is False
+    [line] = said(caplog, "burst_waiting")
+    assert line.getMessage().endswith(f"to finish: #{long.pk} here")
+    Job.objects.filter(pk=long.pk).update(status=JobStatus.SUCCEEDED)
+    assert check.drained(busy=False) is True
