@@ -34,6 +34,8 @@ DEFAULTS: dict[str, Any] = {
     "SHUTDOWN_GRACE_SECONDS": 20,
     # How often each worker process takes back jobs whose lease has expired.
     "MAINTENANCE_SECONDS": 15,
+    # How often a worker logs how many outcomes it wrote since its last summary; 0: never.
+    "SUMMARY_SECONDS": 60,
     "MAX_ATTEMPTS": 5,
     "RETRY_BASE_SECONDS": 30,
     "RETRY_MAX_SECONDS": 3600,
@@ -63,7 +65,7 @@ POSITIVE = (
     "RETRY_MAX_SECONDS",
     "MAX_PAYLOAD_BYTES",
 )
-NON_NEGATIVE = ("RETRY_BASE_SECONDS", "RETRY_JITTER", "SHUTDOWN_GRACE_SECONDS")
+NON_NEGATIVE = ("RETRY_BASE_SECONDS", "RETRY_JITTER", "SHUTDOWN_GRACE_SECONDS", "SUMMARY_SECONDS")
 BOOLEAN = ("LISTEN", "PREPARED_STATEMENTS")
 QUEUE_OPTIONS = ("workers", "timeout")
 # The statuses RETENTION may name: the finished ones (JobStatus values; no model import here).
@@ -227,6 +229,8 @@ def number_hint(key: str, value: Any) -> str:
         return f"Give a fraction of the delay, 0 or more, e.g. {example}{text}; 0: no jitter."
     if key == "HEARTBEAT_SECONDS":
         return f"Give seconds above 0{text}, or None for a third of LEASE_SECONDS."
+    if key == "SUMMARY_SECONDS":
+        return f"Give seconds, 0 or more, e.g. {example}{text}; 0: no summary."
     if key in NON_NEGATIVE:
         return f"Give seconds, 0 or more, e.g. {example}{text}."
     return f"Give seconds above 0, e.g. {example}{text}."

@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -22,7 +23,7 @@ from ..conf import settings
 from ..db import Driver
 from ..db.outage import with_backoff
 from ..db.records import ClaimedJob, Pairs, Settled
-from ..events import report_lease, report_outcome
+from ..events import outcome_kind, report_lease, report_outcome
 from ..models import AttemptOutcome, JobStatus
 from ..outcomes import HandlerResult, Settlement, decide, released
 from ..retry_policy import RetryPolicy
@@ -67,6 +68,8 @@ class OutcomeWriter:
         self.policy = policy
         self.rng = rng
         self.jobs_run = 0  # attempts whose outcome this process wrote
+        # Written outcomes by kind (events.OUTCOMES' keys, "lease_lost") since take_counts().
+        self.counts: Counter[str] = Counter()
         self._counting = threading.Lock()
 
     def record(self, claimed: ClaimedJob, result: HandlerResult) -> JobStatus | None:
@@ -116,8 +119,13 @@ class OutcomeWriter:
         """Each outcome as written, None where the lease was lost; wake the queues of the jobs
         due again, then report each outcome."""
         final = [settled.as_written(decision) for decision in decided]
+        kinds = [
+            "lease_lost" if w is None else outcome_kind(w.status, o.result.outcome)
+            for o, w in zip(outcomes, final, strict=True)
+        ]
         with self._counting:
             self.jobs_run += len(outcomes) - len(settled.lost)
+            self.counts.update(kinds)
         self.wake(
             [o.claimed.queue for o, s in zip(outcomes, final, strict=True) if s and due_again(s)]
         )
@@ -129,6 +137,12 @@ class OutcomeWriter:
             else:
                 report_outcome(outcome.claimed, outcome.result, written)
         return final
+
+    def take_counts(self) -> Counter[str]:
+        """The written outcomes by kind since the last call (the worker's summary)."""
+        with self._counting:
+            counts, self.counts = self.counts, Counter()
+        return counts
 
     def hand_back(self, pairs: Pairs, now: datetime) -> set[int]:
         """Hand held jobs back at shutdown, in one write bounded by the grace period."""

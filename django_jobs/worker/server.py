@@ -11,9 +11,10 @@
 - The heartbeat thread renews leases and does nothing else, so that no other
   database call can delay its give-up check.
 - On PostgreSQL the waker listens for new jobs (:mod:`.waker`).
-- The main thread runs the maintenance pass and the recurring scheduler, and
-  keeps the worker's registration fresh; in burst mode it checks whether the
-  queues are drained (:mod:`.burst`).
+- The main thread runs the maintenance pass and the recurring scheduler,
+  keeps the worker's registration fresh and logs the summary
+  (:mod:`.summary`); in burst mode it checks whether the queues are drained
+  (:mod:`.burst`).
 
 On stop: say what it waits for, cancel running handlers, wait the grace
 period, flush the settler, hand back what is still running in one write.
@@ -43,6 +44,7 @@ from .burst import BurstCheck, job_list
 from .connections import guarded, tidy_connections
 from .core import Parts, Worker
 from .deadlines import apply_connect_timeout
+from .summary import Summary
 from .waker import Waker
 
 logger = logging.getLogger(__name__)
@@ -84,6 +86,7 @@ class Server:
     def __init__(self, parts: Parts) -> None:
         self.parts = parts
         self.states = {name: QueueState(name, count) for name, count in parts.queues.items()}
+        self.summary = Summary(parts.writer, float(settings.SUMMARY_SECONDS), time.monotonic())
         self.burst = BurstCheck(parts)
 
     def guarded(self, step: Callable[[], T]) -> T | None:
@@ -120,6 +123,7 @@ class Server:
             heartbeat_stop.set()
             heartbeat.join(5)
             p.inflight.close()
+            self.summary.flush(time.monotonic())
             # A stopped worker is not listed (admin, `jobs status`): its row goes, after a
             # second signal too. If the database does not answer, the sweep removes it.
             self.guarded(p.maintainer.unregister)
@@ -165,6 +169,7 @@ class Server:
             steps.append(lambda: p.maintainer.enqueue_due(p.clock.now()))
             if not self.run_steps(steps, stop_event):
                 return
+            self.summary.tick(time.monotonic())
             if p.burst and self.guarded(lambda: self.burst.drained(self.is_busy())):
                 self.guarded(self.burst.say_drained)
                 return
