@@ -39,3 +39,8 @@ class ScheduleError(JobsError, ValueError):
 class JobNotWaiting(JobsError):
     """``run_job_now()`` on a job that is not pending with a later ``run_at``: it is
     already due, running or finished."""
+
+
+class NotMigrated(JobsError):
+    """The database lacks some of django-jobs' migrations: ``runjobs`` refuses to start, and
+    ``add_recurring_job()`` refuses to save, until ``migrate`` has run."""

@@ -25,7 +25,7 @@ from django.utils import timezone as dj_timezone
 
 from .conf import SCHEDULE_NAME_MAX_LENGTH, require_text, require_use_tz, settings
 from .cron import get_zone, next_occurrence, validate_cron
-from .exceptions import JobsError, ScheduleError
+from .exceptions import JobsError, NotMigrated, ScheduleError
 from .models import RecurringJob, ScheduleSource
 from .payloads import encode_payload
 from .registry import get_definition
@@ -188,7 +188,6 @@ def table_required(name: str, using: str) -> Iterator[None]:
     except (OperationalError, ProgrammingError):
         if not table_missing(using):
             raise
-        from .worker.startup import NotMigrated  # the error `runjobs` gives before migrate
 
         database = "" if using == "default" else f" --database {using}"
         command = f"python manage.py migrate{database}"

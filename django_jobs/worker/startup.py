@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from ..conf import require_queue_name, require_use_tz, settings
 from ..db.journal import use_wal_mode
-from ..exceptions import JobsError
+from ..exceptions import JobsError, NotMigrated
 from ..models import Job
 from ..registry import get_definition, registered_names
 from ..text import first_line
@@ -25,10 +25,6 @@ from ..text import first_line
 logger = logging.getLogger(__name__)
 
 APP_LABEL = "django_jobs"
-
-
-class NotMigrated(JobsError):
-    """The database lacks some of django-jobs' migrations."""
 
 
 def unapplied_migrations(using: str) -> list[str]:

@@ -41,7 +41,7 @@ def test_add_recurring_job_on_a_database_never_migrated_says_to_migrate(fresh_da
     assert done.returncode == 1
     last_line = done.stderr.strip().splitlines()[-1]
     assert last_line.startswith(
-        f"django_jobs.worker.startup.NotMigrated: recurring job 'nightly-report' {ADVICE}"
+        f"django_jobs.exceptions.NotMigrated: recurring job 'nightly-report' {ADVICE}"
     ), done.stderr
     # One error, not the database's with ours on top of it.
     assert done.stderr.count("Traceback") == 1, done.stderr
