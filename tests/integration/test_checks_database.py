@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import secrets
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from django_jobs import add_recurring_job, job
 from django_jobs.checks import check_live_database
 from django_jobs.models import RecurringJob
 from django_jobs.registry import unregister
-from tests.conftest import ROOT, START, database_url
+from tests.conftest import ROOT, START
 
 pytestmark = pytest.mark.django_db
 
@@ -167,23 +166,6 @@ def manage(*args: str, url: str) -> subprocess.CompletedProcess[str]:
         timeout=60,
         check=False,
     )
-
-
-@pytest.fixture
-def fresh_database_url(tmp_path: Path) -> Iterator[str]:
-    """A DATABASE_URL of an empty database on the server the tests use."""
-    if on_sqlite():
-        yield f"sqlite:///{tmp_path / 'fresh.sqlite3'}"
-        return
-    name = f"jobs_fresh_{secrets.token_hex(4)}"
-    qn = connection.ops.quote_name
-    with connection.cursor() as cursor:
-        cursor.execute(f"CREATE DATABASE {qn(name)}")
-    try:
-        yield database_url().rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute(f"DROP DATABASE {qn(name)}")
 
 
 @pytest.mark.django_db(transaction=True)

@@ -1,35 +1,14 @@
 """``runjobs`` on a database that ``migrate`` has not set up: one line, no traceback."""
 
 import os
-import secrets
 import subprocess
 import sys
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from django.db import connection
 
-from tests.conftest import ROOT, database_url
+from tests.conftest import ROOT
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture
-def fresh_database_url(tmp_path: Path) -> Iterator[str]:
-    """A DATABASE_URL of an empty database on the server the tests use."""
-    if connection.vendor == "sqlite":
-        yield f"sqlite:///{tmp_path / 'fresh.sqlite3'}"
-        return
-    name = f"jobs_fresh_{secrets.token_hex(4)}"
-    qn = connection.ops.quote_name
-    with connection.cursor() as cursor:
-        cursor.execute(f"CREATE DATABASE {qn(name)}")
-    try:
-        yield database_url().rsplit("/", 1)[0] + f"/{name}"
-    finally:
-        with connection.cursor() as cursor:
-            cursor.execute(f"DROP DATABASE {qn(name)}")
 
 
 def manage(*args: str, url: str) -> subprocess.CompletedProcess[str]:
