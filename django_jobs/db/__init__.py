@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ImproperlyConfigured
+from django.core.signals import setting_changed
 from django.db import connections
+from django.dispatch import receiver
 
 from .base import ROW_ERRORS, DatabaseBusy, Driver
 from .records import ClaimedJob, ClaimRequest
@@ -36,6 +40,22 @@ def driver_class(using: str = "default") -> type[Driver]:
     )
 
 
+#: One driver per database alias: a driver keeps its statements' texts and quoted names,
+#: so ``schedule_job()`` builds none of them again. Dropped when the settings change.
+_drivers: dict[str, Driver] = {}
+
+
 def get_driver(using: str = "default") -> Driver:
-    """The driver for the database behind ``using``."""
-    return driver_class(using)(using)
+    """The driver for the database behind ``using`` (one per alias, shared by threads:
+    a driver holds no state but what it has built once)."""
+    driver = _drivers.get(using)
+    if driver is None:
+        driver = _drivers[using] = driver_class(using)(using)
+    return driver
+
+
+@receiver(setting_changed)
+def _forget_drivers(*, setting: str, **kwargs: Any) -> None:
+    """A driver reads ``DJANGO_JOBS`` (``LISTEN``, ...) and the database when it is made."""
+    if setting in ("DJANGO_JOBS", "DATABASES"):
+        _drivers.clear()

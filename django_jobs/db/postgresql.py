@@ -44,6 +44,23 @@ from .records import (
     Settlement,
 )
 
+#: The columns :meth:`PostgresDriver.insert_jobs` writes, in the order of its values.
+INSERTED_COLUMNS = (
+    "name",
+    "queue",
+    "payload",
+    "status",
+    "priority",
+    "run_at",
+    "attempt",
+    "attempts_used",
+    "max_attempts",
+    "last_error",
+    "progress_note",
+    "created_at",
+    "schedule",
+)
+
 
 class ClaimedRow(NamedTuple):
     """A row the claim returns: a candidate's columns and its place in the claim order."""
@@ -147,53 +164,28 @@ class PostgresDriver(Driver):
             return list(cursor.fetchall())
 
     def insert_jobs(self, rows: Sequence[Job], now: datetime) -> None:
-        """One statement: the rows in order, and the NOTIFY of the queues with a job due."""
+        """One statement: the rows in order, and the NOTIFY of the queues with a job due.
+
+        One row binds its values as they are (``schedule_job()``'s case: no arrays to
+        build and dump); more bind one array per column.
+        """
         if not rows:
             return
-        qn, job = self.qn, self.job_table
-        columns = ", ".join(
-            qn(c)
-            for c in (
-                "name",
-                "queue",
-                "payload",
-                "status",
-                "priority",
-                "run_at",
-                "attempt",
-                "attempts_used",
-                "max_attempts",
-                "last_error",
-                "progress_note",
-                "created_at",
-                "schedule",
-            )
-        )
-        sql = (
-            f"WITH r AS (INSERT INTO {job} ({columns})"
-            f" SELECT v.name, v.queue, v.payload::jsonb, '{JobStatus.PENDING.value}', v.priority,"
-            " v.run_at, 0, 0, v.max_attempts, '', '', v.created_at, v.schedule"
-            " FROM unnest(%s::text[], %s::text[], %s::text[], %s::integer[], %s::timestamptz[],"
-            " %s::integer[], %s::timestamptz[], %s::text[]) WITH ORDINALITY"
-            " AS v(name, queue, payload, priority, run_at, max_attempts, created_at, schedule, n)"
-            f" ORDER BY v.n RETURNING {qn('id')}, {qn('queue')}, {qn('run_at')})"
-            f" SELECT {qn('id')} FROM r"
-        )
-        params: list[Any] = [
+        one = len(rows) == 1
+        sql = self.text(f"insert_jobs:{one}:{self.listen}", lambda: self.insert_text(one))
+        payloads = [None if row.payload is None else json.dumps(row.payload) for row in rows]
+        values = [
             [row.name for row in rows],
             [row.queue for row in rows],
-            [None if row.payload is None else json.dumps(row.payload) for row in rows],
+            payloads,
             [row.priority for row in rows],
             [row.run_at for row in rows],
             [row.max_attempts for row in rows],
             [row.created_at for row in rows],
             [row.schedule for row in rows],
         ]
-        if self.listen:  # a volatile call in a lateral subquery: run once per distinct due queue
-            sql += (
-                f" UNION ALL SELECT NULL FROM (SELECT DISTINCT {qn('queue')} AS q FROM r"
-                f" WHERE {qn('run_at')} <= %s) d, LATERAL (SELECT pg_notify(%s, d.q)) n"
-            )
+        params: list[Any] = [column[0] for column in values] if one else values
+        if self.listen:
             params += [now, CHANNEL]
         with self.hot_cursor() as cursor:
             cursor.execute(sql, params)
@@ -202,6 +194,37 @@ class PostgresDriver(Driver):
             row.pk = job_id
             row._state.adding = False
             row._state.db = self.using
+
+    def insert_text(self, one: bool) -> str:
+        """The insert of :meth:`insert_jobs`: one row's values bound as they are, or many
+        rows' as one array per column, kept in order."""
+        qn, job = self.qn, self.job_table
+        columns = ", ".join(qn(c) for c in INSERTED_COLUMNS)
+        pending = f"'{JobStatus.PENDING.value}'"
+        if one:
+            source = (
+                f"VALUES (%s, %s, %s::jsonb, {pending}, %s::integer, %s::timestamptz, 0, 0,"
+                " %s::integer, '', '', %s::timestamptz, %s)"
+            )
+        else:
+            source = (
+                f"SELECT v.name, v.queue, v.payload::jsonb, {pending}, v.priority, v.run_at,"
+                " 0, 0, v.max_attempts, '', '', v.created_at, v.schedule"
+                " FROM unnest(%s::text[], %s::text[], %s::text[], %s::integer[],"
+                " %s::timestamptz[], %s::integer[], %s::timestamptz[], %s::text[])"
+                " WITH ORDINALITY AS v(name, queue, payload, priority, run_at, max_attempts,"
+                " created_at, schedule, n) ORDER BY v.n"
+            )
+        sql = (
+            f"WITH r AS (INSERT INTO {job} ({columns}) {source}"
+            f" RETURNING {qn('id')}, {qn('queue')}, {qn('run_at')}) SELECT {qn('id')} FROM r"
+        )
+        if self.listen:  # a volatile call in a lateral subquery: run once per distinct due queue
+            sql += (
+                f" UNION ALL SELECT NULL FROM (SELECT DISTINCT {qn('queue')} AS q FROM r"
+                f" WHERE {qn('run_at')} <= %s) d, LATERAL (SELECT pg_notify(%s, d.q)) n"
+            )
+        return sql
 
     def claim_batch(self, request: ClaimRequest) -> list[ClaimedJob]:
         sql, params = self.claim_sql(request)
