@@ -174,7 +174,7 @@ class PostgresDriver(Driver):
         one = len(rows) == 1
         sql = self.text(f"insert_jobs:{one}:{self.listen}", lambda: self.insert_text(one))
         payloads = [None if row.payload is None else json.dumps(row.payload) for row in rows]
-        values = [
+        values: list[list[Any]] = [
             [row.name for row in rows],
             [row.queue for row in rows],
             payloads,
