@@ -11,3 +11,15 @@ def test_get_driver_follows_the_database_vendor():
     driver = get_driver()
     expected = {"postgresql": PostgresDriver, "sqlite": SQLiteDriver}[connection.vendor]
     assert type(driver) is expected
+
+
+def test_get_driver_is_one_per_alias_made_again_when_the_settings_change():
+    """A driver keeps the texts it built; one made under other settings is not kept."""
+    from django.test import override_settings
+
+    first = get_driver()
+    assert get_driver() is first
+    with override_settings(DJANGO_JOBS={"LISTEN": False}):
+        changed = get_driver()
+        assert changed is not first and changed.listen is False
+    assert get_driver() is not changed
