@@ -125,6 +125,20 @@ def make_job(clock):
     return make
 
 
+def manage(*args: str, url: str | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    """``manage.py ARGS`` in a subprocess, on ``url`` (default: the live test database),
+    with ``env`` added to the environment; its output captured as text."""
+    return subprocess.run(  # noqa: S603
+        [sys.executable, str(ROOT / "manage.py"), *args],
+        cwd=ROOT,
+        env={**os.environ, "DATABASE_URL": url or database_url(), **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
 def database_url() -> str:
     """A DATABASE_URL for the live (test) database, for subprocesses."""
     from django.db import connection

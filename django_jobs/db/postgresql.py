@@ -172,7 +172,7 @@ class PostgresDriver(Driver):
         if not rows:
             return
         one = len(rows) == 1
-        sql = self.text(f"insert_jobs:{one}:{self.listen}", lambda: self.insert_text(one))
+        sql = self.text(f"insert_jobs:{one}", lambda: self.insert_text(one))
         payloads = [None if row.payload is None else json.dumps(row.payload) for row in rows]
         values: list[list[Any]] = [
             [row.name for row in rows],

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,7 +16,7 @@ from django_jobs import add_recurring_job, job
 from django_jobs.checks import check_live_database
 from django_jobs.models import RecurringJob
 from django_jobs.registry import unregister
-from tests.conftest import ROOT, START
+from tests.conftest import START, manage
 
 pytestmark = pytest.mark.django_db
 
@@ -154,18 +151,6 @@ def test_check_live_database_skips_schedules_when_the_table_is_missing() -> None
 
 
 # -- `manage.py check --database` on a database that is not there yet -------------------------
-
-
-def manage(*args: str, url: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # noqa: S603
-        [sys.executable, str(ROOT / "manage.py"), *args],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 @pytest.mark.django_db(transaction=True)

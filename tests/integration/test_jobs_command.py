@@ -6,7 +6,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Callable
 from datetime import timedelta
 from io import StringIO
@@ -22,7 +21,7 @@ from freezegun import freeze_time
 from django_jobs.maintenance.cleaner import prune_statuses
 from django_jobs.management.arguments import parse_duration
 from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, WorkerProcess
-from tests.conftest import ROOT, START, database_url
+from tests.conftest import START, manage
 
 pytestmark = pytest.mark.django_db
 
@@ -327,14 +326,7 @@ def test_jobs_retry_needs_ids_or_all_dead_lettered(args: tuple[str, ...], messag
 
 
 def manage_jobs(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "jobs", *args],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": database_url()},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return manage("jobs", *args)
 
 
 @pytest.mark.django_db(transaction=True)
@@ -387,14 +379,7 @@ def test_jobs_djangos_options_after_the_subcommand_take_effect(
 
 def test_jobs_process_says_in_one_line_that_the_database_cannot_be_reached(tmp_path) -> None:
     unreachable = f"sqlite:///{tmp_path / 'no-such-directory' / 'jobs.sqlite3'}"
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), "jobs", "status", "--skip-checks"],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": unreachable},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    result = manage("jobs", "status", "--skip-checks", url=unreachable)
     assert result.returncode == 1
     assert result.stderr.splitlines() == [
         "CommandError: The database answered OperationalError: unable to open database file"

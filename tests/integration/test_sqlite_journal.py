@@ -6,10 +6,7 @@ from __future__ import annotations
 
 import gc
 import logging
-import os
 import sqlite3
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +21,7 @@ from django_jobs.checks import check_live_database
 from django_jobs.db import get_driver
 from django_jobs.db.journal import use_wal_mode
 from django_jobs.models import Job, JobStatus
-from tests.conftest import ROOT
+from tests.conftest import manage
 
 pytestmark = [pytest.mark.journal_modes, pytest.mark.django_db(transaction=True)]
 
@@ -159,18 +156,6 @@ def test_a_file_locked_past_the_busy_timeout_is_logged_and_left_as_it_is(
         "it is; see django_jobs.W003"
     )
     assert file_journal_mode() == "delete"
-
-
-def manage(*args: str, url: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(  # noqa: S603
-        [sys.executable, str(ROOT / "manage.py"), *args],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 def test_migrate_of_a_fresh_file_says_it_on_its_output(tmp_path: Path) -> None:

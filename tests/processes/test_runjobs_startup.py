@@ -1,29 +1,16 @@
 """``runjobs`` on a database that ``migrate`` has not set up: one line, no traceback."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, manage
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-
-def manage(*args: str, url: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, str(ROOT / "manage.py"), *args],
-        cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": url, "JOBS_POLL_SECONDS": "0.05"},
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+QUICK = {"JOBS_POLL_SECONDS": "0.05"}  # the burst polls quickly
 
 
 def test_runjobs_before_migrate_says_to_migrate_in_one_line(fresh_database_url):
-    result = manage("runjobs", "--burst", url=fresh_database_url)
+    result = manage("runjobs", "--burst", url=fresh_database_url, **QUICK)
     assert result.returncode == 1
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
@@ -33,9 +20,17 @@ def test_runjobs_before_migrate_says_to_migrate_in_one_line(fresh_database_url):
 
 
 def test_runjobs_after_a_partial_migrate_names_the_missing_migrations(fresh_database_url):
-    migrate = manage("migrate", "django_jobs", "0002", "-v", "0", url=fresh_database_url)
+    migrate = manage(
+        "migrate",
+        "django_jobs",
+        "0002",
+        "-v",
+        "0",
+        url=fresh_database_url,
+        **QUICK,
+    )
     assert migrate.returncode == 0, migrate.stderr
-    result = manage("runjobs", "--burst", url=fresh_database_url)
+    result = manage("runjobs", "--burst", url=fresh_database_url, **QUICK)
     assert result.returncode == 1
     missing = sorted(
         path.stem
@@ -47,9 +42,14 @@ def test_runjobs_after_a_partial_migrate_names_the_missing_migrations(fresh_data
         f"{', '.join(missing)}: run `python manage.py migrate` first."
     ]
     assert "Traceback" not in result.stdout + result.stderr
-    migrate = manage("migrate", "-v", "0", url=fresh_database_url)
+    migrate = manage("migrate", "-v", "0", url=fresh_database_url, **QUICK)
     assert migrate.returncode == 0, migrate.stderr
-    assert manage("runjobs", "--burst", "-v", "0", url=fresh_database_url).returncode == 0
+    assert (
+        manage(
+            "runjobs", "--burst", "-v", "0", url=fresh_database_url, JOBS_POLL_SECONDS="0.05"
+        ).returncode
+        == 0
+    )
 
 
 @pytest.mark.parametrize(
