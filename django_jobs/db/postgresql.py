@@ -62,6 +62,23 @@ INSERTED_COLUMNS = (
 )
 
 
+#: psycopg's ``prepare_threshold`` on a connection whose hot-path statements are prepared:
+#: the number of runs after which psycopg would prepare any other statement itself.
+NEVER_BY_COUNT = 2**62
+
+#: The attribute of a Django connection that keeps its :class:`HotCursor`.
+HOT_CURSOR = "_django_jobs_hot_cursor"
+
+
+class HotCursor(NamedTuple):
+    """The hot-path cursor kept on one Django connection, and what it was made for."""
+
+    raw_connection: Any
+    logged: bool
+    prepare: bool
+    cursor: Any
+
+
 class ClaimedRow(NamedTuple):
     """A row the claim returns: a candidate's columns and its place in the claim order."""
 
@@ -103,6 +120,21 @@ class SettledRow(NamedTuple):
     new_status: str
 
 
+def inserted_values(row: Job) -> list[Any]:
+    """The values :meth:`PostgresDriver.insert_jobs` binds for ``row``, in the statement's
+    order (the columns it does not give take their constant values in its text)."""
+    return [
+        row.name,
+        row.queue,
+        None if row.payload is None else json.dumps(row.payload),
+        row.priority,
+        row.run_at,
+        row.max_attempts,
+        row.created_at,
+        row.schedule,
+    ]
+
+
 class PostgresDriver(Driver):
     supports_listen = True
     supports_skip_locked = True
@@ -118,23 +150,45 @@ class PostgresDriver(Driver):
 
     @contextmanager
     def hot_cursor(self) -> Iterator[Any]:
-        """A Django cursor whose statements are bound and prepared on the server.
+        """A Django cursor whose statements are bound, and prepared, on the server.
 
         Wrapped like Django's own cursors, so query logging and
-        ``execute_wrapper`` see its statements.
+        ``execute_wrapper`` see its statements. One is kept per connection and
+        used again (making and wrapping one costs as much CPU as the
+        statement's own round trip): it is made anew when the connection was
+        opened again or query logging was switched on or off.
         """
-        from django.db.backends.postgresql import base as backend
-
         connection = self.connection
         connection.ensure_connection()
+        kept: HotCursor | None = getattr(connection, HOT_CURSOR, None)
+        if (
+            kept is None
+            or kept.raw_connection is not connection.connection
+            or kept.logged != connection.queries_logged
+            or kept.prepare != self.prepare
+        ):
+            kept = self.make_hot_cursor(connection)
+            setattr(connection, HOT_CURSOR, kept)
+        yield kept.cursor
+
+    def make_hot_cursor(self, connection: Any) -> HotCursor:
+        from django.db.backends.postgresql import base as backend
+
         raw: Any = backend.ServerBindingCursor(connection.connection)  # type: ignore[call-arg]
-        if self.prepare:
-            raw.execute = partial(raw.execute, prepare=True)
-        cursor = connection._prepare_cursor(raw)
-        try:
-            yield cursor
-        finally:
-            cursor.close()
+        # A logged connection (DEBUG, assertNumQueries) runs them unprepared, even those
+        # prepared before: psycopg keeps no text of a prepared statement's run for the log.
+        prepare = self.prepare and not connection.queries_logged
+        raw.execute = partial(raw.execute, prepare=prepare)
+        if prepare and connection.connection.prepare_threshold is None:
+            # Django's default, under which psycopg prepares nothing, even when asked.
+            # A threshold no statement reaches: only the hot path's are prepared.
+            connection.connection.prepare_threshold = NEVER_BY_COUNT
+        return HotCursor(
+            connection.connection,
+            connection.queries_logged,
+            self.prepare,
+            connection._prepare_cursor(raw),
+        )
 
     def database_now(self) -> datetime | None:
         # CURRENT_TIMESTAMP is the start of the transaction; clock_timestamp() is now.
@@ -172,19 +226,12 @@ class PostgresDriver(Driver):
         if not rows:
             return
         one = len(rows) == 1
-        sql = self.text(f"insert_jobs:{one}", lambda: self.insert_text(one))
-        payloads = [None if row.payload is None else json.dumps(row.payload) for row in rows]
-        values: list[list[Any]] = [
-            [row.name for row in rows],
-            [row.queue for row in rows],
-            payloads,
-            [row.priority for row in rows],
-            [row.run_at for row in rows],
-            [row.max_attempts for row in rows],
-            [row.created_at for row in rows],
-            [row.schedule for row in rows],
-        ]
-        params: list[Any] = [column[0] for column in values] if one else values
+        if one:
+            sql = self.text("insert_jobs:True", lambda: self.insert_text(True))
+            params = inserted_values(rows[0])
+        else:
+            sql = self.text("insert_jobs:False", lambda: self.insert_text(False))
+            params = [list(column) for column in zip(*map(inserted_values, rows), strict=True)]
         if self.listen:
             params += [now, CHANNEL]
         with self.hot_cursor() as cursor:

@@ -7,8 +7,9 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection, connections
-from django.test.utils import CaptureQueriesContext
+from django.test.utils import CaptureQueriesContext, override_settings
 
+from django_jobs import schedule_job
 from django_jobs.db import ClaimRequest, get_driver
 from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import START
@@ -538,3 +539,44 @@ def test_driver_declares_what_its_database_can_do():
     assert driver.supports_listen == (connection.vendor == "postgresql")
     assert driver.claims_in_one_statement == (STATEMENTS_PER_CLAIM[connection.vendor] == 1)
     assert driver.cuts_off_calls == (connection.vendor != "sqlite")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_driver_statements_are_logged_once_query_logging_is_switched_on(make_job):
+    # The hot path keeps its cursor on the connection: one made while logging was off
+    # must not hide the statements from a query log switched on afterwards.
+    make_job()
+    assert claim() and not connection.queries_logged
+    make_job()
+    with CaptureQueriesContext(connection) as queries:
+        assert claim()
+    assert any("django_jobs_attempt" in query["sql"] for query in queries.captured_queries)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_driver_statements_work_on_a_connection_opened_again(make_job):
+    make_job()
+    assert claim()
+    connection.close()  # as a worker's guard does after an error; the next call reconnects
+    make_job()
+    assert claim()
+
+
+def prepared_inserts() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+            ['%INSERT INTO "django_jobs_job"%'],
+        )
+        return int(cursor.fetchone()[0])
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's statements")
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("prepared", [True, False])
+def test_driver_prepares_its_statements_as_prepared_statements_says(make_job, prepared):
+    make_job()
+    assert claim()  # the hot path's cursor is made, with PREPARED_STATEMENTS on
+    with override_settings(DJANGO_JOBS={"PREPARED_STATEMENTS": prepared}):
+        schedule_job("tests.ok")
+    assert prepared_inserts() == int(prepared)
