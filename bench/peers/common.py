@@ -29,6 +29,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 # bench/, for bench/harness.py (standard library only at module level, as a peer's virtualenv
 # needs); the drivers import it too, once this module has put it on the path.
@@ -77,6 +78,8 @@ class Result:
     pickup_p90: float | None = None
     #: the database as the driver's connection sees it, when the report cannot ask the server
     database: str | None = None
+    #: further drains of the same jobs, in other shapes: how they ran (words) -> jobs/s
+    drains: dict[str, float] = field(default_factory=dict)
 
 
 class System(ABC):
@@ -283,7 +286,14 @@ def run(system: System, options: Options) -> Result:
 # -- main -----------------------------------------------------------------------
 
 
-def parse_options(argv: list[str] | None = None) -> Options:
+#: A driver's own options: a function that adds them to the parser.
+AddArguments = Callable[[argparse.ArgumentParser], None]
+
+
+def parse_options(
+    argv: list[str] | None = None, add_arguments: AddArguments | None = None
+) -> tuple[Options, dict[str, Any]]:
+    """The options every driver takes, and the driver's own (``add_arguments``), by name."""
     parser = argparse.ArgumentParser()
     parser.add_argument("--jobs", type=int, required=True)
     parser.add_argument("--pickups", type=int, required=True)
@@ -291,14 +301,25 @@ def parse_options(argv: list[str] | None = None) -> Options:
     parser.add_argument("--timeout", type=float, required=True, help="per drain (seconds)")
     parser.add_argument("--log-dir", type=Path, required=True)
     parser.add_argument("--result", type=Path, required=True, help="JSON file to write")
-    return Options(**vars(parser.parse_args(argv)))
+    shared = {action.dest for action in parser._actions}
+    if add_arguments is not None:
+        add_arguments(parser)
+    values = vars(parser.parse_args(argv))
+    own = {name: value for name, value in values.items() if name not in shared}
+    return Options(**{name: values[name] for name in shared if name in values}), own
 
 
-def main(make_system: Callable[[], System], argv: list[str] | None = None) -> int:
-    options = parse_options(argv)
+def main(
+    make_system: Callable[..., System],
+    argv: list[str] | None = None,
+    add_arguments: AddArguments | None = None,
+    run: Callable[[Any, Options], Result] = run,
+) -> int:
+    """Run the phases (``run``) on ``make_system(**the driver's own options)``; write the result."""
+    options, own = parse_options(argv, add_arguments)
     harness.raise_on_sigterm()
     try:
-        result = run(make_system(), options)
+        result = run(make_system(**own), options)
     except BenchError as exc:
         return harness.failed(exc)
     options.result.write_text(json.dumps(asdict(result)))

@@ -3,7 +3,9 @@
 The jobs are the test project's: ``demo.noop`` for the enqueues and the drain,
 ``example.watchful`` (which appends its start time to a file, touching no
 database) for the pickups. The drain is ONE ``runjobs --workers 2 --burst``
-process; the idle worker is ``runjobs --workers 2``. Settings are the test
+process; the idle worker is ``runjobs --workers 2``. ``--processes N --workers T``
+give another shape (``runjobs --processes N`` is passed only when N > 1, so
+a runjobs without that option runs the default). Settings are the test
 project's defaults (``POLL_SECONDS`` 1) but for ``DATABASE_URL``: a PostgreSQL
 database (the idle worker is woken by LISTEN/NOTIFY) or a ``sqlite:///PATH``
 file, which testproject/settings.py opens with ``transaction_mode``
@@ -12,6 +14,7 @@ file, which testproject/settings.py opens with ``transaction_mode``
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -23,12 +26,31 @@ from harness import JOB_NAME, QUEUE
 PICKUP_JOB_NAME = "example.watchful"
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--processes", type=int, default=1, help="runjobs --processes")
+    parser.add_argument("--workers", type=int, default=2, help="runjobs --workers")
+
+
+def shape(processes: int, workers: int) -> list[str]:
+    """runjobs' options for ``processes`` x ``workers`` threads (no --processes for one)."""
+    given = ["--processes", str(processes)] if processes > 1 else []
+    return [*given, "--workers", str(workers)]
+
+
+def describe_shape(processes: int, workers: int) -> str:
+    """The shape in words, for the report."""
+    if processes > 1:
+        return f"1 runjobs, --processes {processes} --workers {workers}"
+    return f"1 runjobs process, --workers {workers}"
+
+
 class DjangoJobs(common.System):
     name = "django-jobs"
-    workers = "1 runjobs process, --workers 2"
     bulk_api = "schedule_jobs()"
 
-    def __init__(self) -> None:
+    def __init__(self, processes: int = 1, workers: int = 2) -> None:
+        self.shape = shape(processes, workers)
+        self.workers = describe_shape(processes, workers)
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
         os.environ.setdefault("DEBUG", "false")
         harness.setup_django()
@@ -61,10 +83,10 @@ class DjangoJobs(common.System):
         return harness.runjobs_command("--queue", QUEUE, *extra)
 
     def drain_commands(self) -> list[list[str]]:
-        return [self.runjobs("--workers", "2", "--burst")]
+        return [self.runjobs(*self.shape, "--burst")]
 
     def idle_commands(self) -> list[list[str]]:
-        return [self.runjobs("--workers", "2")]
+        return [self.runjobs(*self.shape)]
 
     def counts(self) -> tuple[int, int, int]:
         from django.db.models import Count
@@ -88,4 +110,4 @@ class DjangoJobs(common.System):
 
 
 if __name__ == "__main__":
-    sys.exit(common.main(DjangoJobs))
+    sys.exit(common.main(DjangoJobs, add_arguments=add_arguments))
