@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Peers benchmark: django-jobs beside django-tasks-db and procrastinate, on PostgreSQL or SQLite.
+"""Peers benchmark: django-jobs beside django-tasks-db, procrastinate and the raw limits.
 
     bash scripts/bench-peers                      # sets up the virtualenvs and the server
     DATABASE_URL=postgres://... python bench/peers.py --jobs 2000 --only procrastinate
@@ -12,6 +12,14 @@ django-tasks-db each get a new SQLite file of their own in a temporary
 directory, put in WAL journal mode before the run (``DATABASE_URL`` is not
 read); procrastinate, which needs PostgreSQL, is skipped.
 
+``raw`` is not a queue but the limit of the database for django-jobs' own
+statements (bench/peers/run_raw.py): the driver's INSERT sent again in a
+plain loop, and its claim-and-settle statement in plain loops on
+``--django-jobs-processes`` x ``--django-jobs-workers`` connections, and on
+16 (on SQLite: 1 and 2), with no handler. The report gives django-jobs'
+drain as a fraction of the raw drains, and its one-by-one enqueue as a
+multiple of the raw INSERT's time per job.
+
 Each system runs in its own virtualenv, through a driver in bench/peers/ that
 measures, with the same shape for every system (see bench/peers/common.py):
 
@@ -21,6 +29,10 @@ measures, with the same shape for every system (see bench/peers/common.py):
 - pickup latency of an idle worker: enqueue commit to handler start, p50 and
   p90 of ``--pickups`` jobs enqueued one at a time (on SQLite both systems
   poll, once a second).
+
+django-jobs runs ``runjobs --workers 2`` by default; ``--django-jobs-processes N
+--django-jobs-workers T`` run ``runjobs --processes N --workers T`` instead
+(``--processes`` is passed only when N > 1).
 """
 
 from __future__ import annotations
@@ -30,7 +42,8 @@ import os
 import sqlite3
 import subprocess
 import sys
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -41,6 +54,9 @@ from harness import ROOT, BenchError
 DRIVERS = ROOT / "bench" / "peers"
 ENVS = ROOT / "bench" / ".envs"
 STOP_GRACE_SECONDS = 30.0
+#: The raw drain's second count of connections, besides django-jobs' threads (SQLite: 1, 2).
+RAW_MANY_CONNECTIONS = 16
+SQLITE_RAW_CONNECTIONS = (1, 2)
 
 
 @dataclass(frozen=True)
@@ -51,10 +67,40 @@ class Peer:
     #: the database's name on the server, and the SQLite file's stem
     database: str
     postgresql_only: bool = False
+    #: the driver's own arguments, from the bench's options
+    arguments: Callable[[Options], list[str]] = field(default=lambda options: [])
+
+
+def django_jobs_arguments(options: Options) -> list[str]:
+    """run_django_jobs.py's: the runjobs shape."""
+    return [
+        *("--processes", str(options.django_jobs_processes)),
+        *("--workers", str(options.django_jobs_workers)),
+    ]
+
+
+def raw_connections(options: Options) -> list[int]:
+    """The raw drains' connection counts: as many as django-jobs' handler threads, and 16."""
+    if options.sqlite:
+        return list(SQLITE_RAW_CONNECTIONS)
+    threads = options.django_jobs_processes * options.django_jobs_workers
+    return sorted({threads, RAW_MANY_CONNECTIONS}, key=lambda count: count != threads)
+
+
+def raw_arguments(options: Options) -> list[str]:
+    """run_raw.py's: its drains' connections, and claims as large as a runjobs process's."""
+    connections = ",".join(str(count) for count in raw_connections(options))
+    return ["--connections", connections, "--claim-limit", str(options.django_jobs_workers)]
 
 
 PEERS = [
-    Peer("django-jobs", ROOT / ".venv/bin/python", "run_django_jobs.py", "bench_django_jobs"),
+    Peer(
+        "django-jobs",
+        ROOT / ".venv/bin/python",
+        "run_django_jobs.py",
+        "bench_django_jobs",
+        arguments=django_jobs_arguments,
+    ),
     Peer("django-tasks-db", ENVS / "tasks-db/bin/python", "run_tasks_db.py", "bench_tasks_db"),
     Peer(
         "procrastinate",
@@ -63,6 +109,7 @@ PEERS = [
         "bench_procrastinate",
         postgresql_only=True,
     ),
+    Peer("raw", ROOT / ".venv/bin/python", "run_raw.py", "bench_raw", arguments=raw_arguments),
 ]
 PEERS_BY_NAME = {peer.name: peer for peer in PEERS}
 
@@ -75,6 +122,8 @@ class Options:
     timeout: float
     only: str | None
     database: str
+    django_jobs_processes: int
+    django_jobs_workers: int
 
     @property
     def sqlite(self) -> bool:
@@ -91,9 +140,17 @@ def parse_options(argv: list[str] | None = None) -> Options:
     harness.add_database_option(
         parser, "PostgreSQL (DATABASE_URL), or a SQLite file per system in WAL mode"
     )
+    parser.add_argument(
+        "--django-jobs-processes", type=int, default=1, help="runjobs --processes (default 1)"
+    )
+    parser.add_argument(
+        "--django-jobs-workers", type=int, default=2, help="runjobs --workers (default 2)"
+    )
     args = parser.parse_args(argv)
     if min(args.jobs, args.batch) < 1 or args.pickups < 0:
         parser.error("--jobs and --batch must be at least 1, --pickups at least 0")
+    if min(args.django_jobs_processes, args.django_jobs_workers) < 1:
+        parser.error("--django-jobs-processes and --django-jobs-workers must be at least 1")
     options = Options(**vars(args))
     if options.only and options.sqlite and PEERS_BY_NAME[options.only].postgresql_only:
         parser.error(f"{options.only} runs on PostgreSQL only, not with --database sqlite-wal")
@@ -200,7 +257,7 @@ def run_peer(
     command = [str(peer.python), str(DRIVERS / peer.driver), "--jobs", str(options.jobs)]
     command += ["--pickups", str(options.pickups), "--batch", str(options.batch)]
     command += ["--timeout", str(options.timeout), "--log-dir", str(log_dir)]
-    command += ["--result", str(result)]
+    command += ["--result", str(result), *peer.arguments(options)]
     env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
     harness.heading(peer.name)
     process = subprocess.Popen(command, cwd=ROOT, env=env)
@@ -223,8 +280,8 @@ def run_peer(
 
 COLUMNS = [
     ("system", 16),
-    ("workers", 33),
-    ("bulk enqueue/s", 26),
+    ("workers", 36),
+    ("bulk enqueue/s", 30),
     ("1-by-1 enqueue/s", 17),
     ("drain jobs/s", 13),
     ("start-up s", 11),
@@ -241,11 +298,12 @@ def milliseconds(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:,.0f} ms"
 
 
-def table_row(result: dict[str, Any]) -> list[str]:
+def table_rows(result: dict[str, Any]) -> list[list[str]]:
+    """A system's row, and a row under it for each further drain (the raw system's)."""
     bulk = rate(result["bulk_rate"])
     if result["bulk_api"]:
         bulk = f"{bulk} ({result['bulk_api']})"
-    return [
+    row = [
         result["system"],
         result["workers"],
         bulk,
@@ -255,6 +313,36 @@ def table_row(result: dict[str, Any]) -> list[str]:
         milliseconds(result["pickup_p50"]),
         milliseconds(result["pickup_p90"]),
     ]
+    drains = result.get("drains") or {}
+    return [row] + [["", how, "", "", rate(value), "", "", ""] for how, value in drains.items()]
+
+
+def limit_lines(results: list[dict[str, Any]]) -> list[str]:
+    """django-jobs against the raw limits and the fastest peer, when the run has them."""
+    by_system = {result["system"]: result for result in results}
+    ours, raw = by_system.get("django-jobs"), by_system.get("raw")
+    if ours is None:
+        return []
+    lines = []
+    if raw is not None:
+        enqueue = raw["one_by_one_rate"] / ours["one_by_one_rate"]
+        lines.append(
+            f"  1-by-1 enqueue: {enqueue:.2f}x the raw INSERT's time per job"
+            " (what schedule_job() sends, with its commit, in a plain loop)"
+        )
+        drains = {raw["workers"]: raw["drain_rate"], **(raw.get("drains") or {})}
+        fractions = ", ".join(
+            f"{ours['drain_rate'] / value:.2f} of raw's ({how})" for how, value in drains.items()
+        )
+        lines.append(f"  drain: {fractions}")
+    peers = [r for r in results if r["system"] not in ("django-jobs", "raw")]
+    if peers:
+        fastest = max(peers, key=lambda result: result["one_by_one_rate"])
+        ratio = ours["one_by_one_rate"] / fastest["one_by_one_rate"]
+        lines.append(
+            f"  1-by-1 enqueue: {ratio:.2f}x the rate of the fastest peer ({fastest['system']})"
+        )
+    return ["django-jobs against the limits:", *lines] if lines else []
 
 
 def print_report(
@@ -265,8 +353,10 @@ def print_report(
         f"{options.jobs:,} no-op jobs; bulk calls of {options.batch};"
         f" pickup latency over {options.pickups} jobs"
     )
-    rows = [table_row(result) for result in results]
+    rows = [row for result in results for row in table_rows(result)]
     print(harness.format_table(COLUMNS, rows, align="<" * len(COLUMNS)))
+    for line in limit_lines(results):
+        print(line)
     print("versions:")
     for result in results:
         versions = ", ".join(f"{name} {version}" for name, version in result["versions"].items())

@@ -63,18 +63,81 @@ def test_peers_options_refuse_procrastinate_alone_on_sqlite(
 def test_peers_on_sqlite_skip_procrastinate_and_run_the_others() -> None:
     ran, skipped = peers.choose_peers(peers.parse_options(["--database", "sqlite-wal"]))
 
-    assert names(ran) == ["django-jobs", "django-tasks-db"]
+    assert names(ran) == ["django-jobs", "django-tasks-db", "raw"]
     assert names(skipped) == ["procrastinate"]
 
 
 def test_peers_on_postgresql_run_every_system_or_the_one_asked_for() -> None:
     ran, skipped = peers.choose_peers(peers.parse_options([]))
     only, none_skipped = peers.choose_peers(peers.parse_options(["--only", "procrastinate"]))
+    raw, _ = peers.choose_peers(peers.parse_options(["--only", "raw"]))
 
-    assert names(ran) == ["django-jobs", "django-tasks-db", "procrastinate"]
+    assert names(ran) == ["django-jobs", "django-tasks-db", "procrastinate", "raw"]
     assert skipped == []
     assert names(only) == ["procrastinate"]
     assert none_skipped == []
+    assert names(raw) == ["raw"]
+
+
+# -- the drivers' own arguments ----------------------------------------------------------
+
+
+def arguments(system: str, *given: str) -> list[str]:
+    return peers.PEERS_BY_NAME[system].arguments(peers.parse_options(list(given)))
+
+
+def test_peers_run_django_jobs_as_one_process_of_two_threads_by_default() -> None:
+    assert arguments("django-jobs") == ["--processes", "1", "--workers", "2"]
+    assert arguments("django-tasks-db") == []
+
+
+def test_peers_raw_drains_on_as_many_connections_as_django_jobs_threads_and_on_16() -> None:
+    shape = ["--django-jobs-processes", "2", "--django-jobs-workers", "4"]
+
+    assert arguments("raw") == ["--connections", "2,16", "--claim-limit", "2"]
+    assert arguments("django-jobs", *shape) == ["--processes", "2", "--workers", "4"]
+    assert arguments("raw", *shape) == ["--connections", "8,16", "--claim-limit", "4"]
+    assert arguments("raw", "--django-jobs-workers", "16") == [
+        *("--connections", "16", "--claim-limit", "16")
+    ]
+    assert arguments("raw", "--database", "sqlite-wal") == [
+        *("--connections", "1,2", "--claim-limit", "2")
+    ]
+
+
+def test_peers_refuse_no_django_jobs_threads(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        peers.parse_options(["--django-jobs-workers", "0"])
+
+    assert "--django-jobs-workers must be at least 1" in capsys.readouterr().err
+
+
+def test_peers_django_jobs_driver_passes_processes_only_past_one() -> None:
+    if str(ROOT / "bench" / "peers") not in sys.path:
+        sys.path.append(str(ROOT / "bench" / "peers"))
+    driver = load_bench_module("peers/run_django_jobs")
+
+    assert driver.shape(1, 2) == ["--workers", "2"]
+    assert driver.shape(3, 4) == ["--processes", "3", "--workers", "4"]
+    assert driver.describe_shape(1, 2) == "1 runjobs process, --workers 2"
+    assert driver.describe_shape(3, 4) == "1 runjobs, --processes 3 --workers 4"
+
+
+def test_peers_drivers_take_their_own_options_beside_the_shared_ones(tmp_path: Path) -> None:
+    common = load_bench_module("peers/common")
+    shared = ["--jobs", "5", "--pickups", "0", "--batch", "2", "--timeout", "9"]
+    shared += ["--log-dir", str(tmp_path), "--result", str(tmp_path / "r.json")]
+
+    def add(parser: Any) -> None:
+        parser.add_argument("--workers", type=int, default=2)
+
+    options, own = common.parse_options([*shared, "--workers", "4"], add)
+    plain, none = common.parse_options(shared)
+
+    assert (options.jobs, options.batch, own) == (5, 2, {"workers": 4})
+    assert (plain, none) == (options, {})
+    with pytest.raises(SystemExit):
+        common.parse_options([*shared, "--workers", "4"])
 
 
 def test_peers_drivers_common_part_needs_nothing_beyond_the_standard_library() -> None:
@@ -171,6 +234,38 @@ def test_peers_report_says_the_database_and_what_was_skipped(
     lines = capsys.readouterr().out.splitlines()
     assert re.fullmatch(rf"{re.escape(database)}, a file per system; \d+ cpus", lines[1])
     assert lines[-1] == "procrastinate: skipped, it runs on PostgreSQL only"
+    assert not any("limits" in line for line in lines)  # no raw system in the run
+
+
+def result(system: str, one_by_one: float, drain: float, **more: Any) -> dict[str, Any]:
+    return {"system": system, "workers": f"{system}'s", "one_by_one_rate": one_by_one,
+            "drain_rate": drain, "bulk_api": None, "bulk_rate": None,
+            "drain_start_up_seconds": 0.5, "pickup_p50": None, "pickup_p90": None,
+            **more}  # fmt: skip
+
+
+def test_peers_report_gives_django_jobs_against_the_raw_limits_and_the_fastest_peer() -> None:
+    raw = result("raw", 2500.0, 4000.0, drains={"16 connections": 8000.0})
+    results = [result("django-jobs", 2000.0, 2000.0), result("a", 1000.0, 1.0), raw]
+    results.append(result("b", 1600.0, 1.0))
+
+    assert peers.limit_lines(results) == [
+        "django-jobs against the limits:",
+        "  1-by-1 enqueue: 1.25x the raw INSERT's time per job"
+        " (what schedule_job() sends, with its commit, in a plain loop)",
+        "  drain: 0.50 of raw's (raw's), 0.25 of raw's (16 connections)",
+        "  1-by-1 enqueue: 1.25x the rate of the fastest peer (b)",
+    ]
+    assert peers.limit_lines(results[1:]) == []
+
+
+def test_peers_report_puts_each_further_raw_drain_on_a_row_of_its_own() -> None:
+    raw = result("raw", 2500.0, 4000.0, drains={"16 connections": 8000.0})
+
+    first, further = peers.table_rows(raw)
+
+    assert first[:5] == ["raw", "raw's", "none", "2,500", "4,000"]
+    assert further == ["", "16 connections", "", "", "8,000", "", "", ""]
 
 
 # -- the django-tasks-db project's settings --------------------------------------------

@@ -1,0 +1,96 @@
+"""What django-jobs sends to the database, recorded once and sent again past it: the raw limits.
+
+bench/peers/run_raw.py and bench/enqueue.py record the statements a call of
+django-jobs sends (Django's ``execute_wrapper``: the text and the parameters
+as they reach the database's cursor) and send them again, as recorded, on a
+plain DB-API connection, so that what the raw loop costs is the database's
+work and the round trip, and what the call costs beyond it is django-jobs'
+and Django's. Django is imported inside the functions only.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+from harness import BenchError
+
+
+@dataclass(frozen=True)
+class Statement:
+    sql: str
+    params: list[Any]
+
+
+@contextmanager
+def recording(using: str = "default") -> Iterator[list[Statement]]:
+    """The statements sent on Django's connection ``using`` meanwhile, with their parameters.
+
+    What Django sends outside ``execute`` (psycopg's ``BEGIN``, every ``COMMIT``) is
+    not among them; SQLite's ``BEGIN IMMEDIATE`` is.
+    """
+    from django.db import connections
+
+    statements: list[Statement] = []
+
+    def record(execute: Callable[..., Any], sql: str, params: Any, many: bool, context: Any) -> Any:
+        statements.append(Statement(sql, list(params or [])))
+        return execute(sql, params, many, context)
+
+    with connections[using].execute_wrapper(record):
+        yield statements
+
+
+def only(statements: Sequence[Statement], what: str) -> Statement:
+    if len(statements) != 1:
+        raise BenchError(f"{what} sent {len(statements)} statements; the raw loop expects one")
+    return statements[0]
+
+
+def qmark(sql: str) -> str:
+    """A Django statement's ``%s`` placeholders as sqlite3's ``?`` (and ``%%`` as ``%``)."""
+    return re.sub(r"%%|%s", lambda match: "?" if match.group() == "%s" else "%", sql)
+
+
+class Sender:
+    """Sends recorded statements again on ``raw``, a psycopg or sqlite3 connection.
+
+    On PostgreSQL each goes through psycopg's own cursor, which binds the
+    parameters on the server, prepared (as the driver's ``hot_cursor``). On
+    SQLite a transaction the statements began (Django's ``BEGIN IMMEDIATE``)
+    is committed after them, as Django does; in autocommit each statement
+    commits on its own, as in Django.
+    """
+
+    def __init__(self, raw: Any, vendor: str) -> None:
+        self.raw = raw
+        self.sqlite = vendor == "sqlite"
+        self.texts: dict[str, str] = {}
+        self.cursor: Any = None
+        if not self.sqlite:
+            import psycopg
+
+            self.cursor = psycopg.Cursor(raw)
+
+    def send(self, statements: Sequence[Statement]) -> None:
+        if not self.sqlite:
+            for statement in statements:
+                self.cursor.execute(statement.sql, statement.params, prepare=True)
+                if self.cursor.description is not None:
+                    self.cursor.fetchall()
+            return
+        began = not self.raw.in_transaction
+        for statement in statements:
+            sql = self.texts.get(statement.sql)
+            if sql is None:
+                sql = self.texts[statement.sql] = qmark(statement.sql)
+            self.raw.execute(sql, statement.params).fetchall()
+        if began and self.raw.in_transaction:
+            self.raw.commit()
+
+    def close(self) -> None:
+        if self.cursor is not None:
+            self.cursor.close()
