@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Enqueue benchmark: ``schedule_job()`` against ``task.enqueue()`` through JobsBackend.
+"""Enqueue benchmark: ``schedule_job()`` against ``task.enqueue()`` and the raw INSERT.
 
     python bench/enqueue.py                              # a fresh temporary SQLite file
     DATABASE_URL=postgres://... python bench/enqueue.py  # migrate, then empty the jobs tables
@@ -10,13 +10,20 @@ database: ``schedule_job("demo.noop", {"n": n})`` and ``example.tasks.noop.enque
 first each call its own transaction (autocommit: the commit, and on a durable
 database its flush to disk, is most of the cost), then all the calls of a round in
 one ``transaction.atomic()`` (what is left is the Python work and the INSERT). The
-two ways alternate in rounds of ``--jobs`` calls, each going first in every other
-round, so that a drift of the machine or of the database, or what one round leaves
-to the next, touches both alike; the jobs tables are emptied before each round.
+ways alternate in rounds of ``--jobs`` calls, in one order and then in the reverse,
+so that a drift of the machine or of the database, or what one round leaves to
+the next, touches them alike; the jobs tables are emptied before each round.
 It prints each way's median time per call over the rounds (wall clock), its calls
 per second, its ratio to ``schedule_job()``, and the median CPU time this process
 spent per call (``time.process_time()``: on SQLite the database's work is in it,
 on PostgreSQL the server's is not), which a busy machine disturbs less.
+
+The third way is the limit: what one ``schedule_job()`` sends (on PostgreSQL
+one statement, the INSERT with its NOTIFY), recorded once in each mode and
+sent again as recorded, on the same connection but past Django (psycopg's own
+cursor, prepared, as the driver's; sqlite3's connection), with its commit as
+Django sends it: the database's work and the round trip, and no more.
+
 Like ``bench/drain.py``, a non-SQLite database is migrated and its Job and
 Attempt rows are deleted: do not point it at a database whose jobs you want to keep.
 """
@@ -30,10 +37,12 @@ import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
+from functools import partial
 
 import harness
+from raw_statements import Sender, Statement, recording
 
-COLUMNS = [("way", 32), ("us/call", 10), ("calls/s", 10), ("ratio", 8), ("CPU us/call", 13)]
+COLUMNS = [("way", 40), ("us/call", 10), ("calls/s", 10), ("ratio", 8), ("CPU us/call", 13)]
 
 
 @dataclass(frozen=True)
@@ -71,10 +80,35 @@ def task_enqueue_calls(count: int) -> None:
         noop.enqueue(number)
 
 
+def raw_insert_calls(statements: list[Statement], count: int) -> None:
+    """``statements`` (what a schedule_job() sent) sent again ``count`` times, past Django."""
+    from django.db import connection
+
+    connection.ensure_connection()
+    sender = Sender(connection.connection, connection.vendor)
+    try:
+        for _ in range(count):
+            sender.send(statements)
+    finally:
+        sender.close()
+
+
+def record_schedule_job(atomic: bool) -> list[Statement]:
+    """What one schedule_job() sends, in a transaction of its caller's or in autocommit."""
+    from django.db import transaction
+
+    from django_jobs import schedule_job
+
+    with transaction.atomic() if atomic else nullcontext(), recording() as statements:
+        schedule_job(harness.JOB_NAME, {"n": 0})
+    return statements
+
+
 WAYS: dict[str, Callable[[int], None]] = {
     "schedule_job()": schedule_job_calls,
     "task.enqueue() (JobsBackend)": task_enqueue_calls,
 }
+RAW = "raw INSERT (what schedule_job() sends)"
 
 
 Times = dict[str, list[tuple[float, float]]]
@@ -86,11 +120,12 @@ def measure(options: Options, atomic: bool) -> Times:
 
     from django_jobs.models import Job
 
-    times: Times = {label: [] for label in WAYS}
-    for way in WAYS.values():
+    all_ways = {**WAYS, RAW: partial(raw_insert_calls, record_schedule_job(atomic))}
+    times: Times = {label: [] for label in all_ways}
+    for way in all_ways.values():
         way(10)  # warm up: imports, prepared statements
     for number in range(options.rounds):
-        ways = list(WAYS.items())
+        ways = list(all_ways.items())
         for label, way in ways if number % 2 == 0 else reversed(ways):  # each goes first alike
             harness.delete_jobs()
             start, cpu = time.perf_counter(), time.process_time()
@@ -131,7 +166,11 @@ def table_row(label: str, figures: list[tuple[float, float]], base: float) -> li
 def table(times: Times, title: str) -> list[str]:
     base = statistics.median(wall for wall, _ in times["schedule_job()"])
     rows = [table_row(label, figures, base) for label, figures in times.items()]
-    return [title, *harness.format_table(COLUMNS, rows).splitlines()]
+    lines = [title, *harness.format_table(COLUMNS, rows).splitlines()]
+    if times.get(RAW):
+        raw = statistics.median(wall for wall, _ in times[RAW])
+        lines.append(f"schedule_job(): {base / raw:.2f}x the raw INSERT's time per call")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:

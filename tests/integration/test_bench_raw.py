@@ -120,3 +120,14 @@ def test_bench_raw_records_what_a_statement_sends() -> None:
     assert statements == [raw_statements.Statement("SELECT %s", [1])]
     with pytest.raises(raw_statements.BenchError, match="sent 2 statements"):
         raw_statements.only(statements * 2, "it")
+
+
+@pytest.mark.parametrize("atomic", [False, True], ids=["autocommit", "atomic"])
+def test_bench_enqueue_raw_insert_enqueues_as_schedule_job_does(atomic: bool) -> None:
+    enqueue = load_bench_module("enqueue")
+
+    times = enqueue.measure(enqueue.Options(jobs=5, rounds=2), atomic)  # it counts the jobs
+
+    assert list(times) == ["schedule_job()", "task.enqueue() (JobsBackend)", enqueue.RAW]
+    assert all(len(figures) == 2 for figures in times.values())
+    assert Job.objects.count() == 0

@@ -23,3 +23,13 @@ def test_bench_enqueue_refuses_no_rounds():
     with pytest.raises(SystemExit):
         enqueue.parse_options(["--rounds", "0"])
     assert enqueue.parse_options([]) == enqueue.Options(jobs=2000, rounds=5)
+
+
+def test_bench_enqueue_table_gives_schedule_job_against_the_raw_insert():
+    times = {
+        "schedule_job()": [(0.0013, 0.001)],
+        enqueue.RAW: [(0.001, 0.0002)],
+    }
+    *_, raw, line = enqueue.table(times, "title")
+    assert raw.split()[-4:] == ["1000", "1,000", "0.77", "200"]
+    assert line == "schedule_job(): 1.30x the raw INSERT's time per call"
