@@ -201,7 +201,6 @@ class Raw(common.System):
     name = "raw"
 
     def __init__(self, connections: str = "2,16", claim_limit: int = 2) -> None:
-
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
         os.environ.setdefault("DEBUG", "false")
         from django.apps import apps
@@ -237,13 +236,13 @@ class Raw(common.System):
     def delete_jobs(self) -> None:
         harness.delete_jobs()
 
-    def request(self, owner: str, now: Any = None) -> Any:
+    def request(self, owner: str) -> Any:
+        """A claim of up to ``--claim-limit`` jobs, now, for ``owner``."""
         from django.utils import timezone
 
         from django_jobs.db import ClaimRequest
 
-        now = timezone.now() if now is None else now
-        return ClaimRequest(QUEUE, owner, now, self.lease_seconds, self.claim_limit)
+        return ClaimRequest(QUEUE, owner, timezone.now(), self.lease_seconds, self.claim_limit)
 
     def record(self, options: common.Options) -> None:
         """What schedule_job() and schedule_jobs() send, for each batch size the run needs."""
@@ -294,9 +293,11 @@ class Raw(common.System):
     # -- the drain ---------------------------------------------------------------------
 
     def pending(self) -> bool:
+        from django.utils import timezone
+
         from django_jobs.models import Job
 
-        return Job.objects.due(self.request("").now).exists()
+        return Job.objects.due(timezone.now()).exists()
 
     def drain_on_one_connection(self, number: int, start: threading.Barrier, span: Span) -> None:
         """Claim and settle until nothing is due; ``span`` says when and how many."""
