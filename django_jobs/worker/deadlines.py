@@ -56,6 +56,9 @@ class Watchdog:
         self._fired: set[int] = set()
         self._ids = itertools.count()
         self._thread: threading.Thread | None = None
+        # When the watchdog wakes next by itself (monotonic): a block due later needs no
+        # wake-up, so arming one costs no thread switch.
+        self._wakes_at = -math.inf
 
     def arm(self, seconds: float, cut: Callable[[], None]) -> int:
         with self._cond:
@@ -69,7 +72,7 @@ class Watchdog:
                     target=self._run, name="django-jobs-watchdog", daemon=True
                 )
                 self._thread.start()
-            if self._heap[0] == entry:
+            if entry[0] < self._wakes_at:
                 self._cond.notify()  # the watchdog sleeps until a later deadline: wake it
         return token
 
@@ -77,6 +80,12 @@ class Watchdog:
         """Pop the entries of blocks that ended in time (most calls: the heap stays small)."""
         while self._heap and self._heap[0][1] not in self._armed:
             heapq.heappop(self._heap)
+
+    def _sleep(self, seconds: float) -> None:
+        """Wait, under the lock, ``seconds`` or until an earlier deadline is armed."""
+        self._wakes_at = self.monotonic() + seconds
+        self._cond.wait(seconds)
+        self._wakes_at = -math.inf
 
     def disarm(self, token: int) -> bool:
         """Stop watching ``token``; True if its cut-off already fired."""
@@ -92,13 +101,14 @@ class Watchdog:
             with self._cond:
                 self._drop_disarmed()
                 if not self._heap:
-                    self._cond.wait(60)
+                    self._sleep(60)
                     continue
                 due, token = self._heap[0]
                 wait = due - self.monotonic()
                 if wait > 0:
-                    self._cond.wait(wait)
+                    self._sleep(wait)
                     continue
+                self._wakes_at = -math.inf  # awake: anything armed now is seen before a sleep
                 heapq.heappop(self._heap)
                 cut = self._armed.pop(token)
                 self._fired.add(token)
