@@ -644,3 +644,21 @@ def test_check_bad_values_are_errors():
 
 def test_check_good_settings_pass():
     assert check_settings() == []
+
+
+def test_settings_check_a_value_once_and_again_once_it_is_replaced(monkeypatch, settings):
+    # The hot path reads QUEUES for each job: a value that passed is not checked again.
+    from django_jobs import conf
+
+    checked = []
+    check = conf.setting_problem
+    monkeypatch.setattr(conf, "setting_problem", lambda k, v: checked.append(k) or check(k, v))
+    settings.DJANGO_JOBS = {"QUEUES": {"reports": {"workers": 1}}}
+    for _ in range(3):
+        assert conf.settings.queue_workers("reports") == 1
+    assert checked == ["QUEUES"]
+    settings.DJANGO_JOBS = {"QUEUES": {"reports": {"workers": 0}}}
+    with pytest.raises(ImproperlyConfigured, match="reports"):
+        conf.settings.queue_workers("reports")
+    with pytest.raises(ImproperlyConfigured, match="reports"):  # a refused value: every time
+        conf.settings.queue_workers("reports")
