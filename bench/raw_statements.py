@@ -73,6 +73,10 @@ class Sender:
         if not self.sqlite:
             import psycopg
 
+            from django_jobs.db.postgresql import NEVER_BY_COUNT
+
+            if raw.prepare_threshold is None:  # else psycopg prepares nothing, as the driver knows
+                raw.prepare_threshold = NEVER_BY_COUNT
             self.cursor = psycopg.Cursor(raw)
 
     def send(self, statements: Sequence[Statement]) -> None:

@@ -90,8 +90,13 @@ class PostgresLimit:
         import psycopg
         from django.db import connection
 
+        from django_jobs.db.postgresql import NEVER_BY_COUNT
+
         params = connection.get_connection_params()
         params.pop("cursor_factory", None)
+        # Django's params say prepare_threshold None, under which psycopg prepares nothing:
+        # the driver's threshold, so that prepare=True prepares, as on the driver's connection.
+        params["prepare_threshold"] = NEVER_BY_COUNT
         params.setdefault("connect_timeout", CONNECT_TIMEOUT_SECONDS)
         return psycopg.connect(**params, autocommit=True)
 
