@@ -34,6 +34,9 @@ DEFAULTS: dict[str, Any] = {
     "SHUTDOWN_GRACE_SECONDS": 20,
     # How often each worker process takes back jobs whose lease has expired.
     "MAINTENANCE_SECONDS": 15,
+    # A dispatcher claims the next jobs while its threads run the current ones, as long as
+    # its queue's jobs take less than this on average (seconds); 0: never.
+    "CLAIM_AHEAD_SECONDS": 0.01,
     # How often a worker logs how many outcomes it wrote since its last summary; 0: never.
     "SUMMARY_SECONDS": 60,
     "MAX_ATTEMPTS": 5,
@@ -65,7 +68,13 @@ POSITIVE = (
     "RETRY_MAX_SECONDS",
     "MAX_PAYLOAD_BYTES",
 )
-NON_NEGATIVE = ("RETRY_BASE_SECONDS", "RETRY_JITTER", "SHUTDOWN_GRACE_SECONDS", "SUMMARY_SECONDS")
+NON_NEGATIVE = (
+    "RETRY_BASE_SECONDS",
+    "RETRY_JITTER",
+    "SHUTDOWN_GRACE_SECONDS",
+    "SUMMARY_SECONDS",
+    "CLAIM_AHEAD_SECONDS",
+)
 BOOLEAN = ("LISTEN", "PREPARED_STATEMENTS")
 QUEUE_OPTIONS = ("workers", "timeout")
 # The statuses RETENTION may name: the finished ones (JobStatus values; no model import here).

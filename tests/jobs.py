@@ -114,6 +114,16 @@ def sleepy(ctx: JobContext, payload: Any) -> None:
     SLEPT.add(ctx.job_id)
 
 
+@job("tests.deaf")
+def deaf(ctx: JobContext, payload: Any) -> None:
+    """Sleeps ``payload["seconds"]`` whatever happens (a stop cannot cut it short); then
+    notes that it returned."""
+    import time
+
+    time.sleep(payload["seconds"])
+    SLEPT.add(ctx.job_id)
+
+
 # -- results -------------------------------------------------------------------
 
 

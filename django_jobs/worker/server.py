@@ -3,9 +3,12 @@
 - One dispatcher thread per queue claims as many due jobs as it has idle
   handler threads, in one statement, and hands them over. When some of its
   threads are still busy it gathers the ones that free up for a moment
-  (``GATHER_SECONDS``), so that claims are not one job at a time; it never
-  holds more jobs than it has threads. It sleeps until a thread frees up,
-  the waker says its queue has new jobs, or the poll interval passes.
+  (``GATHER_SECONDS``), so that claims are not one job at a time. While the
+  queue's jobs are short it claims the next batch as the current one runs,
+  holding at most one job per thread waiting, never for long
+  (:mod:`.ahead`); otherwise it never holds more jobs than it has threads.
+  It sleeps until a thread frees up, the waker says its queue has new jobs,
+  or the poll interval passes.
 - Handler threads run the jobs and hand their results to the settler, which
   writes them in batches (:mod:`.settler`).
 - The heartbeat thread renews leases and does nothing else, so that no other
@@ -16,8 +19,9 @@
   (:mod:`.summary`); in burst mode it checks whether the queues are drained
   (:mod:`.burst`).
 
-On stop: say what it waits for, cancel running handlers, wait the grace
-period, flush the settler, hand back what is still running in one write.
+On stop: hand back the jobs waiting for a thread, say what it waits for,
+cancel running handlers, wait the grace period, flush the settler, hand
+back what is still running in one write.
 A second signal (the worker's ``force_event``) ends the wait: the running
 jobs are handed back at once, in the same one write. Either way the
 worker's registration is removed.
@@ -26,9 +30,9 @@ worker's registration is removed.
 from __future__ import annotations
 
 import logging
-import queue as queue_module
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -38,8 +42,8 @@ from typing import TypeVar
 from django.db import connections
 
 from ..conf import settings
-from ..db import ClaimedJob
 from ..display import format_span
+from .ahead import Pace, Waiting, hold_seconds, stale
 from .burst import BurstCheck, job_list
 from .connections import guarded, tidy_connections
 from .core import Parts, Worker
@@ -67,25 +71,34 @@ GATHER_SECONDS = 0.002
 
 @dataclass
 class QueueState:
-    """One queue's handler threads and how many of them are busy."""
+    """One queue's handler threads and the jobs handed to them."""
 
     name: str
     threads: int
-    busy: int = 0
-    inbox: queue_module.SimpleQueue[ClaimedJob | None] = field(
-        default_factory=queue_module.SimpleQueue
-    )
+    pace: Pace
+    busy: int = 0  # jobs handed over and not done: running, or waiting in the inbox
+    inbox: deque[Waiting] = field(default_factory=deque)  # oldest first
     changed: threading.Condition = field(default_factory=threading.Condition)
     woken: threading.Event = field(default_factory=threading.Event)  # new jobs, says the waker
+    closed: bool = False  # the dispatcher has stopped: the threads end once the inbox is empty
 
     def wake(self) -> None:
         self.woken.set()
+
+    @property
+    def capacity(self) -> int:
+        """How many jobs its threads may hold: one more each while its jobs are short."""
+        return self.threads * 2 if self.pace.short else self.threads
 
 
 class Server:
     def __init__(self, parts: Parts) -> None:
         self.parts = parts
-        self.states = {name: QueueState(name, count) for name, count in parts.queues.items()}
+        ahead = float(settings.CLAIM_AHEAD_SECONDS)
+        self.states = {
+            name: QueueState(name, count, Pace(ahead)) for name, count in parts.queues.items()
+        }
+        self.hold = hold_seconds(parts.inflight.beat_seconds)
         self.summary = Summary(parts.writer, float(settings.SUMMARY_SECONDS), time.monotonic())
         self.burst = BurstCheck(parts)
 
@@ -187,7 +200,7 @@ class Server:
 
     def is_busy(self) -> bool:
         """A handler of this worker holds a job, or one waits for a handler."""
-        return any(state.busy or not state.inbox.empty() for state in self.states.values())
+        return any(state.busy or state.inbox for state in self.states.values())
 
     def shut_down(self, threads: list[threading.Thread], asked: bool = True) -> None:
         """Say what the stop waits for (``asked``: a stop was asked for), cancel running
@@ -262,17 +275,17 @@ class Server:
             stop.wait(tick)
 
     def dispatch(self, state: QueueState, stop_event: threading.Event) -> None:
-        """A queue's dispatcher: claim as many jobs as there are idle threads."""
+        """A queue's dispatcher: claim as many jobs as there is room for, and hand them over."""
         claimer = self.parts.claimer
         poll = float(settings.POLL_SECONDS)
         failed = False
         try:
             while not stop_event.is_set():
-                free = self.wait_for_threads(state, stop_event, poll)
+                room = self.wait_for_room(state, stop_event, poll)
                 if stop_event.is_set():
                     break
                 state.woken.clear()
-                claimed = self.guarded(partial(claimer.claim_and_settle, state.name, free))
+                claimed = self.guarded(partial(claimer.claim_and_settle, state.name, room))
                 if claimed is None and not failed:
                     # The first failure after a success is most often a connection the
                     # server dropped (a restart, pg_terminate_backend): guarded() closed
@@ -282,44 +295,128 @@ class Server:
                 failed = claimed is None
                 jobs = claimed or []
                 with state.changed:
+                    since = time.monotonic()
                     state.busy += len(jobs)
-                for job in jobs:
-                    state.inbox.put(job)
-                if len(jobs) < free:  # the queue ran dry: sleep until woken or the next poll
-                    state.woken.wait(poll)
+                    state.inbox.extend(Waiting(since, job) for job in jobs)
+                    state.changed.notify_all()
+                if len(jobs) < room:  # the queue ran dry: sleep until woken or the next poll
+                    self.sleep_dry(state, stop_event, poll)
         finally:
-            for _ in range(state.threads):
-                state.inbox.put(None)
+            with state.changed:
+                waiting = list(state.inbox)
+                state.inbox.clear()
+                state.busy -= len(waiting)
+                state.closed = True
+                state.changed.notify_all()
+            self.hand_back_waiting(waiting, "stopping")
             connections.close_all()
 
-    def wait_for_threads(self, state: QueueState, stop_event: threading.Event, poll: float) -> int:
-        """Wait until a thread is free, then gather more for a moment; return how many."""
+    def wait_for_room(self, state: QueueState, stop_event: threading.Event, poll: float) -> int:
+        """Wait until there is room for a claim; return how many jobs to claim.
+
+        Without claiming ahead: once a thread is free, gathering more for a
+        moment. Claiming ahead: once a thread's worth of room is free, while
+        the threads still run what they hold.
+        """
+        while True:
+            self.hand_back_stale(state)
+            with state.changed:
+                if stop_event.is_set():
+                    return 0
+                capacity = state.capacity
+                room = capacity - state.busy
+                if capacity > state.threads and room >= state.threads:
+                    return room
+                if capacity == state.threads and room > 0:
+                    return self.gather(state, stop_event)
+                state.changed.wait(self.hold if state.inbox else poll)
+
+    def gather(self, state: QueueState, stop_event: threading.Event) -> int:
+        """With ``state.changed`` held and a thread free: wait a moment for the busy ones to
+        free up too, so that claims are not one job at a time; return the free threads."""
+        until = time.monotonic() + GATHER_SECONDS
+        while state.busy and not stop_event.is_set():
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            state.changed.wait(left)
+        return state.threads - state.busy
+
+    def sleep_dry(self, state: QueueState, stop_event: threading.Event, poll: float) -> None:
+        """The queue ran dry: sleep until the waker says it has jobs or the poll interval
+        passes, handing back meanwhile the jobs that wait too long for a thread."""
+        until = time.monotonic() + poll
+        while not stop_event.is_set():
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            with state.changed:
+                waiting = bool(state.inbox)
+            if state.woken.wait(min(left, self.hold) if waiting else left):
+                return
+            self.hand_back_stale(state)
+
+    def hand_back_stale(self, state: QueueState) -> None:
+        """Hand back the jobs that waited longer than the hold for a thread: another worker
+        may be idle. The queue counts as slow until its jobs are short again."""
         with state.changed:
-            while state.busy >= state.threads and not stop_event.is_set():
-                state.changed.wait(poll)
-            if state.busy:
-                until = time.monotonic() + GATHER_SECONDS
-                while state.busy and not stop_event.is_set():
-                    left = until - time.monotonic()
-                    if left <= 0:
-                        break
-                    state.changed.wait(left)
-            return state.threads - state.busy
+            count = stale(list(state.inbox), self.hold)
+            if not count:
+                return
+            taken = [state.inbox.popleft() for _ in range(count)]
+            state.busy -= count
+            state.pace.slow(time.monotonic() - taken[0].since)
+            state.changed.notify_all()
+        self.hand_back_waiting(taken, "waited too long for a thread")
+
+    def hand_back_waiting(self, waiting: list[Waiting], why: str) -> None:
+        """Hand back jobs that no handler started, in one write (no attempt used)."""
+        if not waiting:
+            return
+        p = self.parts
+        pairs = [(entry.claimed.id, entry.claimed.attempt) for entry in waiting]
+        handed_back = self.guarded(lambda: p.writer.hand_back(pairs, p.clock.now())) or set()
+        logger.info(
+            "%s: handed %s claimed job(s) back before they started: %s",
+            why,
+            len(handed_back),
+            job_list(sorted(handed_back)),
+            extra={"event": "jobs_released", "job_ids": sorted(handed_back)},
+        )
 
     def serve(self, state: QueueState) -> None:
         """A handler thread: run the jobs the dispatcher hands over."""
         executor = self.parts.executor
         try:
-            while (claimed := state.inbox.get()) is not None:
+            while (waiting := self.next_job(state)) is not None:
+                started = time.monotonic()
+                if started - waiting.since > self.hold:  # the dispatcher has not yet seen it
+                    with state.changed:
+                        state.busy -= 1
+                        state.pace.slow(started - waiting.since)
+                        state.changed.notify_all()
+                    self.hand_back_waiting([waiting], "waited too long for a thread")
+                    continue
                 try:
-                    self.guarded(partial(executor.execute, claimed))
+                    self.guarded(partial(executor.execute, waiting.claimed))
                 finally:
                     with state.changed:
                         state.busy -= 1
+                        state.pace.add(time.monotonic() - started)
                         state.changed.notify_all()
                 tidy_connections()
         finally:
             connections.close_all()
+
+    @staticmethod
+    def next_job(state: QueueState) -> Waiting | None:
+        """The oldest job waiting for a thread; None once the dispatcher has stopped."""
+        with state.changed:
+            while not state.inbox:
+                if state.closed:
+                    return None
+                state.changed.wait()
+            return state.inbox.popleft()
 
 
 def say_stopping(running: list[int], grace: float) -> None:

@@ -1,0 +1,76 @@
+"""Claiming ahead: a dispatcher claims the next jobs while its threads run the current ones.
+
+A claim is a round trip with a commit. When a queue's jobs are short, the
+threads would wait for it after every batch; so while the queue's jobs take
+less than ``CLAIM_AHEAD_SECONDS`` on average, its dispatcher may hold one
+more job per thread, waiting for a thread, and claims as soon as a thread's
+worth of room is free: the next batch is claimed while the current one
+runs. Bounded both ways:
+
+- a waiting job is held no longer than :data:`HOLD_SECONDS` (and half a
+  heartbeat): a job that waited longer is handed back (pending, the attempt
+  given back, no attempt used) for any worker to take, and the queue counts
+  as slow until its jobs are short again. A handler never starts one.
+- on a stop, the waiting jobs are handed back at once.
+
+Jobs that take longer than the bound on average are claimed only for idle
+threads, as without it: a long job never keeps another waiting behind it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+from ..db import ClaimedJob
+
+#: The longest a claimed job waits for a thread before it is handed back.
+HOLD_SECONDS = 0.25
+#: The weight of the latest job in the running average of a queue's run times.
+WEIGHT = 0.2
+
+
+class Waiting(NamedTuple):
+    """A claimed job handed to a queue's threads, and when (monotonic)."""
+
+    since: float
+    claimed: ClaimedJob
+
+
+class Pace:
+    """A queue's running average of how long its jobs take, and whether to claim ahead."""
+
+    def __init__(self, bound: float) -> None:
+        self.bound = bound
+        self.average: float | None = None  # unknown until a job has run
+
+    def add(self, seconds: float) -> None:
+        self.average = (
+            seconds if self.average is None else self.average + WEIGHT * (seconds - self.average)
+        )
+
+    def slow(self, seconds: float) -> None:
+        """A job waited ``seconds`` for a thread: count the queue's jobs that long."""
+        self.average = max(self.average or 0.0, seconds)
+
+    @property
+    def short(self) -> bool:
+        return self.bound > 0 and self.average is not None and self.average < self.bound
+
+
+def hold_seconds(beat_seconds: float) -> float:
+    """How long a job may wait for a thread: :data:`HOLD_SECONDS`, at most half a beat, so
+    its lease (renewed from its start) never runs short."""
+    return min(HOLD_SECONDS, beat_seconds / 2)
+
+
+def stale(waiting: list[Waiting], hold: float, now: Callable[[], float] = time.monotonic) -> int:
+    """How many of ``waiting`` (oldest first) have waited longer than ``hold``."""
+    cutoff = now() - hold
+    count = 0
+    for entry in waiting:
+        if entry.since > cutoff:
+            break
+        count += 1
+    return count

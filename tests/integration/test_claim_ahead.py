@@ -1,0 +1,137 @@
+"""Claiming ahead: the next batch is claimed while the current one runs, bounded both ways."""
+
+import threading
+
+import pytest
+
+from django_jobs import schedule_jobs
+from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus
+from django_jobs.worker import Worker, serve
+from django_jobs.worker.clock import SystemClock
+from tests.conftest import wait_until
+from tests.jobs import SLEPT
+
+FAST = {"POLL_SECONDS": 0.02, "MAINTENANCE_SECONDS": 0.1, "RETRY_BASE_SECONDS": 0}
+THREADS = 2
+
+
+def jobs_with_two_long_ones_in_the_middle(
+    behind: int, long: str = "tests.sleepy"
+) -> tuple[list[int], list[int]]:
+    """Short jobs first (the queue's pace is short), then two that hold both threads for a
+    second, then ``behind`` short ones: the ids of the long ones and of those behind them."""
+    SLEPT.clear()
+    short = {"job": "tests.sleepy", "payload": {"seconds": 0}}
+    specs = [{**short, "priority": 2} for _ in range(12)]
+    specs += [{"job": long, "payload": {"seconds": 1.0}, "priority": 1}] * THREADS
+    specs += [{**short, "priority": 0} for _ in range(behind)]
+    rows = schedule_jobs(specs)
+    return [row.pk for row in rows[12 : 12 + THREADS]], [row.pk for row in rows[12 + THREADS :]]
+
+
+def held() -> int:
+    """Jobs running whose handler has not returned (a returned one stays running until its
+    outcome is written): what the worker holds."""
+    running = set(Job.objects.filter(status=JobStatus.RUNNING).values_list("id", flat=True))
+    return len(running - SLEPT)
+
+
+def released(ids: list[int]) -> set[int]:
+    rows = Attempt.objects.filter(job_id__in=ids, outcome=AttemptOutcome.RELEASED)
+    return set(rows.values_list("job_id", flat=True))
+
+
+def serving(worker: Worker) -> tuple[threading.Thread, threading.Event]:
+    stop = threading.Event()
+    thread = threading.Thread(target=serve, args=(worker, stop))
+    thread.start()
+    return thread, stop
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claim_ahead_holds_at_most_a_job_per_thread_waiting_and_not_for_long(settings):
+    settings.DJANGO_JOBS = {
+        **FAST,
+        "CLAIM_AHEAD_SECONDS": 0.05,
+        "QUEUES": {"default": {"workers": THREADS}},
+    }
+    long_ones, behind = jobs_with_two_long_ones_in_the_middle(behind=6)
+    thread, stop = serving(Worker(clock=SystemClock()))
+    most = 0
+
+    def all_done() -> bool:
+        nonlocal most
+        most = max(most, held())
+        return Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 12 + THREADS + 6
+
+    try:
+        wait_until(all_done, timeout=20, interval=0.005)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert most <= 2 * THREADS
+    # Claimed ahead while the long ones ran, then handed back for another worker to take,
+    # without using an attempt; the rest waited pending, since the queue then counted slow.
+    handed_back = released(behind)
+    assert 1 <= len(handed_back) <= THREADS
+    for job in Job.objects.filter(id__in=handed_back):
+        assert job.attempts_used == 1 and job.attempt == 2
+        first = job.attempts.get(number=1)
+        assert (first.finished_at - first.started_at).total_seconds() < 0.9  # not a second
+    assert not released(long_ones)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claim_ahead_jobs_waiting_for_a_thread_are_handed_back_at_once_on_a_stop(settings):
+    settings.DJANGO_JOBS = {
+        **FAST,
+        "CLAIM_AHEAD_SECONDS": 0.05,
+        "SHUTDOWN_GRACE_SECONDS": 5,
+        "QUEUES": {"default": {"workers": THREADS}},
+    }
+    # The long ones ignore the stop: their threads stay busy for the second.
+    long_ones, behind = jobs_with_two_long_ones_in_the_middle(behind=2, long="tests.deaf")
+    thread, stop = serving(Worker(clock=SystemClock()))
+    try:
+        wait_until(
+            lambda: Job.objects.filter(id__in=behind, status=JobStatus.RUNNING).exists(),
+            timeout=10,
+            interval=0.002,
+        )
+        stop.set()
+        # Never started: pending again at once, their attempt given back, while the long
+        # ones still run; not when a thread frees up.
+        wait_until(lambda: released(behind), timeout=0.5, interval=0.002)
+        assert not SLEPT & set(long_ones)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
+    for job in Job.objects.filter(id__in=released(behind)):
+        assert job.status == JobStatus.PENDING and job.attempts_used == 0
+    assert not Job.objects.filter(id__in=behind, status=JobStatus.SUCCEEDED).exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claim_ahead_off_holds_no_more_jobs_than_threads(settings):
+    settings.DJANGO_JOBS = {
+        **FAST,
+        "CLAIM_AHEAD_SECONDS": 0,
+        "QUEUES": {"default": {"workers": THREADS}},
+    }
+    long_ones, behind = jobs_with_two_long_ones_in_the_middle(behind=2)
+    thread, stop = serving(Worker(clock=SystemClock()))
+    most = 0
+
+    def all_done() -> bool:
+        nonlocal most
+        most = max(most, held())
+        return Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 12 + THREADS + 2
+
+    try:
+        wait_until(all_done, timeout=20, interval=0.005)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert most <= THREADS
+    assert not released(behind)

@@ -1,0 +1,40 @@
+"""When a dispatcher claims ahead, and how long a claimed job may wait for a thread."""
+
+from django_jobs.worker.ahead import HOLD_SECONDS, Pace, Waiting, hold_seconds, stale
+
+
+def test_pace_claims_ahead_only_once_jobs_have_run_and_were_short():
+    pace = Pace(0.01)
+    assert not pace.short  # nothing has run yet
+    pace.add(0.001)
+    assert pace.short
+    pace.add(1.0)
+    assert not pace.short  # one long job is enough to stop
+
+
+def test_pace_after_a_job_waited_too_long_stays_slow_until_jobs_are_short_again():
+    pace = Pace(0.01)
+    pace.add(0.001)
+    pace.slow(HOLD_SECONDS)
+    runs = 0
+    while not pace.short:
+        pace.add(0.001)
+        runs += 1
+    assert 10 < runs < 30
+
+
+def test_pace_with_a_bound_of_zero_never_claims_ahead():
+    pace = Pace(0)
+    pace.add(0.0)
+    assert not pace.short
+
+
+def test_hold_is_at_most_half_a_heartbeat():
+    assert hold_seconds(60) == HOLD_SECONDS
+    assert hold_seconds(0.2) == 0.1
+
+
+def test_stale_counts_the_oldest_that_waited_longer_than_the_hold():
+    waiting = [Waiting(since, None) for since in (1.0, 2.0, 3.0)]  # type: ignore[arg-type]
+    assert stale(waiting, 1.5, now=lambda: 4.0) == 2
+    assert stale(waiting, 5.0, now=lambda: 4.0) == 0
