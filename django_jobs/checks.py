@@ -87,6 +87,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     errors += _heartbeat_messages(user)
     errors += _retry_ceiling_warnings(user)
     errors += _key_errors(user, BOOLEAN, "django_jobs.E007")
+    errors += _key_errors(user, ("PROCESSES",), "django_jobs.E011")
     if "QUEUES" in user:
         errors += _queue_errors(user["QUEUES"])
     if "RETENTION" in user:

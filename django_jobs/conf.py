@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import os
 import reprlib
 from collections.abc import Mapping
 from datetime import timedelta
@@ -50,6 +51,8 @@ DEFAULTS: dict[str, Any] = {
     "RECURRING": {},
     # Prepare the hot-path statements on PostgreSQL; False behind a pooler that cannot.
     "PREPARED_STATEMENTS": True,
+    # Worker processes `runjobs` starts under one supervisor (`--processes`); "auto": one per core.
+    "PROCESSES": 1,
     # On PostgreSQL: enqueueing NOTIFYs, and idle workers LISTEN instead of waiting a poll.
     "LISTEN": True,
     # finished status -> how long its jobs are kept after they finish; None: forever.
@@ -93,6 +96,9 @@ JOB_NAME_MAX_LENGTH = 200  # Job.name, RecurringJob.job_name
 SCHEDULE_NAME_MAX_LENGTH = 200  # RecurringJob.name, Job.schedule
 UNIQUE_KEY_MAX_LENGTH = 255  # Job.unique_key
 CRON_MAX_LENGTH = 200  # RecurringJob.cron
+
+# The most worker processes one `runjobs` supervises: each holds its own connections.
+MAX_PROCESSES = 1024
 
 USE_TZ_REASON = (
     "django-jobs needs USE_TZ = True: lease expiry and schedule times are compared "
@@ -161,6 +167,23 @@ def priority_problem(priority: Any) -> str | None:
     return None
 
 
+def cpu_cores() -> int:
+    """The cores this process may run on (its CPU affinity where the system says): what
+    ``PROCESSES = "auto"`` starts one worker process for."""
+    if hasattr(os, "process_cpu_count"):  # Python 3.13
+        return os.process_cpu_count() or 1
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def processes_problem(processes: Any) -> str | None:
+    """Why ``processes`` cannot be a number of worker processes, or None."""
+    if processes == "auto" or is_int(processes, 1, MAX_PROCESSES):
+        return None
+    return f"must be a whole number from 1 to {MAX_PROCESSES}, or 'auto' (one per core)"
+
+
 def refuse(argument: str, problem: str | None, value: Any) -> None:
     """:class:`ValueError` naming ``argument``, its ``problem`` and ``value`` (shortened)."""
     if problem:
@@ -216,6 +239,12 @@ def setting_problem(key: str, value: Any) -> Problem | None:
         return Problem(
             f"{where} must be an integer from 1 to {INT_MAX}, got {value!r}.",
             number_hint(key, value),
+        )
+    if key == "PROCESSES" and processes_problem(value):
+        return Problem(
+            f"{where} {processes_problem(value)}, got {value!r}.",
+            f"Give a number of worker processes, e.g. 4 (a number, not text), or 'auto' "
+            f"(this host: {cpu_cores()}).",
         )
     if key == "QUEUES":
         problems = queues_problems(value)
@@ -441,6 +470,15 @@ class JobsSettings:
     def call_timeout_seconds(self) -> float:
         """The deadline of one database call of the worker: a beat, at most 30 s."""
         return min(30.0, self.heartbeat_seconds())
+
+    def process_count(self, processes: Any = None) -> int:
+        """Worker processes to run: ``processes`` (``--processes``) if given, else
+        ``PROCESSES``; ``"auto"`` is one per core. :class:`ValueError` for a bad value."""
+        if processes is None:
+            processes = self.PROCESSES
+        else:
+            refuse("--processes", processes_problem(processes), processes)
+        return cpu_cores() if processes == "auto" else int(processes)
 
     def queue_workers(self, queue: str) -> int:
         """Handler threads for ``queue``: its ``workers`` option, else 1."""

@@ -253,6 +253,12 @@ class WorkerProcess(models.Model):
     jobs_run = models.PositiveBigIntegerField(
         default=0, help_text="Attempts this process has finished, as of its last heartbeat."
     )
+    supervisor = models.CharField(
+        max_length=255,
+        null=True,
+        blank=True,
+        help_text="The id of the supervisor (runjobs --processes) whose child this process is.",
+    )
 
     class Meta:
         db_table = "django_jobs_worker"

@@ -124,6 +124,7 @@ class Worker:
         owner: str | None = None,
         rng: random.Random | None = None,
         burst: bool = False,
+        supervisor: str | None = None,
     ) -> None:
         self.queues = normalise_queues(queues)
         self.using = using or router.db_for_write(Job)
@@ -176,6 +177,7 @@ class Worker:
             deadline=self.deadline,
             lease_seconds=self.lease_seconds,
             jobs_run=lambda: self.writer.jobs_run,
+            supervisor=supervisor,
         )
 
     @property

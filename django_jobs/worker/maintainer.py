@@ -33,6 +33,7 @@ class Maintainer:
         deadline: Deadlines,
         lease_seconds: float,
         jobs_run: Callable[[], int],
+        supervisor: str | None = None,
     ) -> None:
         self.driver = driver
         self.using = driver.using
@@ -41,6 +42,7 @@ class Maintainer:
         self.deadline = deadline
         self.lease_seconds = lease_seconds
         self.jobs_run = jobs_run
+        self.supervisor = supervisor  # runjobs --processes: the row this process is listed under
 
     def maintain(self, now: datetime) -> int:
         """Take back expired leases; dead-letter pending jobs with no attempt left; prune.
@@ -73,11 +75,13 @@ class Maintainer:
 
     def register(self, now: datetime) -> None:
         with self.deadline("the worker registration"):
-            register_worker(self.owner, self.queues, now, self.using)
+            register_worker(self.owner, self.queues, now, self.using, supervisor=self.supervisor)
 
     def refresh_registration(self, now: datetime) -> None:
         with self.deadline("the worker registration"):
-            refresh_worker(self.owner, self.queues, now, self.using, self.jobs_run())
+            refresh_worker(
+                self.owner, self.queues, now, self.using, self.jobs_run(), self.supervisor
+            )
 
     def unregister(self) -> None:
         with self.deadline("removing the worker registration"):

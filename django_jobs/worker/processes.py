@@ -1,5 +1,8 @@
 """WorkerProcess processes register themselves, so the admin can list the live ones, and
-remove their row as they stop (after a second signal too), so a stopped one is not listed."""
+remove their row as they stop (after a second signal too), so a stopped one is not listed.
+
+A supervisor (``runjobs --processes``) registers a row of its own; its children's rows
+name it in ``supervisor``."""
 
 from __future__ import annotations
 
@@ -12,8 +15,15 @@ from ..models import WorkerProcess
 
 
 def register_worker(
-    owner: str, queues: Iterable[str], now: datetime, using: str, jobs_run: int = 0
+    owner: str,
+    queues: Iterable[str],
+    now: datetime,
+    using: str,
+    jobs_run: int = 0,
+    supervisor: str | None = None,
 ) -> None:
+    """Register process ``owner``; ``supervisor``: the id of the supervisor (``runjobs
+    --processes``) whose child it is, under whose entry the Workers page lists it."""
     WorkerProcess.objects.using(using).update_or_create(
         id=owner,
         defaults={
@@ -23,18 +33,24 @@ def register_worker(
             "started_at": now,
             "last_heartbeat_at": now,
             "jobs_run": jobs_run,
+            "supervisor": supervisor,
         },
     )
 
 
 def refresh_worker(
-    owner: str, queues: Iterable[str], now: datetime, using: str, jobs_run: int = 0
+    owner: str,
+    queues: Iterable[str],
+    now: datetime,
+    using: str,
+    jobs_run: int = 0,
+    supervisor: str | None = None,
 ) -> None:
     """Mark the worker alive with its count of finished attempts; register it again
     if a sweep removed it meanwhile."""
     rows = WorkerProcess.objects.using(using).filter(id=owner)
     if not rows.update(last_heartbeat_at=now, jobs_run=jobs_run):
-        register_worker(owner, queues, now, using, jobs_run)
+        register_worker(owner, queues, now, using, jobs_run, supervisor)
 
 
 def unregister_worker(owner: str, using: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import signal
@@ -13,11 +14,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import router
 from django.utils import autoreload
 
-from django_jobs.conf import settings
+from django_jobs.conf import processes_problem, settings
 from django_jobs.exceptions import JobsError
 from django_jobs.models import Job
 from django_jobs.recurring import sync_from_settings
 from django_jobs.worker import Worker, serve
+from django_jobs.worker.core import make_owner
 from django_jobs.worker.deadlines import apply_connect_timeout
 from django_jobs.worker.startup import (
     check_configured,
@@ -25,6 +27,16 @@ from django_jobs.worker.startup import (
     require_migrated,
     served_queues,
     wait_for_database,
+)
+from django_jobs.worker.supervisor import (
+    CONFIG_EXIT,
+    PIPE_ENV,
+    SUPERVISOR_ENV,
+    Registration,
+    Supervisor,
+    child_command,
+    spawner,
+    watch_supervisor,
 )
 
 logger = logging.getLogger("django_jobs.runjobs")
@@ -48,6 +60,13 @@ class Command(BaseCommand):
             help="Handler threads per queue (default: the queue's 'workers' option).",
         )
         parser.add_argument(
+            "--processes",
+            type=processes_option,
+            metavar="N",
+            help="Worker processes under one supervisor, each with its queues' threads "
+            "(default: DJANGO_JOBS['PROCESSES'], 1); 'auto': one per core.",
+        )
+        parser.add_argument(
             "--burst",
             action="store_true",
             help="Exit 0 once no job on the served queues is due or running.",
@@ -59,41 +78,121 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        self._configure_logging(options["verbosity"])
+        supervisor = os.environ.get(SUPERVISOR_ENV)
+        if supervisor:  # a child of `runjobs --processes`: serve, whatever --processes says
+            self._configure_logging(options["verbosity"], with_pid=True)
+            self.serve_as_child(options, supervisor)
+            return
+        try:
+            processes = settings.process_count(options["processes"])
+        except (ValueError, ImproperlyConfigured) as exc:
+            raise CommandError(str(exc)) from None
+        self._configure_logging(options["verbosity"], with_pid=processes > 1)
         if options["reload"]:
             if options["burst"]:
                 raise CommandError(
                     "--reload and --burst do not go together: a burst worker exits once its "
                     "queues are drained, so there is nothing to restart."
                 )
+            if processes > 1:
+                raise CommandError(
+                    f"--reload runs one worker process, not {processes}: leave out "
+                    "--processes (or give --processes 1; DJANGO_JOBS['PROCESSES'] is "
+                    "ignored only then)."
+                )
             self.serve_with_reloader(options)
+            return
+        if processes > 1:
+            if self.supervise(options, processes):
+                raise SystemExit(1)
             return
         stop_event, force_event = threading.Event(), threading.Event()
         self._install_signal_handlers(stop_event, force_event)
         if self.run_worker(options, stop_event, force_event):
             raise SystemExit(1)
 
-    def run_worker(
-        self, options: dict[str, Any], stop_event: threading.Event, force_event: threading.Event
-    ) -> bool:
-        """Start up, then serve until ``stop_event``; True if ``force_event`` (a second
-        signal) ended the stop."""
+    def start_up(self, options: dict[str, Any], stop_event: threading.Event) -> dict[str, int]:
+        """The checks before serving; the queues served, or {} if stopped while waiting for
+        the database. :class:`CommandError` for what stops the worker."""
         try:
             queues = served_queues(options["queues"], options["workers"])
             using = router.db_for_write(Job)
             check_configured()
             apply_connect_timeout(using, settings.call_timeout_seconds())
             if not wait_for_database(using, stop_event, wait=not options["burst"]):
-                return False  # stopped while waiting
+                return {}  # stopped while waiting
             require_migrated(using)
         except (ValueError, JobsError, ImproperlyConfigured) as exc:
             raise CommandError(str(exc)) from None
+        return queues
+
+    def run_worker(
+        self,
+        options: dict[str, Any],
+        stop_event: threading.Event,
+        force_event: threading.Event,
+        supervisor: str | None = None,
+    ) -> bool:
+        """Start up, then serve until ``stop_event``; True if ``force_event`` (a second
+        signal) ended the stop."""
+        queues = self.start_up(options, stop_event)
+        if not queues:
+            return False
+        using = router.db_for_write(Job)
         log_unserved_due(queues, using)
         sync_from_settings()
-        worker = Worker(queues, using=using, burst=options["burst"])
+        worker = Worker(queues, using=using, burst=options["burst"], supervisor=supervisor)
         worker.force_event = force_event
         serve(worker, stop_event)
         return force_event.is_set()
+
+    def serve_as_child(self, options: dict[str, Any], supervisor: str) -> None:
+        """Serve as a child of supervisor ``supervisor``: registered under it, stopped when
+        it is gone, and exiting with ``CONFIG_EXIT`` if it cannot start (not restarted)."""
+        stop_event, force_event = threading.Event(), threading.Event()
+        self._install_signal_handlers(stop_event, force_event)
+        if os.environ.get(PIPE_ENV, "").isdigit():
+            watch_supervisor(int(os.environ[PIPE_ENV]), stop_event)
+        try:
+            forced = self.run_worker(options, stop_event, force_event, supervisor)
+        except CommandError as exc:
+            raise CommandError(str(exc), returncode=CONFIG_EXIT) from None
+        if forced:
+            raise SystemExit(1)
+
+    def supervise(self, options: dict[str, Any], processes: int) -> bool:
+        """Check once, then keep ``processes`` children serving until stopped; True if the
+        stop was forced or a child could not be kept running (exit status 1)."""
+        supervisor = Supervisor(processes, burst=options["burst"])
+        waiting = threading.Event()  # set by a signal while the database is awaited
+
+        def on_signal(signum: int, frame: Any) -> None:
+            supervisor.on_signal(signum, frame)
+            waiting.set()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        queues = self.start_up(options, waiting)
+        if not queues:
+            return False
+        owner = make_owner()
+        using = router.db_for_write(Job)
+        registration = Registration(
+            owner,
+            list(queues),
+            using,
+            beat_seconds=settings.heartbeat_seconds(),
+            call_timeout_seconds=settings.call_timeout_seconds(),
+        )
+        registration.start()
+        read_end, write_end = os.pipe()  # the children see its end when this process is gone
+        supervisor.spawn = spawner(child_command(), owner, read_end, os.environ)
+        try:
+            return supervisor.run() != 0
+        finally:
+            registration.stop()
+            os.close(write_end)
+            os.close(read_end)
 
     def serve_with_reloader(self, options: dict[str, Any]) -> None:
         """Serve through Django's autoreloader, as ``runserver`` does.
@@ -142,7 +241,7 @@ class Command(BaseCommand):
         signal.signal(signal.SIGINT, handle)
 
     @staticmethod
-    def _configure_logging(verbosity: int) -> None:
+    def _configure_logging(verbosity: int, *, with_pid: bool = False) -> None:
         """Log to stderr unless the project's LOGGING already handles django_jobs.
 
         A handler on ``django_jobs`` or on any logger above it (the root logger,
@@ -154,8 +253,26 @@ class Command(BaseCommand):
         if logger.hasHandlers():
             return
         handler = logging.StreamHandler()
+        # A child of `runjobs --processes` says which process wrote each line.
+        where = "pid %(process)d %(threadName)s" if with_pid else "%(threadName)s"
         handler.setFormatter(
-            logging.Formatter("%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s")
+            logging.Formatter(f"%(asctime)s %(levelname)s {where} %(name)s: %(message)s")
         )
         logger.addHandler(handler)
         logger.setLevel(level)
+
+
+def processes_option(text: str) -> int | str:
+    """``--processes``: a whole number from 1, or ``auto``."""
+    value: int | str = text
+    if text != "auto":
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"must be a whole number or 'auto', got {text!r}"
+            ) from None
+    problem = processes_problem(value)
+    if problem:
+        raise argparse.ArgumentTypeError(f"{problem}, got {text!r}")
+    return value
