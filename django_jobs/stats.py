@@ -75,6 +75,7 @@ class LiveWorker:
     last_heartbeat_at: datetime
     running: int = 0
     running_job_ids: list[int] = field(default_factory=list)
+    supervisor: str | None = None  # runjobs --processes: the supervisor's id, for its children
 
 
 @dataclass
@@ -336,6 +337,7 @@ def as_live_worker(row: WorkerProcess) -> LiveWorker:
         queues=list(row.queues or []),
         started_at=row.started_at,
         last_heartbeat_at=row.last_heartbeat_at,
+        supervisor=row.supervisor,
     )
 
 

@@ -9,6 +9,7 @@ from typing import Any, NamedTuple
 
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils import timezone
@@ -34,24 +35,45 @@ class HeldJob(NamedTuple):
 
 class Shown(NamedTuple):
     now: datetime
-    running: list[HeldJob]
+    running: list[HeldJob]  # its own and its children's
+    children: list[WorkerProcess]  # a supervisor's worker processes (runjobs --processes)
+    child_running: dict[str, list[HeldJob]]
+
+
+def top_level(rows: QuerySet[WorkerProcess]) -> QuerySet[WorkerProcess]:
+    """One entry per supervisor or lone worker: a child is listed under its supervisor,
+    on its own only while the supervisor's row is missing (swept during an outage)."""
+    registered = WorkerProcess.objects.using(rows.db).values("id")
+    return rows.filter(Q(supervisor__isnull=True) | ~Q(supervisor__in=registered))
 
 
 def show_workers(workers: Iterable[WorkerProcess], now: datetime, using: str) -> None:
-    """Attach to each worker the running jobs leased to it: one query for them all."""
+    """Attach to each entry its children and the running jobs leased to them: two queries
+    for them all."""
     workers = list(workers)
-    held: dict[str, list[HeldJob]] = defaultdict(list)
+    children: dict[str, list[WorkerProcess]] = defaultdict(list)
     if workers:
-        rows = (
+        rows = WorkerProcess.objects.using(using).filter(
+            supervisor__in=[worker.id for worker in workers]
+        )
+        for child in rows.order_by("started_at", "pid"):
+            children[str(child.supervisor)].append(child)
+    held: dict[str, list[HeldJob]] = defaultdict(list)
+    owners = [w.id for w in workers] + [c.id for kids in children.values() for c in kids]
+    if owners:
+        jobs = (
             Job.objects.using(using)
-            .held_by(worker.id for worker in workers)
+            .held_by(owners)
             .order_by("id")
             .values_list("lease_owner", "id", "name", named=True)
         )
-        for row in rows:
+        for row in jobs:
             held[str(row.lease_owner)].append(HeldJob(row.id, row.name))
     for worker in workers:
-        setattr(worker, SHOWN, Shown(now, held.get(worker.id, [])))
+        kids = children.get(worker.id, [])
+        running = held.get(worker.id, []) + [job for c in kids for job in held.get(c.id, [])]
+        child_running = {child.id: held.get(child.id, []) for child in kids}
+        setattr(worker, SHOWN, Shown(now, sorted(running), kids, child_running))
 
 
 def shown(worker: WorkerProcess) -> Shown:
@@ -63,6 +85,9 @@ def shown(worker: WorkerProcess) -> Shown:
 
 
 class WorkerChangeList(ChangeList):
+    def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> Any:
+        return top_level(super().get_queryset(request, exclude_parameters))
+
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
         show_workers(self.result_list, timezone.now(), self.queryset.db)
@@ -83,6 +108,7 @@ class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "started",
         "jobs_run",
         "running_jobs",
+        "processes",
     )
     list_filter = (HeartbeatFilter,)
     change_list_template = "admin/django_jobs/workerprocess/change_list.html"
@@ -96,6 +122,7 @@ class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "state",
         "jobs_run",
         "running_jobs",
+        "processes",
     )
     search_fields = ("id", "host")
 
@@ -137,9 +164,47 @@ class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             )
         return format_html('<span class="jobs-worker-live">{}</span>', gettext("live"))
 
+    @admin.display(description=_("jobs run"), ordering="jobs_run")
+    def jobs_run(self, obj: WorkerProcess) -> int:
+        """Its own, and its children's as of their last heartbeats."""
+        return obj.jobs_run + sum(child.jobs_run for child in shown(obj).children)
+
     @admin.display(description=_("running"))
     def running_jobs(self, obj: WorkerProcess) -> SafeString:
-        running = shown(obj).running
+        return self.job_links(shown(obj).running)
+
+    @admin.display(description=_("processes"))
+    def processes(self, obj: WorkerProcess) -> SafeString:
+        """A supervisor's worker processes, one line each: pid, jobs run, heartbeat, jobs."""
+        seen = shown(obj)
+        if not seen.children:
+            return self.get_empty_value_display()
+        return format_html_join(
+            "",
+            '<div class="jobs-worker-process">{}</div>',
+            ((self.process_line(child, seen),) for child in seen.children),
+        )
+
+    def process_line(self, child: WorkerProcess, seen: Shown) -> SafeString:
+        stale = heartbeat_is_stale(child.last_heartbeat_at, seen.now)
+        beat = gettext("heartbeat %(age)s ago") % {
+            "age": format_age(seen.now - child.last_heartbeat_at)
+        }
+        text = gettext("pid %(pid)s: %(count)s jobs run, %(beat)s") % {
+            "pid": child.pid,
+            "count": child.jobs_run,
+            "beat": beat,
+        }
+        running = seen.child_running.get(child.id, [])
+        return format_html(
+            "{}{}{}{}",
+            text,
+            format_html(" <strong>{}</strong>", gettext("stale")) if stale else "",
+            "; " if running else "",
+            self.job_links(running) if running else "",
+        )
+
+    def job_links(self, running: list[HeldJob]) -> SafeString:
         if not running:
             return self.get_empty_value_display()
         return format_html_join(

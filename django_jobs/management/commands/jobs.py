@@ -28,7 +28,7 @@ from django_jobs.management.output import (
 )
 from django_jobs.models import Attempt, Job, JobStatus
 from django_jobs.redaction import mask_payload
-from django_jobs.stats import live_workers, queue_stats
+from django_jobs.stats import LiveWorker, live_workers, queue_stats
 
 JOB_FIELDS = [field.attname for field in Job._meta.concrete_fields]
 ATTEMPT_FIELDS = ["number", "owner", "started_at", "finished_at", "outcome", "error", "traceback"]
@@ -199,13 +199,13 @@ class Command(BaseCommand):
             ["worker", "queues", "started", "last heartbeat", "running"],
             [
                 [
-                    w.id,
+                    label,
                     ",".join(w.queues),
                     format_time(w.started_at),
                     f"{format_age(now - w.last_heartbeat_at)} ago",
-                    w.running,
+                    running,
                 ]
-                for w in workers
+                for label, w, running in grouped_workers(workers)
             ],
         )
         workers_text = worker_table if workers else "No live workers."
@@ -367,6 +367,28 @@ class Command(BaseCommand):
         if found in RETRYABLE_STATUSES:
             return {"id": id, "result": "refused", "status": None}
         return {"id": id, "result": "not_retryable", "status": found}
+
+
+def grouped_workers(workers: list[LiveWorker]) -> list[tuple[str, LiveWorker, int]]:
+    """(label, worker, running jobs) per line: each supervisor (``runjobs --processes``),
+    its running jobs its children's, followed by its children, indented."""
+    ids = {worker.id for worker in workers}
+    children: dict[str, list[LiveWorker]] = {}
+    for worker in workers:
+        if worker.supervisor in ids:
+            children.setdefault(str(worker.supervisor), []).append(worker)
+    lines: list[tuple[str, LiveWorker, int]] = []
+    for worker in workers:
+        if worker.supervisor in ids:
+            continue  # listed under its supervisor
+        kids = children.get(worker.id, [])
+        if not kids:
+            lines.append((worker.id, worker, worker.running))
+            continue
+        running = worker.running + sum(kid.running for kid in kids)
+        lines.append((f"{worker.id} ({len(kids)} processes)", worker, running))
+        lines += [(f"  {kid.id}", kid, kid.running) for kid in kids]
+    return lines
 
 
 def last_traceback(attempts: list[Attempt]) -> str:
