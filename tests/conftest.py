@@ -165,9 +165,11 @@ class RunjobsProcesses:
         env: dict[str, str] | None = None,
         project: Path = ROOT,
         command: str = "runjobs",
+        start_new_session: bool = False,
     ) -> subprocess.Popen[bytes]:
         """``manage.py runjobs *args`` (or another ``command``) of ``project``, the test
-        project unless told."""
+        project unless told; ``start_new_session``: in a process group of its own, as a
+        terminal starts a command (``os.killpg`` then signals it as Ctrl-C does)."""
         environment = {
             **os.environ,
             "DATABASE_URL": database_url(),
@@ -185,6 +187,7 @@ class RunjobsProcesses:
             env=environment,
             stdout=log,
             stderr=subprocess.STDOUT,
+            start_new_session=start_new_session,
         )
         log.close()
         self.processes.append(process)

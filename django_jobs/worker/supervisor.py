@@ -13,9 +13,10 @@ restarts children and exits from its main loop alone. Its own registration
 thread of its own, every call under a deadline, so an outage only delays it.
 
 - Signals: each child runs in a process group of its own, so a terminal's
-  Ctrl-C reaches the supervisor only, which forwards one SIGTERM to every
-  child for each SIGTERM or SIGINT it gets: the first is a graceful stop,
-  the second stops at once (as the second signal to a single ``runjobs``).
+  Ctrl-C reaches the supervisor only, which forwards one signal to every
+  child for each SIGTERM or SIGINT it gets: the first (SIGTERM) is a graceful
+  stop, the second (SIGINT, so that the two are not merged into one) stops at
+  once, as the second signal to a single ``runjobs``.
 - A child that exits while no stop was asked (in ``--burst``: with a status
   other than 0) is started again after a backoff (:class:`Backoff`).
   :data:`CONFIG_EXIT` means it cannot start with these settings: the
@@ -152,9 +153,7 @@ class Supervisor:
         return self.forwarded > 0 or self.gave_up
 
     def run(self) -> int:
-        self.slots = [Slot(number, self.make_backoff()) for number in range(self.count)]
-        for slot in self.slots:
-            self.start(slot)
+        self.start_all()
         logger.info(
             "started %s worker processes (pids %s)",
             self.count,
@@ -174,6 +173,11 @@ class Supervisor:
             extra={"event": "supervisor_stopped", "forced": forced, "status": status},
         )
         return status
+
+    def start_all(self) -> None:
+        self.slots = [Slot(number, self.make_backoff()) for number in range(self.count)]
+        for slot in self.slots:
+            self.start(slot)
 
     def step(self) -> None:
         """One turn of the loop: forward signals, reap exited children, start due ones."""
@@ -197,8 +201,9 @@ class Supervisor:
         return slot.process.pid if slot.process is not None else None
 
     def forward_signals(self) -> None:
-        """One SIGTERM to every running child for each signal received (two at most: the
-        second already stops a child at once)."""
+        """One signal to every running child for each signal received, two at most (the
+        second already stops a child at once): SIGTERM, then SIGINT. Two of the same signal
+        sent in a row may reach a child as one (a signal pending is not queued twice)."""
         while self.forwarded < min(self.signals, 2):
             self.forwarded += 1
             first = self.forwarded == 1
@@ -206,12 +211,12 @@ class Supervisor:
                 "stopping %s" % ("(waiting for the running jobs)" if first else "at once"),
                 extra={"event": "supervisor_stopping", "forced": not first},
             )
-            self.terminate_all()
+            self.terminate_all(signal.SIGTERM if first else signal.SIGINT)
 
-    def terminate_all(self) -> None:
+    def terminate_all(self, signum: int = signal.SIGTERM) -> None:
         for slot in self.slots:
             if slot.process is not None and slot.process.poll() is None:
-                slot.process.send_signal(signal.SIGTERM)
+                slot.process.send_signal(signum)
             elif slot.process is None or slot.restart_at is not None:
                 slot.done = True  # waiting to be started again: it will not be
 

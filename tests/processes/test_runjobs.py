@@ -90,10 +90,18 @@ def test_runjobs_rejects_bad_options(runjobs_process):
     assert "--workers must be at least 1" in runjobs_process.log(process)
 
 
-def test_runjobs_sigterm_past_the_grace_releases_without_using_an_attempt(runjobs_process):
+# One process, and the same through a supervisor (`runjobs --processes 2`), which forwards
+# the signals to its children.
+PROCESSES = pytest.mark.parametrize("processes", [(), ("--processes", "2")], ids=["1", "2"])
+
+
+@PROCESSES
+def test_runjobs_sigterm_past_the_grace_releases_without_using_an_attempt(
+    runjobs_process, processes
+):
     job = schedule_job("example.record", {"sleep": 3.0}, max_attempts=1)
     quick_grace = {"JOBS_SHUTDOWN_GRACE_SECONDS": "0.3"}
-    process = runjobs_process.start("--queue", "default", env=quick_grace)
+    process = runjobs_process.start("--queue", "default", *processes, env=quick_grace)
     wait_until(lambda: Attempt.objects.filter(job=job).exists(), timeout=20)
     os.kill(process.pid, signal.SIGTERM)
     assert process.wait(20) == 0, runjobs_process.log(process)
@@ -120,9 +128,10 @@ def test_runjobs_sigterm_cancels_a_handler_that_honours_ctx(runjobs_process):
     assert Attempt.objects.get(job=job).outcome == "released"
 
 
-def test_runjobs_second_signal_exits_at_once_and_hands_the_job_back(runjobs_process):
+@PROCESSES
+def test_runjobs_second_signal_exits_at_once_and_hands_the_job_back(runjobs_process, processes):
     job = schedule_job("example.record", {"sleep": 30.0})
-    process = runjobs_process.start("--queue", "default")
+    process = runjobs_process.start("--queue", "default", *processes)
     wait_until(lambda: Attempt.objects.filter(job=job).exists(), timeout=20)
     os.kill(process.pid, signal.SIGTERM)
     os.kill(process.pid, signal.SIGINT)

@@ -77,6 +77,17 @@ class Command(BaseCommand):
             help="Restart the worker when Python code changes, as runserver does (development).",
         )
 
+    def execute(self, *args: Any, **options: Any) -> Any:
+        """As Django's; in a child of ``runjobs --processes``, what stops it from starting
+        (the system checks, the start-up checks) exits ``CONFIG_EXIT``: its supervisor then
+        stops instead of starting it again and again."""
+        try:
+            return super().execute(*args, **options)
+        except CommandError as exc:
+            if os.environ.get(SUPERVISOR_ENV):
+                exc.returncode = CONFIG_EXIT
+            raise
+
     def handle(self, *args: Any, **options: Any) -> None:
         supervisor = os.environ.get(SUPERVISOR_ENV)
         if supervisor:  # a child of `runjobs --processes`: serve, whatever --processes says
@@ -148,16 +159,12 @@ class Command(BaseCommand):
 
     def serve_as_child(self, options: dict[str, Any], supervisor: str) -> None:
         """Serve as a child of supervisor ``supervisor``: registered under it, stopped when
-        it is gone, and exiting with ``CONFIG_EXIT`` if it cannot start (not restarted)."""
+        it is gone."""
         stop_event, force_event = threading.Event(), threading.Event()
         self._install_signal_handlers(stop_event, force_event)
         if os.environ.get(PIPE_ENV, "").isdigit():
             watch_supervisor(int(os.environ[PIPE_ENV]), stop_event)
-        try:
-            forced = self.run_worker(options, stop_event, force_event, supervisor)
-        except CommandError as exc:
-            raise CommandError(str(exc), returncode=CONFIG_EXIT) from None
-        if forced:
+        if self.run_worker(options, stop_event, force_event, supervisor):
             raise SystemExit(1)
 
     def supervise(self, options: dict[str, Any], processes: int) -> bool:
