@@ -106,7 +106,7 @@ class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "queue_names",
         "heartbeat",
         "started",
-        "jobs_run",
+        "total_jobs_run",
         "running_jobs",
         "processes",
     )
@@ -120,7 +120,7 @@ class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         "started",
         "heartbeat",
         "state",
-        "jobs_run",
+        "total_jobs_run",
         "running_jobs",
         "processes",
     )
@@ -165,7 +165,7 @@ class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return format_html('<span class="jobs-worker-live">{}</span>', gettext("live"))
 
     @admin.display(description=_("jobs run"), ordering="jobs_run")
-    def jobs_run(self, obj: WorkerProcess) -> int:
+    def total_jobs_run(self, obj: WorkerProcess) -> int:
         """Its own, and its children's as of their last heartbeats."""
         return obj.jobs_run + sum(child.jobs_run for child in shown(obj).children)
 

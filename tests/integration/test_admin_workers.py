@@ -83,7 +83,7 @@ def test_worker_changelist_shows_host_pid_queues_times_jobs_run_and_running_jobs
     assert cell(response, worker, "queue_names") == "default, emails"
     assert cell(response, worker, "started") == "2026-01-05 11:00:00 UTC"
     assert cell(response, worker, "heartbeat") == "2026-01-05 11:59:56 UTC<br>4 s ago"
-    assert cell(response, worker, "jobs_run") == "17"
+    assert cell(response, worker, "total_jobs_run") == "17"
     job_url = "/admin/django_jobs/job/{}/change/"
     assert cell(response, worker, "running_jobs") == (
         f'<a href="{job_url.format(first.pk)}">tests.ok #{first.pk}</a>, '
@@ -108,7 +108,7 @@ def test_worker_changelist_shows_an_idle_worker_without_jobs(admin_client, make_
     response = changelist(admin_client)
 
     assert cell(response, "idle:1:a", "running_jobs") == "-"
-    assert cell(response, "idle:1:a", "jobs_run") == "0"
+    assert cell(response, "idle:1:a", "total_jobs_run") == "0"
     with freeze_time(NOW):
         page = admin_client.get(
             reverse("admin:django_jobs_workerprocess_change", args=["idle:1:a"])
@@ -213,3 +213,83 @@ def test_worker_changelist_needs_the_view_permission(client, django_user_model):
 
     user.user_permissions.add(Permission.objects.get(codename="view_workerprocess"))
     assert listed(changelist(client)) == ["web-1:4242:abcd"]
+
+
+def supervisor_with_children(make_job: Callable[..., Job]) -> dict[str, Job]:
+    """A supervisor (runjobs --processes 2) whose two children hold a job each."""
+    make_worker("web-1:100:s", pid=100, host="web-1", jobs_run=0)
+    make_worker("web-1:101:a", pid=101, host="web-1", beat_ago=2, jobs_run=5)
+    make_worker("web-1:102:b", pid=102, host="web-1", beat_ago=3, jobs_run=7)
+    WorkerProcess.objects.exclude(id="web-1:100:s").update(supervisor="web-1:100:s")
+    return {
+        "a": running_job(make_job, "web-1:101:a", "tests.ok"),
+        "b": running_job(make_job, "web-1:102:b", "tests.sleepy"),
+    }
+
+
+def test_worker_changelist_shows_a_supervisor_once_with_its_processes(admin_client, make_job):
+    held = supervisor_with_children(make_job)
+    make_worker("web-2:7:lone", pid=7, host="web-2")
+
+    response = changelist(admin_client)
+
+    assert listed(response) == ["web-1:100:s", "web-2:7:lone"]  # the children under it
+    supervisor = "web-1:100:s"
+    assert cell(response, supervisor, "pid") == "100"
+    assert cell(response, supervisor, "total_jobs_run") == "12"  # its children's
+    job_url = "/admin/django_jobs/job/{}/change/"
+    a, b = held["a"].pk, held["b"].pk
+    assert cell(response, supervisor, "running_jobs") == (
+        f'<a href="{job_url.format(a)}">tests.ok #{a}</a>, '
+        f'<a href="{job_url.format(b)}">tests.sleepy #{b}</a>'
+    )
+    assert cell(response, supervisor, "processes") == (
+        '<div class="jobs-worker-process">pid 101: 5 jobs run, heartbeat 2 s ago; '
+        f'<a href="{job_url.format(a)}">tests.ok #{a}</a></div>'
+        '<div class="jobs-worker-process">pid 102: 7 jobs run, heartbeat 3 s ago; '
+        f'<a href="{job_url.format(b)}">tests.sleepy #{b}</a></div>'
+    )
+    assert cell(response, "web-2:7:lone", "processes") == "-"
+    with freeze_time(NOW):
+        page = admin_client.get(
+            reverse("admin:django_jobs_workerprocess_change", args=[quote(supervisor)])
+        )
+    assert "pid 101: 5 jobs run" in page.content.decode()
+
+
+def test_worker_changelist_flags_a_stale_process_of_a_supervisor(admin_client, make_job):
+    supervisor_with_children(make_job)
+    WorkerProcess.objects.filter(id="web-1:102:b").update(
+        last_heartbeat_at=NOW - timedelta(seconds=stale_after() + 1)
+    )
+    processes = cell(changelist(admin_client), "web-1:100:s", "processes")
+    assert "pid 101: 5 jobs run, heartbeat 2 s ago; " in processes
+    assert "pid 102: 7 jobs run, heartbeat " in processes
+    assert processes.count("<strong>stale</strong>") == 1
+
+
+def test_worker_changelist_lists_a_process_whose_supervisor_row_is_gone(admin_client, make_job):
+    supervisor_with_children(make_job)
+    WorkerProcess.objects.filter(id="web-1:100:s").delete()  # swept during an outage, say
+
+    assert listed(changelist(admin_client)) == ["web-1:101:a", "web-1:102:b"]
+
+
+def test_worker_changelist_queries_do_not_grow_with_supervisors(admin_client, make_job):
+    supervisor_with_children(make_job)
+    one = page_queries(admin_client)
+    for n in range(2, 5):
+        make_worker(f"h{n}:1:s", host=f"h{n}", pid=1)
+        make_worker(f"h{n}:2:c", host=f"h{n}", pid=2, supervisor=f"h{n}:1:s")
+        running_job(make_job, f"h{n}:2:c")
+    assert page_queries(admin_client) == one
+
+
+def test_sweep_removes_the_rows_of_a_dead_supervisor_and_its_processes(make_job):
+    from django_jobs.maintenance.workers import sweep_workers
+
+    supervisor_with_children(make_job)
+    make_worker("web-2:7:lone", beat_ago=1)
+    WorkerProcess.objects.filter(host="web-1").update(last_heartbeat_at=NOW - timedelta(hours=1))
+    assert sweep_workers(NOW, lease_seconds=300) == 3
+    assert list(WorkerProcess.objects.values_list("id", flat=True)) == ["web-2:7:lone"]

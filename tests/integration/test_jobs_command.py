@@ -649,3 +649,34 @@ def test_jobs_process_prune_rejects_a_bad_duration_with_usage(make_job: MakeJob)
     done = manage_jobs("prune", "--json")
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["deleted"] == 1 and not kept(job)
+
+
+def test_jobs_status_lists_a_supervisor_once_with_its_processes_under_it(
+    make_job: MakeJob,
+) -> None:
+    register("lone", timedelta(seconds=1), ["default"])
+    register("sup", timedelta(seconds=1), ["default"])
+    for child in ("sup-a", "sup-b"):
+        register(child, timedelta(seconds=2), ["default"])
+    WorkerProcess.objects.filter(id__in=["sup-a", "sup-b"]).update(supervisor="sup")
+    for pid, worker_id in enumerate(["lone", "sup", "sup-a", "sup-b"]):  # listed by host, pid
+        WorkerProcess.objects.filter(id=worker_id).update(pid=pid)
+    for owner in ("sup-a", "sup-a", "sup-b", "lone"):
+        make_job(status=JobStatus.RUNNING, lease_owner=owner, lease_expires_at=START + HOUR)
+    lines = jobs("status").splitlines()
+    rows = [line.split() for line in lines[lines.index(next(x for x in lines if "worker" in x)) :]]
+    assert [(row[0], row[-1]) for row in rows[1:]] == [
+        ("lone", "1"),
+        ("sup", "3"),  # its processes' running jobs
+        ("sup-a", "2"),
+        ("sup-b", "1"),
+    ]
+    assert rows[2][1] == "(2" and rows[2][2] == "processes)"
+    assert lines[-2].startswith("  sup-a") and lines[-1].startswith("  sup-b")
+    document = jobs_json("status")
+    assert {w["id"]: w["supervisor"] for w in document["workers"]} == {
+        "lone": None,
+        "sup": None,
+        "sup-a": "sup",
+        "sup-b": "sup",
+    }
