@@ -231,3 +231,23 @@ def test_processes_option_refuses_what_is_not_a_count_or_auto(text):
 def test_processes_option_takes_a_count_or_auto():
     assert processes_option("4") == 4
     assert processes_option("auto") == "auto"
+
+
+@pytest.mark.parametrize("args", [("--processes", "2"), ("--processes", "auto")])
+def test_runjobs_refuses_processes_with_reload(args):
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    if args[1] == "auto" and cpu_cores() == 1:
+        pytest.skip("one core: auto is one process")
+    with pytest.raises(CommandError, match="--reload runs one worker process, not"):
+        call_command("runjobs", "--reload", *args)
+
+
+def test_runjobs_refuses_the_processes_setting_with_reload():
+    from django.core.management import call_command
+    from django.core.management.base import CommandError
+
+    with override_settings(DJANGO_JOBS={"PROCESSES": 3}):
+        with pytest.raises(CommandError, match=r"not 3: give --processes 1 with --reload"):
+            call_command("runjobs", "--reload")

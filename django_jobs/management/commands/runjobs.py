@@ -107,9 +107,8 @@ class Command(BaseCommand):
                 )
             if processes > 1:
                 raise CommandError(
-                    f"--reload runs one worker process, not {processes}: leave out "
-                    "--processes (or give --processes 1; DJANGO_JOBS['PROCESSES'] is "
-                    "ignored only then)."
+                    f"--reload runs one worker process, not {processes}: give --processes 1 "
+                    "with --reload (it overrides DJANGO_JOBS['PROCESSES'])."
                 )
             self.serve_with_reloader(options)
             return
