@@ -14,7 +14,7 @@ import pytest
 from django_jobs import schedule_job, schedule_jobs
 from django_jobs.models import Attempt, Job, JobStatus, WorkerProcess
 from testproject.example.models import Execution
-from tests.conftest import RunjobsProcesses, wait_until
+from tests.conftest import RunjobsProcesses, manage, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -155,14 +155,11 @@ def test_runjobs_processes_a_child_that_cannot_start_is_not_restarted(supervised
     assert log.count("started 2 worker processes") == 1
 
 
-def test_runjobs_processes_refuses_bad_settings_before_starting_a_child(supervised, tmp_path: Path):
-    (tmp_path / "bad_settings.py").write_text(
-        "from testproject.settings import *\n"
-        "DJANGO_JOBS = {**DJANGO_JOBS, 'LEASE_SECONDS': float('inf')}\n"
-    )
-    env = {"DJANGO_SETTINGS_MODULE": "bad_settings", "PYTHONPATH": str(tmp_path)}
-    process = supervised.start("--burst", *TWO, env=env)
-    assert process.wait(60) == 1
-    log = supervised.log(process)
-    assert log.count("DJANGO_JOBS['LEASE_SECONDS'] must be a positive finite number") == 1
-    assert "started" not in log and "Traceback" not in log
+def test_runjobs_processes_checks_once_before_starting_a_child(fresh_database_url):
+    result = manage("runjobs", *TWO, "--burst", url=fresh_database_url, JOBS_POLL_SECONDS="0.05")
+    assert result.returncode == 1
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [  # said once, by the supervisor: no child started
+        "CommandError: Database 'default' has no django_jobs tables: "
+        "run `python manage.py migrate` first."
+    ]
