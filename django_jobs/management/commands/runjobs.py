@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import router
+from django.db import connections, router
 from django.utils import autoreload
 
 from django_jobs.conf import processes_problem, settings
@@ -181,6 +181,7 @@ class Command(BaseCommand):
         queues = self.start_up(options, waiting)
         if not queues:
             return False
+        connections.close_all()  # the checks' connection: the supervisor's loop needs none
         owner = make_owner()
         using = router.db_for_write(Job)
         registration = Registration(
