@@ -259,6 +259,10 @@ class WorkerProcess(models.Model):
         blank=True,
         help_text="The id of the supervisor (runjobs --processes) whose child this process is.",
     )
+    process_count = models.PositiveIntegerField(
+        default=0,
+        help_text="A supervisor's number of worker processes; 0 for one that runs jobs itself.",
+    )
 
     class Meta:
         db_table = "django_jobs_worker"

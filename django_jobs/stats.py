@@ -76,6 +76,7 @@ class LiveWorker:
     running: int = 0
     running_job_ids: list[int] = field(default_factory=list)
     supervisor: str | None = None  # runjobs --processes: the supervisor's id, for its children
+    process_count: int = 0  # a supervisor's: how many children it runs; it serves no queue itself
 
 
 @dataclass
@@ -160,8 +161,8 @@ def overview(
     return Overview(
         now=now,
         queues=queues,
-        workers=fresh,
-        stale_workers=stale,
+        workers=grouped(fresh),
+        stale_workers=grouped(stale),
         finished_estimated=estimated,
         throughput=throughput(using, now, [s.queue for s in queues]) if chart else {},
     )
@@ -184,7 +185,8 @@ def count_queues(
     else:
         for (queue, status), rows in estimates.items():
             setattr(stats_for(queue), status, rows)
-    served = {queue for worker in workers for queue in worker.queues}
+    # A supervisor runs no job itself: its queues are served while a child of it serves them.
+    served = {queue for worker in workers if not worker.process_count for queue in worker.queues}
     for stats in by_queue.values():
         stats.served = stats.queue in served
     return [by_queue[name] for name in sorted(by_queue)], estimates is not None
@@ -329,6 +331,24 @@ def registered_workers(
     return fresh, stale
 
 
+def grouped(workers: list[LiveWorker]) -> list[LiveWorker]:
+    """``workers`` with each supervisor's children after it, its running jobs theirs."""
+    children: dict[str, list[LiveWorker]] = {}
+    for worker in workers:
+        if worker.supervisor is not None:
+            children.setdefault(worker.supervisor, []).append(worker)
+    ids = {worker.id for worker in workers}
+    result: list[LiveWorker] = []
+    for worker in workers:
+        if worker.supervisor in ids:
+            continue  # listed after its supervisor
+        result.append(worker)
+        for child in children.get(worker.id, []):
+            worker.running += child.running
+            result.append(child)
+    return result
+
+
 def as_live_worker(row: WorkerProcess) -> LiveWorker:
     return LiveWorker(
         id=row.id,
@@ -338,6 +358,7 @@ def as_live_worker(row: WorkerProcess) -> LiveWorker:
         started_at=row.started_at,
         last_heartbeat_at=row.last_heartbeat_at,
         supervisor=row.supervisor,
+        process_count=row.process_count,
     )
 
 

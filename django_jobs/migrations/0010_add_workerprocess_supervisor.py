@@ -15,4 +15,9 @@ class Migration(migrations.Migration):
             name='supervisor',
             field=models.CharField(blank=True, help_text='The id of the supervisor (runjobs --processes) whose child this process is.', max_length=255, null=True),
         ),
+        migrations.AddField(
+            model_name='workerprocess',
+            name='process_count',
+            field=models.PositiveIntegerField(default=0, help_text="A supervisor's number of worker processes; 0 for one that runs jobs itself."),
+        ),
     ]

@@ -21,9 +21,11 @@ def register_worker(
     using: str,
     jobs_run: int = 0,
     supervisor: str | None = None,
+    process_count: int = 0,
 ) -> None:
     """Register process ``owner``; ``supervisor``: the id of the supervisor (``runjobs
-    --processes``) whose child it is, under whose entry the Workers page lists it."""
+    --processes``) whose child it is, under whose entry the Workers page lists it;
+    ``process_count``: for a supervisor, how many children it runs (it serves no queue itself)."""
     WorkerProcess.objects.using(using).update_or_create(
         id=owner,
         defaults={
@@ -34,6 +36,7 @@ def register_worker(
             "last_heartbeat_at": now,
             "jobs_run": jobs_run,
             "supervisor": supervisor,
+            "process_count": process_count,
         },
     )
 
@@ -45,12 +48,13 @@ def refresh_worker(
     using: str,
     jobs_run: int = 0,
     supervisor: str | None = None,
+    process_count: int = 0,
 ) -> None:
     """Mark the worker alive with its count of finished attempts; register it again
     if a sweep removed it meanwhile."""
     rows = WorkerProcess.objects.using(using).filter(id=owner)
     if not rows.update(last_heartbeat_at=now, jobs_run=jobs_run):
-        register_worker(owner, queues, now, using, jobs_run, supervisor)
+        register_worker(owner, queues, now, using, jobs_run, supervisor, process_count)
 
 
 def unregister_worker(owner: str, using: str) -> None:

@@ -316,10 +316,12 @@ class Registration:
         *,
         beat_seconds: float,
         call_timeout_seconds: float,
+        process_count: int,
         clock: Clock | None = None,
     ) -> None:
         self.owner = owner
         self.queues = list(queues)
+        self.process_count = process_count
         self.using = using
         self.beat_seconds = beat_seconds
         self.deadline = Deadlines(using, call_timeout_seconds)
@@ -343,11 +345,23 @@ class Registration:
 
     def register(self) -> None:
         with self.deadline("the supervisor registration"):
-            register_worker(self.owner, self.queues, self.clock.now(), self.using)
+            register_worker(
+                self.owner,
+                self.queues,
+                self.clock.now(),
+                self.using,
+                process_count=self.process_count,
+            )
 
     def refresh(self) -> None:
         with self.deadline("the supervisor registration"):
-            refresh_worker(self.owner, self.queues, self.clock.now(), self.using)
+            refresh_worker(
+                self.owner,
+                self.queues,
+                self.clock.now(),
+                self.using,
+                process_count=self.process_count,
+            )
 
     def unregister(self) -> None:
         with self.deadline("removing the supervisor registration"):

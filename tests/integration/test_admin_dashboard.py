@@ -81,7 +81,9 @@ def bars(html: str, queue: str) -> list[tuple[str, str, str, str]]:
     )
 
 
-def register(worker_id: str, heartbeat_age: timedelta, queues: list[str]) -> WorkerProcess:
+def register(
+    worker_id: str, heartbeat_age: timedelta, queues: list[str], **fields: Any
+) -> WorkerProcess:
     return WorkerProcess.objects.create(
         id=worker_id,
         host="host",
@@ -89,6 +91,7 @@ def register(worker_id: str, heartbeat_age: timedelta, queues: list[str]) -> Wor
         queues=queues,
         started_at=START - HOUR,
         last_heartbeat_at=START - heartbeat_age,
+        **fields,
     )
 
 
@@ -255,6 +258,45 @@ def test_dashboard_flags_stale_workers_even_past_a_lease_and_unserved_queues(
     )
     assert sorted(stale) == [("gone", "0"), ("late", "1")]
     assert "last heartbeat 2026-01-05 11:56:39 UTC, 3 min 21 s ago" in html
+
+
+def test_a_supervisor_serves_its_queues_only_through_its_worker_processes(
+    admin_client: Client, make_job: MakeJob
+) -> None:
+    # runjobs --processes 2 whose children have died and wait to be started again.
+    register("boss", timedelta(seconds=10), ["default"], process_count=2)
+    make_job(run_at=START - MINUTE)
+    assert [s.queue for s in stats.overview(now=START).unserved_queues] == ["default"]
+    register("boss-child", timedelta(seconds=10), ["default"], supervisor="boss")
+    assert stats.overview(now=START).unserved_queues == []
+
+
+def test_dashboard_lists_a_supervisors_processes_under_it_with_their_running_jobs(
+    admin_client: Client, make_job: MakeJob
+) -> None:
+    register("a-lone", timedelta(seconds=10), ["default"])
+    register("boss", timedelta(seconds=10), ["default"], process_count=2)
+    for name in ("child-1", "child-2"):
+        register(name, timedelta(seconds=10), ["default"], supervisor="boss")
+        make_job(status=JobStatus.RUNNING, lease_owner=name, lease_expires_at=START + HOUR)
+    seen = stats.overview(now=START)
+    assert [(w.id, w.running) for w in seen.workers] == [
+        ("a-lone", 0),
+        ("boss", 2),
+        ("child-1", 1),
+        ("child-2", 1),
+    ]
+    rows = re.findall(
+        r'<tr class="jobs-worker( jobs-child)?"><th scope="row">(.*?)</th>.*?'
+        r'<td class="count">(\d+)</td>',
+        page(admin_client),
+    )
+    assert rows == [
+        ("", "a-lone", "0"),
+        ("", "boss (2 processes)", "2"),
+        (" jobs-child", "↳ child-1", "1"),
+        (" jobs-child", "↳ child-2", "1"),
+    ]
 
 
 def test_queue_without_due_jobs_is_not_flagged_unserved(

@@ -49,6 +49,7 @@ def supervised(runjobs_process: RunjobsProcesses) -> Iterator[RunjobsProcesses]:
 def registered_children(supervisor_pid: int) -> list[WorkerProcess]:
     """The children's rows, if the supervisor's own row (``pid``) is there and they name it."""
     top = WorkerProcess.objects.filter(pid=supervisor_pid, supervisor__isnull=True).first()
+    assert top is None or top.process_count == 2  # it serves through its children only
     return list(WorkerProcess.objects.filter(supervisor=top.id)) if top else []
 
 

@@ -190,6 +190,7 @@ class Command(BaseCommand):
             using,
             beat_seconds=settings.heartbeat_seconds(),
             call_timeout_seconds=settings.call_timeout_seconds(),
+            process_count=processes,
         )
         registration.start()
         read_end, write_end = os.pipe()  # the children see its end when this process is gone
