@@ -40,7 +40,7 @@ def shape(processes: int, workers: int) -> list[str]:
 def describe_shape(processes: int, workers: int) -> str:
     """The shape in words, for the report."""
     if processes > 1:
-        return f"1 runjobs, --processes {processes} --workers {workers}"
+        return f"runjobs --processes {processes} --workers {workers}"
     return f"1 runjobs process, --workers {workers}"
 
 

@@ -120,7 +120,7 @@ def test_peers_django_jobs_driver_passes_processes_only_past_one() -> None:
     assert driver.shape(1, 2) == ["--workers", "2"]
     assert driver.shape(3, 4) == ["--processes", "3", "--workers", "4"]
     assert driver.describe_shape(1, 2) == "1 runjobs process, --workers 2"
-    assert driver.describe_shape(3, 4) == "1 runjobs, --processes 3 --workers 4"
+    assert driver.describe_shape(3, 4) == "runjobs --processes 3 --workers 4"
 
 
 def test_peers_drivers_take_their_own_options_beside_the_shared_ones(tmp_path: Path) -> None:
