@@ -17,6 +17,7 @@ claimed.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -69,6 +70,41 @@ class DatabaseBusy(Exception):
 
 def lease_end(now: datetime, lease_seconds: float) -> datetime:
     return now + timedelta(seconds=lease_seconds)
+
+
+#: The columns a driver's insert of new jobs writes, in the order of its values
+#: (:func:`inserted_values`; the text gives the others their constant values).
+INSERTED_COLUMNS = (
+    "name",
+    "queue",
+    "payload",
+    "status",
+    "priority",
+    "run_at",
+    "attempt",
+    "attempts_used",
+    "max_attempts",
+    "last_error",
+    "progress_note",
+    "created_at",
+    "schedule",
+)
+
+
+def inserted_values(row: Job, adapt: Callable[[datetime], Any] = lambda value: value) -> list[Any]:
+    """The values an insert of new jobs binds for ``row``: the columns of
+    :data:`INSERTED_COLUMNS` but its constants (status, attempt, attempts_used,
+    last_error, progress_note); ``adapt`` makes a datetime the database's."""
+    return [
+        row.name,
+        row.queue,
+        None if row.payload is None else json.dumps(row.payload),
+        row.priority,
+        adapt(row.run_at),
+        row.max_attempts,
+        adapt(row.created_at),
+        row.schedule,
+    ]
 
 
 class Driver:

@@ -22,7 +22,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -33,7 +32,7 @@ from django.db import transaction
 
 from ..conf import settings
 from ..models import Job, JobStatus
-from .base import Driver
+from .base import INSERTED_COLUMNS, Driver, inserted_values
 from .notify import CHANNEL
 from .records import (
     RENEW_FIELDS,
@@ -43,24 +42,6 @@ from .records import (
     Settled,
     Settlement,
 )
-
-#: The columns :meth:`PostgresDriver.insert_jobs` writes, in the order of its values.
-INSERTED_COLUMNS = (
-    "name",
-    "queue",
-    "payload",
-    "status",
-    "priority",
-    "run_at",
-    "attempt",
-    "attempts_used",
-    "max_attempts",
-    "last_error",
-    "progress_note",
-    "created_at",
-    "schedule",
-)
-
 
 #: psycopg's ``prepare_threshold`` on a connection whose hot-path statements are prepared:
 #: the number of runs after which psycopg would prepare any other statement itself.
@@ -118,21 +99,6 @@ class SettledRow(NamedTuple):
     id: int
     attempt: int
     new_status: str
-
-
-def inserted_values(row: Job) -> list[Any]:
-    """The values :meth:`PostgresDriver.insert_jobs` binds for ``row``, in the statement's
-    order (the columns it does not give take their constant values in its text)."""
-    return [
-        row.name,
-        row.queue,
-        None if row.payload is None else json.dumps(row.payload),
-        row.priority,
-        row.run_at,
-        row.max_attempts,
-        row.created_at,
-        row.schedule,
-    ]
 
 
 class PostgresDriver(Driver):

@@ -105,6 +105,19 @@ def test_unique_key_constraint_holds_against_a_direct_insert():
         Job.objects.create(name="tests.ok", unique_key="k")
 
 
+def test_schedule_job_stores_every_field_of_the_row_it_returns():
+    job = schedule_job(
+        emails,
+        {"a": [1, {"b": None}], "é": "ü 😀"},
+        delay=timedelta(minutes=5),
+        priority=3,
+        max_attempts=4,
+    )
+    stored = Job.objects.get(pk=job.pk)
+    for field in Job._meta.concrete_fields:
+        assert getattr(stored, field.attname) == getattr(job, field.attname), field.name
+
+
 def test_schedule_jobs_inserts_many_in_one_statement():
     # 40 rows stay under SQLite's 999 parameters; Django splits a bigger batch.
     specs = [JobSpec(ok, {"n": n}) for n in range(40)]
