@@ -4,6 +4,7 @@ The bench's numbers mean something only if its loops do the work django-jobs
 does: these run them on a few jobs of the test database and read the rows.
 """
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,8 +34,15 @@ def run_raw() -> ModuleType:
 
 
 @pytest.fixture
-def raw(run_raw: ModuleType, tmp_path: Path) -> Iterator[Any]:
+def raw(run_raw: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """The raw system, its statements recorded, sending them on its own connection."""
+    # It sets DEBUG and DJANGO_SETTINGS_MODULE in the environment, as a bench process of its
+    # own: not for the rest of the session, whose runjobs subprocesses inherit it.
+    for name in ("DEBUG", "DJANGO_SETTINGS_MODULE"):  # as they are now, after the test
+        if name in os.environ:
+            monkeypatch.setenv(name, os.environ[name])
+        else:
+            monkeypatch.delenv(name, raising=False)
     system = run_raw.Raw(connections="2", claim_limit=3)
     system.record(options(run_raw, tmp_path))
     with system.limit.replayer() as system.send:

@@ -45,7 +45,8 @@ def test_runjobs_reload_restarts_the_worker_when_a_module_changes_and_serves_on(
     module = tmp_path / "reload_settings.py"
     module.write_text("from testproject.settings import *  # noqa: F403\n")
     path = os.pathsep.join(p for p in (str(tmp_path), os.environ.get("PYTHONPATH")) if p)
-    env = {"PYTHONPATH": path, "DJANGO_SETTINGS_MODULE": "reload_settings"}
+    # DEBUG: Django's console handler, which prints the reloader's line, logs only then.
+    env = {"PYTHONPATH": path, "DJANGO_SETTINGS_MODULE": "reload_settings", "DEBUG": "true"}
     watcher = runjobs_process.start("--reload", "--queue", "default", env=env)
     children: set[int] = set()
     try:
