@@ -152,6 +152,26 @@ def database_url() -> str:
     return f"postgres://{auth}{settings['HOST']}:{settings['PORT']}/{settings['NAME']}"
 
 
+class StillRunning(subprocess.TimeoutExpired):
+    """``wait(timeout)`` ran out: says what the process printed, as a failed assert would."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}; its log:\n{self.output}"
+
+
+class LoggedProcess(subprocess.Popen[bytes]):
+    """A subprocess whose output goes to ``log_path``, shown when ``wait()`` times out."""
+
+    log_path: Path
+
+    def wait(self, timeout: float | None = None) -> int:
+        try:
+            return super().wait(timeout)
+        except subprocess.TimeoutExpired as expired:
+            log = self.log_path.read_text(errors="replace")
+            raise StillRunning(expired.cmd, expired.timeout, output=log) from None
+
+
 class RunjobsProcesses:
     """Real ``manage.py runjobs`` subprocesses; every one is killed at teardown."""
 
@@ -180,8 +200,9 @@ class RunjobsProcesses:
             "PYTHONUNBUFFERED": "1",
             **(env or {}),
         }
-        log = open(self.tmp_path / f"runjobs-{len(self.processes)}.log", "wb")  # noqa: SIM115
-        process = subprocess.Popen(
+        log_path = self.tmp_path / f"runjobs-{len(self.processes)}.log"
+        log = open(log_path, "wb")  # noqa: SIM115
+        process = LoggedProcess(
             [sys.executable, str(project / "manage.py"), command, *args],
             cwd=project,
             env=environment,
@@ -190,6 +211,7 @@ class RunjobsProcesses:
             start_new_session=start_new_session,
         )
         log.close()
+        process.log_path = log_path
         self.processes.append(process)
         return process
 

@@ -39,7 +39,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from enum import Enum
-from typing import Any
 
 from django.db import connections
 
@@ -137,14 +136,15 @@ class Supervisor:
     monotonic: Callable[[], float] = time.monotonic
     make_backoff: Callable[[], Backoff] = Backoff
     poll_seconds: float = POLL_SECONDS
-    signals: int = 0  # SIGTERM/SIGINT received (the handler only counts)
+    signals: int = 0  # SIGTERM/SIGINT received (on_signal only counts)
     woken: threading.Event = field(default_factory=threading.Event)
     slots: list[Slot] = field(default_factory=list)
     forwarded: int = 0
     gave_up: bool = False
 
-    def on_signal(self, signum: int = 0, frame: Any = None) -> None:
-        """The SIGTERM/SIGINT handler: count, wake the loop; the loop forwards."""
+    def on_signal(self, signum: int = 0) -> None:
+        """For each SIGTERM/SIGINT (:class:`~.stop_signals.StopSignals` calls it, off the
+        signal handler): count, wake the loop; the loop forwards."""
         self.signals += 1
         self.woken.set()
 

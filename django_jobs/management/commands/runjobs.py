@@ -28,6 +28,7 @@ from django_jobs.worker.startup import (
     served_queues,
     wait_for_database,
 )
+from django_jobs.worker.stop_signals import StopSignals
 from django_jobs.worker.supervisor import (
     CONFIG_EXIT,
     PIPE_ENV,
@@ -117,8 +118,9 @@ class Command(BaseCommand):
                 raise SystemExit(1)
             return
         stop_event, force_event = threading.Event(), threading.Event()
-        self._install_signal_handlers(stop_event, force_event)
-        if self.run_worker(options, stop_event, force_event):
+        with stop_signals(stop_event, force_event):
+            forced = self.run_worker(options, stop_event, force_event)
+        if forced:
             raise SystemExit(1)
 
     def start_up(self, options: dict[str, Any], stop_event: threading.Event) -> dict[str, int]:
@@ -160,10 +162,11 @@ class Command(BaseCommand):
         """Serve as a child of supervisor ``supervisor``: registered under it, stopped when
         it is gone."""
         stop_event, force_event = threading.Event(), threading.Event()
-        self._install_signal_handlers(stop_event, force_event)
-        if os.environ.get(PIPE_ENV, "").isdigit():
-            watch_supervisor(int(os.environ[PIPE_ENV]), stop_event)
-        if self.run_worker(options, stop_event, force_event, supervisor):
+        with stop_signals(stop_event, force_event):
+            if os.environ.get(PIPE_ENV, "").isdigit():
+                watch_supervisor(int(os.environ[PIPE_ENV]), stop_event)
+            forced = self.run_worker(options, stop_event, force_event, supervisor)
+        if forced:
             raise SystemExit(1)
 
     def supervise(self, options: dict[str, Any], processes: int) -> bool:
@@ -172,12 +175,20 @@ class Command(BaseCommand):
         supervisor = Supervisor(processes, burst=options["burst"])
         waiting = threading.Event()  # set by a signal while the database is awaited
 
-        def on_signal(signum: int, frame: Any) -> None:
-            supervisor.on_signal(signum, frame)
+        def on_signal(signum: int) -> None:
+            supervisor.on_signal(signum)
             waiting.set()
 
-        signal.signal(signal.SIGTERM, on_signal)
-        signal.signal(signal.SIGINT, on_signal)
+        with StopSignals(on_signal):
+            return self._supervise(options, processes, supervisor, waiting)
+
+    def _supervise(
+        self,
+        options: dict[str, Any],
+        processes: int,
+        supervisor: Supervisor,
+        waiting: threading.Event,
+    ) -> bool:
         queues = self.start_up(options, waiting)
         if not queues:
             return False
@@ -230,23 +241,12 @@ class Command(BaseCommand):
             # A file changed (SystemExit(3)), SIGTERM (SystemExit(0)) or Ctrl-C (a return):
             # stop the worker as on a first signal; a signal meanwhile is the second one.
             if serving:
-                self._install_signal_handlers(stop_event, force_event)
-                stop_event.set()
-                while serving[0].is_alive():
-                    serving[0].join(0.1)
+                with stop_signals(stop_event, force_event):
+                    stop_event.set()
+                    while serving[0].is_alive():
+                        serving[0].join(0.1)
                 if force_event.is_set():
                     raise SystemExit(1)  # stopped: no restart
-
-    @staticmethod
-    def _install_signal_handlers(stop_event: threading.Event, force_event: threading.Event) -> None:
-        def handle(signum: int, frame: Any) -> None:
-            # Only set events here; the worker's loop does the rest.
-            if stop_event.is_set():
-                force_event.set()
-            stop_event.set()
-
-        signal.signal(signal.SIGTERM, handle)
-        signal.signal(signal.SIGINT, handle)
 
     @staticmethod
     def _configure_logging(verbosity: int, *, with_pid: bool = False) -> None:
@@ -268,6 +268,18 @@ class Command(BaseCommand):
         )
         logger.addHandler(handler)
         logger.setLevel(level)
+
+
+def stop_signals(stop_event: threading.Event, force_event: threading.Event) -> StopSignals:
+    """The first SIGTERM or SIGINT sets ``stop_event`` (a graceful stop), the next one
+    ``force_event`` too (stop at once); the worker's loop does the rest."""
+
+    def on_signal(signum: int) -> None:
+        if stop_event.is_set():
+            force_event.set()
+        stop_event.set()
+
+    return StopSignals(on_signal)
 
 
 def processes_option(text: str) -> int | str:
