@@ -324,7 +324,10 @@ def registered_workers(
     has not swept yet is stale too.
     """
     using, now = resolve(using, now)
-    workers = [as_live_worker(row) for row in WorkerProcess.objects.using(using)]
+    workers = [
+        as_live_worker(row)
+        for row in WorkerProcess.objects.using(using).order_by("host", "pid", "id")
+    ]
     attach_running_jobs(workers, using)
     fresh = [w for w in workers if not heartbeat_is_stale(w.last_heartbeat_at, now)]
     stale = [w for w in workers if heartbeat_is_stale(w.last_heartbeat_at, now)]

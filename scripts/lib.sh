@@ -6,6 +6,17 @@ PIP_FLAGS=(-q --disable-pip-version-check)
 
 log() { printf '\n== %s\n' "$*" >&2; }
 
+# on_exit COMMAND: run COMMAND when the script exits, after those given before it.
+ON_EXIT=()
+run_on_exit() {
+    local command
+    for command in "${ON_EXIT[@]}"; do eval "$command" || true; done
+}
+on_exit() {
+    ON_EXIT+=("$1")
+    trap run_on_exit EXIT
+}
+
 # find_python MIN_MINOR: the first Python 3.x with x >= MIN_MINOR on PATH or under pyenv.
 find_python() {
     local min=$1 candidate
@@ -81,11 +92,42 @@ ensure_pgbouncer() {
     fi
 }
 
+# ensure_mariadb: Debian's MariaDB server, and the client library mysqlclient builds against.
+ensure_mariadb() {
+    if ! command -v mariadbd >/dev/null && [ ! -x /usr/sbin/mariadbd ]; then
+        log "installing MariaDB"
+        apt_install mariadb-server
+    fi
+    if ! pkg-config --exists libmariadb 2>/dev/null; then
+        log "installing MariaDB's client library"
+        apt_install libmariadb-dev pkg-config gcc
+    fi
+}
+
+# ensure_mysqlclient DIR: the [mysql] extra (mysqlclient) in the venv DIR.
+ensure_mysqlclient() {
+    local dir=$1
+    "$dir/bin/python" -c "import MySQLdb" 2>/dev/null && return 0
+    if ! "$dir/bin/pip" install "${PIP_FLAGS[@]}" -e "$ROOT[mysql]" >"$dir/pip-mysql.log" 2>&1; then
+        cat "$dir/pip-mysql.log" >&2
+        echo "installing mysqlclient into $dir failed" >&2
+        return 1
+    fi
+}
+
+# start_mariadb: a private server on 127.0.0.1; sets MARIADB_DIR and MARIADB_URL.
+start_mariadb() {
+    MARIADB_DIR="$(mktemp -d /tmp/django-jobs-mariadb.XXXXXX)"
+    MARIADB_URL="$(python3 "$ROOT/scripts/mariadbserver.py" start "$MARIADB_DIR")"
+    on_exit 'python3 "$ROOT/scripts/mariadbserver.py" stop "$MARIADB_DIR"; rm -rf "$MARIADB_DIR"'
+    export MARIADB_DIR MARIADB_URL
+}
+
 # start_postgres: a private server on 127.0.0.1; sets PG_DIR and PG_URL; stops on exit.
 start_postgres() {
     PG_DIR="$(mktemp -d /tmp/django-jobs-pg.XXXXXX)"
     PG_URL="$(python3 "$ROOT/scripts/pgserver.py" start "$PG_DIR")"
-    trap 'python3 "$ROOT/scripts/pgserver.py" stop "$PG_DIR"; rm -rf "$PG_DIR"' EXIT
+    on_exit 'python3 "$ROOT/scripts/pgserver.py" stop "$PG_DIR"; rm -rf "$PG_DIR"'
     JOBS_TEST_PG_DIR=$PG_DIR  # the fault tests stop and start this server
     export PG_DIR PG_URL JOBS_TEST_PG_DIR
 }

@@ -75,6 +75,11 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         "NAME": env("TEST_SQLITE_NAME", default=f"{DATABASES['default']['NAME']}-test")
     }
 
+if DATABASES["default"]["ENGINE"] == "django.db.backends.mysql":
+    # Four-byte UTF-8 (Django's default, 'utf8', is three-byte utf8mb3 on MariaDB).
+    DATABASES["default"].setdefault("OPTIONS", {}).setdefault("charset", "utf8mb4")
+    DATABASES["default"]["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
+
 USE_TZ = True
 TIME_ZONE = "UTC"
 STATIC_URL = "static/"

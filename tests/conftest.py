@@ -74,6 +74,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
         if not driver_class("default").has_journal_modes:
             pytest.skip("needs a database file with journal modes (SQLite's WAL)")
+    if item.get_closest_marker("rolled_back_ddl"):
+        from django.db import connection
+
+        if not connection.features.can_rollback_ddl:
+            pytest.skip(f"{connection.display_name} commits DDL at once: it cannot be rolled back")
 
 
 @pytest.fixture
@@ -149,7 +154,8 @@ def database_url() -> str:
     user = settings.get("USER") or ""
     password = f":{settings['PASSWORD']}" if settings.get("PASSWORD") else ""
     auth = f"{user}{password}@" if user else ""
-    return f"postgres://{auth}{settings['HOST']}:{settings['PORT']}/{settings['NAME']}"
+    scheme = "mysql" if connection.vendor == "mysql" else "postgres"
+    return f"{scheme}://{auth}{settings['HOST']}:{settings['PORT']}/{settings['NAME']}"
 
 
 class StillRunning(subprocess.TimeoutExpired):

@@ -35,8 +35,13 @@ def driver_class(using: str = "default") -> type[Driver]:
         from .sqlite import SQLiteDriver
 
         return SQLiteDriver
+    if vendor == "mysql":
+        from .mysql import MySQLDriver
+
+        return MySQLDriver
     raise ImproperlyConfigured(
-        f"django-jobs runs on PostgreSQL and SQLite; the database {using!r} is {vendor}"
+        f"django-jobs runs on PostgreSQL, SQLite and MariaDB or MySQL; the database {using!r} "
+        f"is {vendor}"
     )
 
 

@@ -430,8 +430,9 @@ class Driver:
         """The settle's statements, inside the caller's transaction."""
         raise NotImplementedError
 
-    def settled_columns_sql(self, target: str, source: str) -> str:
-        """The ``SET`` clauses of a settle for the outcome columns, from ``source`` (``v``).
+    def settled_columns_sql(self, target: str, source: str, qualified: bool = False) -> str:
+        """The ``SET`` clauses of a settle for the outcome columns, from ``source`` (``v``);
+        ``qualified``: each assigned column named with ``target`` (an UPDATE of a join).
 
         ``cancel_job()`` may have asked while the attempt ran, after the last
         renewal that would have carried the request back: whatever the
@@ -439,17 +440,18 @@ class Driver:
         with the attempt's error, and is not retried.
         """
         qn = self.qn
+        set_ = f"{target}." if qualified else ""
         requested = (
             f"{target}.{qn('cancel_requested_at')} IS NOT NULL"
             f" AND {source}.status <> '{JobStatus.SUCCEEDED.value}'"
         )
         return (
-            f"{qn('status')} = CASE WHEN {requested} THEN '{JobStatus.CANCELLED.value}'"
+            f"{set_}{qn('status')} = CASE WHEN {requested} THEN '{JobStatus.CANCELLED.value}'"
             f" ELSE {source}.status END,"
-            f" {qn('run_at')} = COALESCE({source}.run_at, {target}.{qn('run_at')}),"
-            f" {qn('finished_at')} = CASE WHEN {requested} THEN {source}.ended_at"
+            f" {set_}{qn('run_at')} = COALESCE({source}.run_at, {target}.{qn('run_at')}),"
+            f" {set_}{qn('finished_at')} = CASE WHEN {requested} THEN {source}.ended_at"
             f" ELSE COALESCE({source}.finished_at, {target}.{qn('finished_at')}) END,"
-            f" {qn('last_error')} = CASE WHEN {requested} THEN {source}.error"
+            f" {set_}{qn('last_error')} = CASE WHEN {requested} THEN {source}.error"
             f" ELSE COALESCE({source}.last_error, {target}.{qn('last_error')}) END"
         )
 
@@ -506,11 +508,13 @@ class Driver:
     ) -> tuple[str, list[Any]]:
         raise NotImplementedError
 
-    def progress_assignments(self, target: str, source: str) -> str:
-        """``SET`` clauses that take a row's progress from ``source`` where it reported."""
+    def progress_assignments(self, target: str, source: str, qualified: bool = False) -> str:
+        """``SET`` clauses that take a row's progress from ``source`` where it reported
+        (``qualified``: as :meth:`settled_columns_sql`)."""
         qn = self.qn
+        set_ = f"{target}." if qualified else ""
         return ", ".join(
-            f"{qn(column)} = CASE WHEN {source}.reported THEN {source}.{field}"
+            f"{set_}{qn(column)} = CASE WHEN {source}.reported THEN {source}.{field}"
             f" ELSE {target}.{qn(column)} END"
             for column, field in PROGRESS_COLUMNS
         )

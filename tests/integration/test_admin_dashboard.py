@@ -434,6 +434,7 @@ def test_finished_counts_are_estimates_on_postgresql_past_the_switch(
     assert stats.queue_stats(now=START)[0].succeeded == 1  # ``jobs status``: exact
 
 
+@pytest.mark.rolled_back_ddl
 def test_index_serves_on_with_the_summary_unavailable_when_the_jobs_table_is_gone(
     admin_client: Client,
 ) -> None:

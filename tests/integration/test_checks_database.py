@@ -138,6 +138,7 @@ def test_check_live_database_leaves_disabled_and_settings_schedules_alone(settin
     assert schedule_warnings() == []
 
 
+@pytest.mark.rolled_back_ddl
 def test_check_live_database_skips_schedules_when_the_table_is_missing() -> None:
     # As before `migrate` has created it (migrate runs the database checks first). The
     # rename is undone with the test's transaction; the check must leave that usable.

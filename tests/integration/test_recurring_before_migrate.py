@@ -50,6 +50,7 @@ def test_add_recurring_job_on_a_database_never_migrated_says_to_migrate(fresh_da
 
 
 @pytest.mark.django_db
+@pytest.mark.rolled_back_ddl
 def test_add_recurring_job_in_a_transaction_without_the_table_says_to_migrate():
     # Inside the test's transaction, rolled back at its end; PostgreSQL refuses every
     # statement after a failed one, so the table is looked for after a savepoint.

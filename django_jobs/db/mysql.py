@@ -1,0 +1,541 @@
+"""The MariaDB and MySQL driver: row locks with ``SKIP LOCKED``, no ``RETURNING`` on UPDATE.
+
+What both servers share, and so what this driver uses (MariaDB 10.6+, MySQL 8.0.1+):
+
+- The claim is a locking read of the due rows, ``SELECT ... FOR UPDATE SKIP
+  LOCKED``, that also computes each row's next attempt number; then one
+  UPDATE marks them running (the rows are locked, so none changed in
+  between; its WHERE repeats the read's conditions all the same) and one
+  INSERT starts their attempts. Four round trips with the commit, where
+  PostgreSQL takes one: neither server returns the rows an UPDATE wrote.
+- A settle batch locks the job rows it names (``SELECT ... FOR UPDATE``),
+  keeps those still running under the settlement's owner and attempt, and
+  writes them and their attempt rows in two UPDATEs joined to a derived
+  table of the settlements: four round trips with the commit, for the whole
+  batch. A lease renewal locks and reads the leases it extends, then writes
+  them: three.
+- An UPDATE joined to a derived table evaluates its assignments in no
+  promised order: none of the statements here reads a column that another
+  assignment of the same statement writes.
+- No LISTEN: the workers poll (``DJANGO_JOBS["POLL_SECONDS"]``).
+- New jobs: one row is one INSERT (its id from the connection); more rows are
+  one INSERT with ``RETURNING`` on MariaDB (10.5+), and an INSERT per row on
+  MySQL, which has no ``RETURNING``.
+
+The transaction isolation must be ``READ COMMITTED`` (Django's default for
+this backend): under ``REPEATABLE READ`` a locking range read also locks the
+gaps between index entries, and a claim would hold up the inserts of new
+jobs (:meth:`MySQLDriver.check_database`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any, NamedTuple
+
+from django.core.checks import CheckMessage, Error, Warning
+from django.db import DatabaseError
+
+from ..conf import settings
+from ..models import Job, JobStatus
+from .base import INSERTED_COLUMNS, Driver, MarkedRow, inserted_values, lease_end
+from .records import (
+    CANDIDATE_COLUMNS,
+    Candidate,
+    ClaimedJob,
+    ClaimRequest,
+    Pairs,
+    Progress,
+    Renewed,
+    RenewRow,
+    Settled,
+    Settlement,
+)
+
+#: The oldest servers with ``SKIP LOCKED``.
+MINIMUM_MARIADB = (10, 6)
+MINIMUM_MYSQL = (8, 0, 1)
+
+#: Isolation levels (as Django's ``OPTIONS["isolation_level"]`` spells them) and what each
+#: costs django-jobs; ``READ COMMITTED`` (Django's default here) costs nothing.
+ISOLATION_LEVELS = {"read uncommitted", "read committed", "repeatable read", "serializable"}
+
+
+class LockedRow(NamedTuple):
+    """A job row a settle or a renewal locked: what decides whether it writes it."""
+
+    id: int
+    lease_owner: str | None
+    attempt: int
+    status: str
+    cancel_requested_at: datetime | None
+
+
+class MySQLDriver(Driver):
+    supports_skip_locked = True
+    cuts_off_calls = True
+    has_connect_timeout = True
+    lock_suffix = " FOR UPDATE SKIP LOCKED"
+
+    # -- the server and its settings -------------------------------------------
+
+    @property
+    def is_mariadb(self) -> bool:
+        return bool(self.connection.mysql_is_mariadb)
+
+    def server_text(self) -> str:
+        version = ".".join(str(part) for part in self.connection.mysql_version)
+        return f"{'MariaDB' if self.is_mariadb else 'MySQL'} {version}"
+
+    def check_configuration(self) -> list[CheckMessage]:
+        return self.isolation_messages()
+
+    def isolation_level(self) -> str:
+        """The isolation level Django sets on this alias's connections."""
+        options = self.connection.settings_dict.get("OPTIONS") or {}
+        return str(options.get("isolation_level", "read committed")).lower()
+
+    def isolation_messages(self) -> list[CheckMessage]:
+        level = self.isolation_level()
+        fix = (
+            f"Set DATABASES[{self.using!r}]['OPTIONS']['isolation_level'] = 'read committed' "
+            "(Django's default for MariaDB and MySQL), or leave it out."
+        )
+        if level == "read committed" or level not in ISOLATION_LEVELS:
+            return []
+        if level == "read uncommitted":
+            return [
+                Error(
+                    f"The database {self.using!r} reads uncommitted rows (isolation level "
+                    "'read uncommitted'): the recurring scheduler could take a job another "
+                    "transaction has not committed, and may roll back, for its occurrence, "
+                    "and skip the occurrence.",
+                    hint=fix,
+                    id="django_jobs.E040",
+                )
+            ]
+        return [
+            Warning(
+                f"The database {self.using!r} runs its transactions at isolation level "
+                f"{level!r}: a claim's locking read then also locks the gaps between the "
+                "index entries it passes, which holds up the inserts of new jobs "
+                "(schedule_job() waits, or fails with a deadlock), and a schedule_job() with a "
+                "unique_key that loses a race inside a transaction cannot see the winner's row "
+                "and raises IntegrityError instead of returning it.",
+                hint=fix,
+                id="django_jobs.W040",
+            )
+        ]
+
+    def check_database(self) -> list[CheckMessage]:
+        try:
+            self.connection.ensure_connection()
+        except DatabaseError:
+            return []  # not reachable: the other checks and runjobs say so
+        messages: list[CheckMessage] = []
+        version = tuple(self.connection.mysql_version)
+        minimum = MINIMUM_MARIADB if self.is_mariadb else MINIMUM_MYSQL
+        if version < minimum:
+            wanted = ".".join(map(str, minimum))
+            messages.append(
+                Error(
+                    f"django-jobs needs {'MariaDB' if self.is_mariadb else 'MySQL'} {wanted} "
+                    f"or newer (SELECT ... FOR UPDATE SKIP LOCKED); the database "
+                    f"{self.using!r} is {self.server_text()}.",
+                    hint="Upgrade the server.",
+                    id="django_jobs.E041",
+                )
+            )
+        engine = self.table_engine()
+        if engine is not None and engine.lower() != "innodb":
+            messages.append(
+                Error(
+                    f"The jobs table of the database {self.using!r} uses the storage engine "
+                    f"{engine}, not InnoDB: it has no row locks or transactions, so two workers "
+                    "could run the same job.",
+                    hint=f"ALTER TABLE {Job._meta.db_table} ENGINE=InnoDB (and the other "
+                    "django_jobs_* tables), or set default_storage_engine=InnoDB before migrate.",
+                    id="django_jobs.E042",
+                )
+            )
+        messages += self.packet_messages()
+        return messages
+
+    def server_variable(self, name: str) -> str | None:
+        try:
+            with self.connection.cursor() as cursor:
+                cursor.execute("SELECT @@" + name)
+                row = cursor.fetchone()
+        except DatabaseError:
+            return None
+        return None if row is None or row[0] is None else str(row[0])
+
+    def table_engine(self) -> str | None:
+        """The storage engine of the jobs table; None before ``migrate`` made it."""
+        try:
+            with self.connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT engine FROM information_schema.tables"
+                    " WHERE table_schema = DATABASE() AND table_name = %s",
+                    [Job._meta.db_table],
+                )
+                row = cursor.fetchone()
+        except DatabaseError:
+            return None
+        return None if row is None else str(row[0])
+
+    def packet_messages(self) -> list[CheckMessage]:
+        """W041: ``max_allowed_packet`` smaller than a payload django-jobs accepts."""
+        packet = self.server_variable("max_allowed_packet")
+        payload = int(settings.MAX_PAYLOAD_BYTES or 0)
+        if packet is None or not payload:
+            return []
+        # A payload's JSON, escaped in the statement, with the row's other values around it.
+        needed = 2 * payload + 64 * 1024
+        if int(packet) >= needed:
+            return []
+        return [
+            Warning(
+                f"The database {self.using!r} takes statements of at most "
+                f"{int(packet):,} bytes (max_allowed_packet), and DJANGO_JOBS"
+                f"['MAX_PAYLOAD_BYTES'] accepts payloads of {payload:,} bytes: the INSERT of "
+                "a large payload can be refused with 'MySQL server has gone away' (2006).",
+                hint=f"Set max_allowed_packet to at least {needed:,} on the server, or lower "
+                "MAX_PAYLOAD_BYTES.",
+                id="django_jobs.W041",
+            )
+        ]
+
+    def database_now(self) -> datetime | None:
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT UTC_TIMESTAMP(6)")
+            (value,) = cursor.fetchone()
+        if not isinstance(value, datetime):
+            return None
+        return value.replace(tzinfo=UTC)
+
+    # -- statements ------------------------------------------------------------
+
+    @staticmethod
+    def derived(columns: Sequence[tuple[str, str]], count: int) -> str:
+        """A derived table of ``count`` rows of bound values, ``columns`` (name, SQL type or
+        "" for none) in each: ``SELECT %s AS a, ... UNION ALL SELECT ...``. Every value is
+        cast, so that the union's column types are the columns' (a bound value arrives as
+        text)."""
+
+        def value(kind: str) -> str:
+            return f"CAST(%s AS {kind})" if kind else "%s"
+
+        first = ", ".join(f"{value(kind)} AS {name}" for name, kind in columns)
+        other = ", ".join(value(kind) for _, kind in columns)
+        return " UNION ALL ".join([f"SELECT {first}"] + [f"SELECT {other}"] * (count - 1))
+
+    @contextmanager
+    def cursor(self) -> Iterator[Any]:
+        with self.connection.cursor() as cursor:
+            yield cursor
+
+    # -- new jobs --------------------------------------------------------------
+
+    def insert_jobs(self, rows: Sequence[Job], now: datetime) -> None:
+        """One INSERT, whose ids come back (one row: from the connection)."""
+        if not rows:
+            return
+        if len(rows) > 1 and not self.connection.features.can_return_rows_from_bulk_insert:
+            for row in rows:  # MySQL: no RETURNING, and ids of a multi-row insert are not said
+                self.insert_jobs([row], now)
+            return
+        qn = self.qn
+        columns = ", ".join(qn(column) for column in INSERTED_COLUMNS)
+        one = f"(%s, %s, %s, '{JobStatus.PENDING.value}', %s, %s, 0, 0, %s, '', '', %s, %s)"
+        sql = f"INSERT INTO {self.job_table} ({columns}) VALUES " + ", ".join([one] * len(rows))
+        params = [value for row in rows for value in inserted_values(row, self.adapt)]
+        with self.cursor() as cursor:
+            if len(rows) == 1:
+                cursor.execute(sql, params)
+                ids = [cursor.lastrowid]
+            else:
+                cursor.execute(sql + f" RETURNING {qn('id')}", params)
+                ids = [job_id for (job_id,) in cursor.fetchall()]
+        for row, job_id in zip(rows, ids, strict=True):
+            row.pk = job_id
+            row._state.adding = False
+            row._state.db = self.using
+
+    # -- claiming --------------------------------------------------------------
+
+    def claim_rows(self, request: ClaimRequest) -> list[ClaimedJob]:
+        """The locking read, which also reads each row's next attempt number; the UPDATE
+        that writes those numbers; the INSERT of the attempts."""
+        columns = ", ".join(self.qn(column) for column in CANDIDATE_COLUMNS)
+        due, params = self.due_condition(request.queue, request.now)
+        job = self.job_table
+        sql = self.text(
+            "claim_read",
+            lambda: (
+                f"SELECT {columns}, {self.next_attempt_sql(job)} FROM {job} WHERE {due}"
+                f" ORDER BY {self.claim_order} LIMIT %s{self.lock_suffix}"
+            ),
+        )
+        with self.cursor() as cursor:
+            cursor.execute(sql, [*params, int(request.limit)])
+            read = cursor.fetchall()
+        if not read:
+            return []
+        rows = [Candidate(*row[:-1]) for row in read]
+        attempts = {row[0]: int(row[-1]) for row in read}
+        marked = self.mark_locked(rows, attempts, request)
+        return self.claimed(rows, marked, request)
+
+    def mark_locked(
+        self, rows: Sequence[Candidate], attempts: Mapping[int, int], request: ClaimRequest
+    ) -> dict[int, MarkedRow]:
+        """Mark the rows the claim's read locked running, each with the attempt number it
+        read: none can have changed since, so each is written (the WHERE says so again)."""
+        qn, job = self.qn, self.job_table
+        due, due_params = self.due_condition(request.queue, request.now)
+        ids = [row.id for row in rows]
+        placeholders = ", ".join(["%s"] * len(ids))
+        cases = " ".join(["WHEN %s THEN %s"] * len(ids))
+        sql = (
+            f"UPDATE {job} SET {qn('status')} = '{JobStatus.RUNNING.value}',"
+            f" {qn('lease_owner')} = %s, {qn('lease_expires_at')} = %s, {qn('started_at')} = %s,"
+            f" {qn('attempt')} = CASE {qn('id')} {cases} END,"
+            f" {qn('attempts_used')} = {qn('attempts_used')} + 1"
+            f" WHERE {qn('id')} IN ({placeholders}) AND {due}"
+        )
+        stamp = [request.owner, self.adapt(request.expires_at), self.adapt(request.now)]
+        numbered = [value for job_id in ids for value in (job_id, attempts[job_id])]
+        with self.cursor() as cursor:
+            cursor.execute(sql, [*stamp, *numbered, *ids, *due_params])
+            if cursor.rowcount != len(ids):
+                return self.read_marked(cursor, ids, request)
+        return {row.id: MarkedRow(row.id, attempts[row.id], row.attempts_used + 1) for row in rows}
+
+    def claimed(
+        self, rows: Sequence[Candidate], marked: Mapping[int, MarkedRow], request: ClaimRequest
+    ) -> list[ClaimedJob]:
+        claimed = [
+            ClaimedJob(
+                id=row.id,
+                name=row.name,
+                queue=row.queue,
+                raw_payload=row.payload,
+                attempt=marked[row.id].attempt,
+                attempts_used=marked[row.id].attempts_used,
+                max_attempts=row.max_attempts,
+                owner=request.owner,
+                lease_expires_at=request.expires_at,
+            )
+            for row in rows
+            if row.id in marked
+        ]
+        if claimed:
+            self.start_attempts(claimed, request.now)
+        return claimed
+
+    def mark_running(self, ids: Sequence[int], request: ClaimRequest) -> dict[int, MarkedRow]:
+        """The claim one row at a time (after a refused write): the UPDATE numbers the
+        attempt itself, and the rows it wrote are read back."""
+        sql, params = self.mark_running_sql(ids, request)
+        with self.cursor() as cursor:
+            cursor.execute(sql.split(" RETURNING ")[0], params)
+            return self.read_marked(cursor, ids, request)
+
+    def read_marked(
+        self, cursor: Any, ids: Sequence[int], request: ClaimRequest
+    ) -> dict[int, MarkedRow]:
+        """The rows of ``ids`` this claim marked running, read back in its transaction."""
+        qn = self.qn
+        placeholders = ", ".join(["%s"] * len(ids))
+        cursor.execute(
+            f"SELECT {qn('id')}, {qn('attempt')}, {qn('attempts_used')} FROM {self.job_table}"
+            f" WHERE {qn('id')} IN ({placeholders}) AND {qn('lease_owner')} = %s"
+            f" AND {self.running_guard(self.job_table)} AND {qn('started_at')} = %s",
+            [*ids, request.owner, self.adapt(request.now)],
+        )
+        return {row[0]: MarkedRow._make(row) for row in cursor.fetchall()}
+
+    # -- settling --------------------------------------------------------------
+
+    def lock_jobs(self, cursor: Any, ids: Sequence[int]) -> dict[int, LockedRow]:
+        """Lock the job rows ``ids`` (waiting for another writer, up to the lock wait
+        timeout) and read what decides their writes."""
+        qn = self.qn
+        placeholders = ", ".join(["%s"] * len(ids))
+        cursor.execute(
+            f"SELECT {qn('id')}, {qn('lease_owner')}, {qn('attempt')}, {qn('status')},"
+            f" {qn('cancel_requested_at')} FROM {self.job_table}"
+            f" WHERE {qn('id')} IN ({placeholders}) FOR UPDATE",
+            list(ids),
+        )
+        return {row[0]: LockedRow._make(row) for row in cursor.fetchall()}
+
+    @staticmethod
+    def holds(row: LockedRow | None, owner: str, attempt: int) -> bool:
+        return (
+            row is not None
+            and row.status == JobStatus.RUNNING.value
+            and row.lease_owner == owner
+            and row.attempt == attempt
+        )
+
+    def settle_rows(self, settlements: Sequence[Settlement]) -> Settled:
+        if not settlements:
+            return Settled([])
+        with self.cursor() as cursor:
+            locked = self.lock_jobs(cursor, sorted({s.job_id for s in settlements}))
+            fenced_in = [
+                s for s in settlements if self.holds(locked.get(s.job_id), s.owner, s.attempt)
+            ]
+            if not fenced_in:
+                return self.settled(settlements, [])
+            self.write_settled_jobs(cursor, fenced_in)
+            self.close_attempts(cursor, fenced_in)
+        written = []
+        for s in fenced_in:
+            cancelled = (
+                locked[s.job_id].cancel_requested_at is not None and s.status != JobStatus.SUCCEEDED
+            )
+            written.append(
+                (s.job_id, s.attempt, JobStatus.CANCELLED.value if cancelled else str(s.status))
+            )
+        return self.settled(settlements, written)
+
+    SETTLE_SOURCE = (
+        ("id", "SIGNED"),
+        ("owner", "CHAR(255)"),
+        ("attempt", "SIGNED"),
+        ("status", "CHAR(20)"),
+        ("run_at", "DATETIME(6)"),
+        ("finished_at", "DATETIME(6)"),
+        ("last_error", ""),
+        ("give_back", "SIGNED"),
+        ("result", ""),
+        ("error", ""),
+        ("ended_at", "DATETIME(6)"),
+    )
+
+    def write_settled_jobs(self, cursor: Any, settlements: Sequence[Settlement]) -> None:
+        qn, job = self.qn, self.job_table
+        source = self.derived(self.SETTLE_SOURCE, len(settlements))
+        params: list[Any] = []
+        for s in settlements:
+            params += [
+                s.job_id,
+                s.owner,
+                s.attempt,
+                str(s.status),
+                self.adapt(s.run_at),
+                self.adapt(s.finished_at),
+                s.last_error,
+                int(s.give_back),
+                s.result,
+                s.error,
+                self.adapt(s.ended_at),
+            ]
+        cursor.execute(
+            f"UPDATE {job} j JOIN ({source}) v ON j.{qn('id')} = v.id"
+            f" AND j.{qn('lease_owner')} = v.owner AND j.{qn('attempt')} = v.attempt"
+            f" SET {self.settled_columns_sql('j', 'v', qualified=True)},"
+            f" j.{qn('attempts_used')} = j.{qn('attempts_used')} - v.give_back,"
+            f" j.{qn('result')} = COALESCE(v.result, j.{qn('result')}),"
+            f" j.{qn('lease_owner')} = NULL, j.{qn('lease_expires_at')} = NULL"
+            f" WHERE {self.running_guard('j')}",
+            params,
+        )
+
+    def close_attempts(self, cursor: Any, done: Sequence[Settlement]) -> None:
+        qn, attempts = self.qn, self.attempt_table
+        source = self.derived(
+            (
+                ("job_id", "SIGNED"),
+                ("number", "SIGNED"),
+                ("outcome", "CHAR(20)"),
+                ("error", ""),
+                ("ended_at", "DATETIME(6)"),
+                ("traceback", ""),
+            ),
+            len(done),
+        )
+        params: list[Any] = []
+        for s in done:
+            params += [
+                s.job_id,
+                s.attempt,
+                str(s.outcome),
+                s.error,
+                self.adapt(s.ended_at),
+                s.traceback,
+            ]
+        cursor.execute(
+            f"UPDATE {attempts} a JOIN ({source}) v ON a.{qn('job_id')} = v.job_id"
+            f" AND a.{qn('number')} = v.number"
+            f" SET a.{qn('outcome')} = v.outcome, a.{qn('finished_at')} = v.ended_at,"
+            f" a.{qn('error')} = v.error, a.{qn('traceback')} = v.traceback"
+            f" WHERE a.{qn('outcome')} IS NULL",
+            params,
+        )
+
+    # -- renewing --------------------------------------------------------------
+
+    def renew(
+        self,
+        owner: str,
+        held: Pairs,
+        now: datetime,
+        lease_seconds: float,
+        give_up_seconds: float = 0.0,
+        progress: Mapping[int, Progress] | None = None,
+    ) -> Renewed:
+        """Lock and read the leases that still stand past the give-up point, then extend
+        them (and write their progress): two statements and the commit."""
+        expires = lease_end(now, lease_seconds)
+        if not held:
+            return Renewed(set(), expires, set())
+        qn, job = self.qn, self.job_table
+        margin = now + timedelta(seconds=give_up_seconds)
+        attempts = dict(held)
+        placeholders = ", ".join(["%s"] * len(attempts))
+        with self.write_transaction(), self.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {qn('id')}, {qn('attempt')}, {qn('cancel_requested_at')} FROM {job}"
+                f" WHERE {qn('id')} IN ({placeholders}) AND {qn('lease_owner')} = %s"
+                f" AND {self.running_guard(job)} AND {qn('lease_expires_at')} > %s FOR UPDATE",
+                [*attempts, owner, self.adapt(margin)],
+            )
+            standing = [row for row in cursor.fetchall() if attempts.get(row[0]) == row[1]]
+            if not standing:
+                return Renewed(set(), expires, set())
+            rows = [RenewRow(row[0], row[1], (progress or {}).get(row[0])) for row in standing]
+            source = self.derived(
+                (
+                    ("id", "SIGNED"),
+                    ("attempt", "SIGNED"),
+                    ("reported", "SIGNED"),
+                    ("done", "SIGNED"),
+                    ("total", "SIGNED"),
+                    ("note", "CHAR(200)"),
+                ),
+                len(rows),
+            )
+            flat = [
+                value
+                for row in rows
+                for value in (row.id, row.attempt, int(row.reported), row.done, row.total, row.note)
+            ]
+            cursor.execute(
+                f"UPDATE {job} j JOIN ({source}) h ON j.{qn('id')} = h.id"
+                f" AND j.{qn('attempt')} = h.attempt"
+                f" SET j.{qn('lease_expires_at')} = %s, "
+                + self.progress_assignments("j", "h", qualified=True)
+                + f" WHERE j.{qn('lease_owner')} = %s AND {self.running_guard('j')}",
+                [*flat, self.adapt(expires), owner],
+            )
+        requested = {row[0] for row in standing if row[2] is not None}
+        return Renewed({row[0] for row in standing}, expires, requested)
+
+    def renew_sql(self, *args: Any, **kwargs: Any) -> tuple[str, list[Any]]:
+        raise NotImplementedError("MySQLDriver.renew writes in two statements")
