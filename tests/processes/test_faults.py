@@ -125,7 +125,7 @@ def test_fault_kill_storm_every_job_succeeds_without_overlapping_attempts(runjob
         [
             {
                 "job": "example.record",
-                "payload": {"sleep": rng.choice([0, 0, 0.01, 0.05])},
+                "payload": {"sleep": rng.choice([0, 0.01, 0.05, 0.05])},
                 "max_attempts": 100,
             }
             for _ in range(total)
@@ -133,6 +133,8 @@ def test_fault_kill_storm_every_job_succeeds_without_overlapping_attempts(runjob
     )
     env = {"JOBS_LEASE_SECONDS": "1", "JOBS_MAINTENANCE_SECONDS": "0.2"}
     workers = [runjobs_process.start("--queue", "default", env=env) for _ in range(4)]
+    # The storm starts once they serve, so that its kills land mid-job, not mid-start-up.
+    wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).exists(), timeout=30)
     killed = 0
     deadline = time.monotonic() + 150
     while Job.objects.filter(status=JobStatus.SUCCEEDED).count() < total:
