@@ -12,8 +12,8 @@ from django.db import connection
 def refusing(name: str, event: str, table: str, condition: str = "1 = 1") -> Iterator[None]:
     """While open, ``event`` (``INSERT``, ``UPDATE``, ``UPDATE OF col``) on ``table`` fails.
 
-    Only for rows matching ``condition``, SQL over ``NEW``/``OLD`` that both
-    databases read alike. The failure is an integrity error on both, with
+    Only for rows matching ``condition``, SQL over ``NEW``/``OLD`` that every
+    database reads alike. The failure is an integrity error on each, with
     ``name`` in its message.
     """
     with connection.cursor() as cursor:
@@ -27,6 +27,18 @@ def refusing(name: str, event: str, table: str, condition: str = "1 = 1") -> Ite
                 f"CREATE TRIGGER {name} BEFORE {event} ON {table}"
                 f" FOR EACH ROW EXECUTE FUNCTION {name}()"
             )
+        elif connection.vendor == "mysql":
+            if connection.in_atomic_block:  # CREATE TRIGGER commits the test's transaction
+                raise RuntimeError("a trigger on MariaDB/MySQL needs django_db(transaction=True)")
+            action, _, column = event.partition(" OF ")
+            if column:  # no UPDATE OF: the column's change is part of the condition
+                condition = f"NOT (NEW.{column} <=> OLD.{column}) AND ({condition})"
+            # Errno 4025, CONSTRAINT_FAILED: an IntegrityError, as the others raise.
+            cursor.execute(
+                f"CREATE TRIGGER {name} BEFORE {action} ON {table} FOR EACH ROW BEGIN"
+                f" IF {condition} THEN SIGNAL SQLSTATE '23000'"
+                f" SET MYSQL_ERRNO = 4025, MESSAGE_TEXT = '{name}'; END IF; END"
+            )
         else:
             cursor.execute(
                 f"CREATE TRIGGER {name} BEFORE {event} ON {table} WHEN {condition}"
@@ -39,5 +51,5 @@ def refusing(name: str, event: str, table: str, condition: str = "1 = 1") -> Ite
             if connection.vendor == "postgresql":
                 cursor.execute(f"DROP TRIGGER IF EXISTS {name} ON {table}")
                 cursor.execute(f"DROP FUNCTION IF EXISTS {name}()")
-            else:
+            else:  # SQLite, MariaDB and MySQL
                 cursor.execute(f"DROP TRIGGER IF EXISTS {name}")

@@ -179,6 +179,11 @@ class Driver:
         """The cursor for hot-path statements (a driver may prepare them)."""
         return self.connection.cursor()
 
+    @classmethod
+    def bound_session(cls, connection: Any, seconds: float) -> None:
+        """On a worker's new ``connection``: have the server give up a wait (a lock) within
+        ``seconds``, the calls' deadline, where it would wait longer."""
+
     def check_configuration(self) -> list[CheckMessage]:
         """System-check errors about how the database is set up for jobs (every command)."""
         return []

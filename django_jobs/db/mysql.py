@@ -30,6 +30,7 @@ jobs (:meth:`MySQLDriver.check_database`).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
@@ -81,13 +82,26 @@ class MySQLDriver(Driver):
 
     # -- the server and its settings -------------------------------------------
 
+    @classmethod
+    def bound_session(cls, connection: Any, seconds: float) -> None:
+        """A row lock is waited for ``innodb_lock_wait_timeout`` (50 s unless set), far past
+        a call's deadline, which would then cut the connection off: a worker's session
+        waits a whole number of seconds within it instead (error 1205, the connection
+        kept), unless the project's ``init_command`` sets it."""
+        options = connection.settings_dict.get("OPTIONS") or {}
+        if "innodb_lock_wait_timeout" in str(options.get("init_command") or ""):
+            return
+        with connection.connection.cursor() as cursor:  # the raw cursor: no wrapper yet
+            cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {max(1, math.floor(seconds))}")
+
     @property
     def is_mariadb(self) -> bool:
         return bool(self.connection.mysql_is_mariadb)
 
-    def server_text(self) -> str:
-        version = ".".join(str(part) for part in self.connection.mysql_version)
-        return f"{'MariaDB' if self.is_mariadb else 'MySQL'} {version}"
+    def server_text(self, version: tuple[int, ...] | None = None) -> str:
+        """``MariaDB 10.11.19``: the server's name and ``version`` (its own, unless told)."""
+        number = ".".join(str(part) for part in version or self.connection.mysql_version)
+        return f"{'MariaDB' if self.is_mariadb else 'MySQL'} {number}"
 
     def check_configuration(self) -> list[CheckMessage]:
         return self.isolation_messages()
@@ -134,21 +148,30 @@ class MySQLDriver(Driver):
             self.connection.ensure_connection()
         except DatabaseError:
             return []  # not reachable: the other checks and runjobs say so
-        messages: list[CheckMessage] = []
-        version = tuple(self.connection.mysql_version)
+        messages = self.version_messages(tuple(self.connection.mysql_version))
+        messages += self.engine_messages(self.table_engine())
+        messages += self.packet_messages()
+        return messages
+
+    def version_messages(self, version: tuple[int, ...]) -> list[CheckMessage]:
+        """E041: a server without ``SKIP LOCKED``."""
         minimum = MINIMUM_MARIADB if self.is_mariadb else MINIMUM_MYSQL
-        if version < minimum:
-            wanted = ".".join(map(str, minimum))
-            messages.append(
-                Error(
-                    f"django-jobs needs {'MariaDB' if self.is_mariadb else 'MySQL'} {wanted} "
-                    f"or newer (SELECT ... FOR UPDATE SKIP LOCKED); the database "
-                    f"{self.using!r} is {self.server_text()}.",
-                    hint="Upgrade the server.",
-                    id="django_jobs.E041",
-                )
+        if version >= minimum:
+            return []
+        wanted = ".".join(map(str, minimum))
+        return [
+            Error(
+                f"django-jobs needs {'MariaDB' if self.is_mariadb else 'MySQL'} {wanted} "
+                f"or newer (SELECT ... FOR UPDATE SKIP LOCKED); the database "
+                f"{self.using!r} is {self.server_text(version)}.",
+                hint="Upgrade the server.",
+                id="django_jobs.E041",
             )
-        engine = self.table_engine()
+        ]
+
+    def engine_messages(self, engine: str | None) -> list[CheckMessage]:
+        """E042: the jobs table in a storage engine without row locks (not InnoDB)."""
+        messages: list[CheckMessage] = []
         if engine is not None and engine.lower() != "innodb":
             messages.append(
                 Error(
@@ -160,7 +183,6 @@ class MySQLDriver(Driver):
                     id="django_jobs.E042",
                 )
             )
-        messages += self.packet_messages()
         return messages
 
     def server_variable(self, name: str) -> str | None:
@@ -221,9 +243,12 @@ class MySQLDriver(Driver):
     @staticmethod
     def derived(columns: Sequence[tuple[str, str]], count: int) -> str:
         """A derived table of ``count`` rows of bound values, ``columns`` (name, SQL type or
-        "" for none) in each: ``SELECT %s AS a, ... UNION ALL SELECT ...``. Every value is
-        cast, so that the union's column types are the columns' (a bound value arrives as
-        text)."""
+        "" for none) in each: ``SELECT %s AS a, ... UNION ALL SELECT ...``.
+
+        A datetime is cast in every row (it arrives as text, and the union's column would
+        be text). Numbers and text are not: a cast would wrap a number too big for the
+        column or cut a text too long, where the write should be refused (strict mode).
+        """
 
         def value(kind: str) -> str:
             return f"CAST(%s AS {kind})" if kind else "%s"
@@ -269,18 +294,9 @@ class MySQLDriver(Driver):
     def claim_rows(self, request: ClaimRequest) -> list[ClaimedJob]:
         """The locking read, which also reads each row's next attempt number; the UPDATE
         that writes those numbers; the INSERT of the attempts."""
-        columns = ", ".join(self.qn(column) for column in CANDIDATE_COLUMNS)
-        due, params = self.due_condition(request.queue, request.now)
-        job = self.job_table
-        sql = self.text(
-            "claim_read",
-            lambda: (
-                f"SELECT {columns}, {self.next_attempt_sql(job)} FROM {job} WHERE {due}"
-                f" ORDER BY {self.claim_order} LIMIT %s{self.lock_suffix}"
-            ),
-        )
+        sql, params = self.claim_statement(request)
         with self.cursor() as cursor:
-            cursor.execute(sql, [*params, int(request.limit)])
+            cursor.execute(sql, params)
             read = cursor.fetchall()
         if not read:
             return []
@@ -288,6 +304,21 @@ class MySQLDriver(Driver):
         attempts = {row[0]: int(row[-1]) for row in read}
         marked = self.mark_locked(rows, attempts, request)
         return self.claimed(rows, marked, request)
+
+    def claim_statement(self, request: ClaimRequest) -> tuple[str, list[Any]]:
+        """The claim's locking read: the due rows in claim order, each with its next attempt
+        number (:meth:`~.base.Driver.next_attempt_sql`)."""
+        due, params = self.due_condition(request.queue, request.now)
+
+        def build() -> str:
+            columns = ", ".join(self.qn(column) for column in CANDIDATE_COLUMNS)
+            job = self.job_table
+            return (
+                f"SELECT {columns}, {self.next_attempt_sql(job)} FROM {job} WHERE {due}"
+                f" ORDER BY {self.claim_order} LIMIT %s{self.lock_suffix}"
+            )
+
+        return self.text("claim_read", build), [*params, int(request.limit)]
 
     def mark_locked(
         self, rows: Sequence[Candidate], attempts: Mapping[int, int], request: ClaimRequest
@@ -405,14 +436,14 @@ class MySQLDriver(Driver):
         return self.settled(settlements, written)
 
     SETTLE_SOURCE = (
-        ("id", "SIGNED"),
-        ("owner", "CHAR(255)"),
-        ("attempt", "SIGNED"),
-        ("status", "CHAR(20)"),
+        ("id", ""),
+        ("owner", ""),
+        ("attempt", ""),
+        ("status", ""),
         ("run_at", "DATETIME(6)"),
         ("finished_at", "DATETIME(6)"),
         ("last_error", ""),
-        ("give_back", "SIGNED"),
+        ("give_back", ""),
         ("result", ""),
         ("error", ""),
         ("ended_at", "DATETIME(6)"),
@@ -451,9 +482,9 @@ class MySQLDriver(Driver):
         qn, attempts = self.qn, self.attempt_table
         source = self.derived(
             (
-                ("job_id", "SIGNED"),
-                ("number", "SIGNED"),
-                ("outcome", "CHAR(20)"),
+                ("job_id", ""),
+                ("number", ""),
+                ("outcome", ""),
                 ("error", ""),
                 ("ended_at", "DATETIME(6)"),
                 ("traceback", ""),
@@ -512,12 +543,12 @@ class MySQLDriver(Driver):
             rows = [RenewRow(row[0], row[1], (progress or {}).get(row[0])) for row in standing]
             source = self.derived(
                 (
-                    ("id", "SIGNED"),
-                    ("attempt", "SIGNED"),
-                    ("reported", "SIGNED"),
-                    ("done", "SIGNED"),
-                    ("total", "SIGNED"),
-                    ("note", "CHAR(200)"),
+                    ("id", ""),
+                    ("attempt", ""),
+                    ("reported", ""),
+                    ("done", ""),
+                    ("total", ""),
+                    ("note", ""),
                 ),
                 len(rows),
             )

@@ -123,6 +123,42 @@ class Watchdog:
 watchdog = Watchdog()
 
 
+#: The attribute of a Django connection that keeps (its raw connection, that one's socket).
+SOCKET = "_django_jobs_socket"
+
+
+#: Aliases whose new connections :func:`apply_connect_timeout` bounded: the deadline, seconds.
+bounded: dict[str, float] = {}
+
+
+def on_connection_created(sender: Any, connection: Any, **kwargs: Any) -> None:
+    """``connection_created``: note the new connection's socket, in the thread that made it,
+    and bound its session's waits where this process's calls have deadlines.
+
+    The watchdog cannot ask for the socket while another thread's call runs on
+    the connection: mysqlclient refuses any use of a connection from a second
+    thread meanwhile, ``fileno()`` included.
+    """
+    raw = connection.connection
+    fileno = getattr(raw, "fileno", None)  # a network connection's (not SQLite's)
+    if fileno is not None:
+        setattr(connection, SOCKET, (raw, fileno()))
+    seconds = bounded.get(connection.alias)
+    if seconds is not None:
+        driver_class(connection.alias).bound_session(connection, seconds)
+
+
+def socket_of(connection: Any) -> int | None:
+    """The socket of ``connection``'s raw connection, as noted when it was made."""
+    raw = connection.connection
+    if raw is None:
+        return None  # not connected yet: bounded by connect_timeout
+    kept = getattr(connection, SOCKET, None)
+    if kept is not None and kept[0] is raw:
+        return int(kept[1])
+    return int(raw.fileno())
+
+
 def cut_off(connection: Any) -> None:
     """Wake a thread blocked on ``connection`` (a Django database wrapper) with an error.
 
@@ -130,12 +166,12 @@ def cut_off(connection: Any) -> None:
     timeout (the ``timeout`` option) for the lock, and the heartbeat never
     waits on it past the give-up point (:class:`OffThread`).
     """
-    raw = connection.connection
-    if raw is None:
-        return  # not connected yet: bounded by connect_timeout
+    fd = socket_of(connection)
+    if fd is None:
+        return
     # A duplicate of the descriptor: shutting it down acts on the socket the
     # driver reads, and closing the duplicate leaves the driver's own open.
-    with socket.socket(fileno=os.dup(raw.fileno())) as sock:
+    with socket.socket(fileno=os.dup(fd)) as sock:
         sock.shutdown(socket.SHUT_RDWR)
 
 
@@ -179,15 +215,22 @@ class Deadlines:
 
 
 def apply_connect_timeout(using: str, seconds: float) -> None:
-    """Give new PostgreSQL connections of ``using`` a ``connect_timeout``, unless one is set.
+    """Give new connections of ``using`` a ``connect_timeout``, unless one is set, and what
+    else their driver bounds by the calls' deadline (:meth:`Driver.bound_session`, when
+    each is made).
 
-    libpq waits for a connection that a silent network never completes; this
-    bounds it. Affects this process only.
+    libpq and libmariadb wait for a connection that a silent network never
+    completes; this bounds it. Affects this process only.
     """
-    if not driver_class(using).has_connect_timeout:
+    driver = driver_class(using)
+    if not driver.has_connect_timeout:
         return
     options = connections[using].settings_dict.setdefault("OPTIONS", {})
     options.setdefault("connect_timeout", max(2, math.ceil(seconds)))
+    bounded[using] = seconds
+    connection = connections[using]
+    if connection.connection is not None:  # this thread's, made before: bound it too
+        driver.bound_session(connection, seconds)
 
 
 class CallerBusy(RuntimeError):

@@ -13,12 +13,15 @@ from django_jobs import schedule_job
 from django_jobs.db import ClaimRequest, get_driver
 from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import START
+from tests.plans import explain, scans, sorts
 from tests.triggers import refusing
 
 pytestmark = pytest.mark.django_db
 
 LEASE = 60
-STATEMENTS_PER_CLAIM = {"postgresql": 1, "sqlite": 5}
+# SQLite: begin, read, one UPDATE ... RETURNING, one INSERT of the attempts, commit.
+# MariaDB/MySQL: begin, the locking read, one UPDATE, one INSERT of the attempts, commit.
+STATEMENTS_PER_CLAIM = {"postgresql": 1, "sqlite": 5, "mysql": 5}
 
 
 def request(limit=1, queue="default", owner="w1", now=START, lease=LEASE):
@@ -87,7 +90,6 @@ def test_claim_query_count_does_not_grow_with_the_batch(make_job, django_assert_
     for _ in range(batch):
         make_job()
     # PostgreSQL: one statement that selects, marks running and inserts the attempts.
-    # SQLite: begin, read, one UPDATE ... RETURNING, one INSERT of the attempts, commit.
     with django_assert_num_queries(STATEMENTS_PER_CLAIM[connection.vendor]):
         assert len(claim(limit=batch)) == batch
 
@@ -126,18 +128,6 @@ def test_claim_concurrent_claimers_never_take_one_job_twice(make_job):
     assert Attempt.objects.count() == 60
 
 
-def _plan(sql: str, params: list) -> str:
-    with connection.cursor() as cursor:
-        if connection.features.has_select_for_update_skip_locked:
-            cursor.execute("ANALYZE django_jobs_job")
-            cursor.execute("ANALYZE django_jobs_attempt")
-            cursor.execute("EXPLAIN " + sql, params)
-        else:
-            cursor.execute("ANALYZE")
-            cursor.execute("EXPLAIN QUERY PLAN " + sql, params)
-        return "\n".join(" ".join(str(c) for c in row) for row in cursor.fetchall())
-
-
 def test_claim_plan_seeks_the_partial_index_without_a_sort(make_job):
     finished = [
         Job(name="tests.ok", status=JobStatus.SUCCEEDED, run_at=START, created_at=START)
@@ -148,10 +138,10 @@ def test_claim_plan_seeks_the_partial_index_without_a_sort(make_job):
         make_job(priority=n % 3)
         make_job(queue="other")
     sql, params = get_driver().claim_statement(request(5))
-    plan = _plan(sql, params)
+    plan = explain(sql, params)
     assert "django_jobs_claim_idx" in plan, plan
-    assert "Sort" not in plan and "TEMP B-TREE" not in plan, plan
-    assert "Seq Scan on django_jobs_job" not in plan and "SCAN django_jobs_job" not in plan, plan
+    assert not sorts(plan), plan
+    assert not scans(plan, "django_jobs_job"), plan
 
 
 def test_claim_update_probes_the_attempt_index_without_a_scan(make_job):
@@ -167,14 +157,14 @@ def test_claim_update_probes_the_attempt_index_without_a_scan(make_job):
     )
     ids = [make_job().pk for _ in range(5)]
     driver = get_driver()
-    if connection.vendor == "postgresql":  # the claim's one statement numbers the attempts
+    if connection.vendor != "sqlite":  # the claim's statement (PostgreSQL) or read numbers them
         sql, params = driver.claim_statement(request(5))
     else:
         sql, params = driver.mark_running_sql(ids, request(5, lease=0))
-    plan = _plan(sql, params)
+    plan = explain(sql, params)
     assert "django_jobs_attempt" in plan, plan
     for table in ("django_jobs_job", "django_jobs_attempt"):
-        assert f"Seq Scan on {table}" not in plan and f"SCAN {table}" not in plan, plan
+        assert not scans(plan, table), plan
 
 
 def test_claim_sends_the_statement_whose_plan_is_checked(make_job):
@@ -337,7 +327,9 @@ def test_claim_pending_row_with_a_lease_owner_does_not_stall_the_rows_behind(mak
 
 # -- settle, renew, claim and settle: every write after the claim is fenced -------
 
-STATEMENTS_PER_SETTLE = {"postgresql": 1, "sqlite": 4}  # SQLite: begin, jobs, attempts, commit
+# SQLite: begin, jobs, attempts, commit.
+# MariaDB/MySQL: begin, lock the jobs, jobs, attempts, commit.
+STATEMENTS_PER_SETTLE = {"postgresql": 1, "sqlite": 4, "mysql": 5}
 
 
 def succeeded(job, now=START, **changes):
@@ -390,7 +382,7 @@ def test_driver_claim_and_settle_writes_both_in_one_statement_on_postgresql(
     for _ in range(6):
         make_job()
     done = [succeeded(job) for job in claim(limit=3)]
-    statements = {"postgresql": 1, "sqlite": 7}[connection.vendor]
+    statements = {"postgresql": 1, "sqlite": 7, "mysql": 8}[connection.vendor]
     with django_assert_num_queries(statements):
         claimed, settled = get_driver().claim_and_settle(request(3), done)
     assert settled.lost == [] and len(claimed) == 3

@@ -18,8 +18,8 @@ FAST = {"POLL_SECONDS": 0.02, "MAINTENANCE_SECONDS": 0.1, "RETRY_BASE_SECONDS": 
 
 # One claim cycle of the dispatcher: the claim carries the outcomes that wait.
 # PostgreSQL: one statement. SQLite: begin, settle jobs and attempts, read, mark running,
-# insert the attempts, commit.
-STATEMENTS_PER_CYCLE = {"postgresql": 1, "sqlite": 7}
+# insert the attempts, commit. MariaDB/MySQL: the same, and the lock of the settled rows.
+STATEMENTS_PER_CYCLE = {"postgresql": 1, "sqlite": 7, "mysql": 8}
 
 
 @pytest.mark.django_db(transaction=True)
