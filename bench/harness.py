@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 JOB_NAME = "demo.noop"
 QUEUE = "default"
 DATABASES = ("postgresql", "sqlite-wal")
+#: MariaDB (or MySQL): a server of its own, for the benches that take it (bench/peers.py).
+MARIADB = "mariadb"
 SQLITE_SYNCHRONOUS = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}
 
 
@@ -47,9 +49,11 @@ def add_batch_option(parser: ArgumentParser, help: str = "jobs per schedule_jobs
     parser.add_argument("--batch", type=int, default=500, help=help)
 
 
-def add_database_option(parser: ArgumentParser, help: str | None = None) -> None:
-    """``--database postgresql`` (the default) or ``sqlite-wal``."""
-    parser.add_argument("--database", choices=DATABASES, default="postgresql", help=help)
+def add_database_option(
+    parser: ArgumentParser, help: str | None = None, choices: Sequence[str] = DATABASES
+) -> None:
+    """``--database postgresql`` (the default) or ``sqlite-wal`` (or another of ``choices``)."""
+    parser.add_argument("--database", choices=list(choices), default="postgresql", help=help)
 
 
 def add_json_option(parser: ArgumentParser) -> None:
@@ -84,6 +88,14 @@ def postgresql_url(script: str, what: str = "database") -> str:
     url = os.environ.get("DATABASE_URL", "")
     if urlsplit(url).scheme not in ("postgres", "postgresql"):
         raise BenchError(f"set DATABASE_URL to a PostgreSQL {what} (as {script})")
+    return url
+
+
+def mariadb_url(script: str, what: str = "database") -> str:
+    """``DATABASE_URL``, which must name MariaDB or MySQL (``script`` sets it up)."""
+    url = os.environ.get("DATABASE_URL", "")
+    if urlsplit(url).scheme not in ("mysql", "mariadb"):
+        raise BenchError(f"set DATABASE_URL to a MariaDB {what} (as {script})")
     return url
 
 
@@ -337,6 +349,13 @@ def format_settings(settings: dict[str, Any]) -> str:
 def package_versions(*names: str) -> dict[str, str]:
     """Python's version, then each installed distribution's, by name."""
     return {"python": sys.version.split()[0], **{name: package_version(name) for name in names}}
+
+
+def dbapi_package() -> str:
+    """The DB-API package under Django's connection, by its distribution's name."""
+    from django.db import connection
+
+    return "mysqlclient" if connection.vendor == "mysql" else "psycopg"
 
 
 def software() -> dict[str, Any]:

@@ -4,19 +4,25 @@
     bash scripts/bench-peers                      # sets up the virtualenvs and the server
     DATABASE_URL=postgres://... python bench/peers.py --jobs 2000 --only procrastinate
     python bench/peers.py --database sqlite-wal   # django-jobs and django-tasks-db on SQLite
+    DATABASE_URL=mysql://... python bench/peers.py --database mariadb
 
 ``--database postgresql`` (the default): each system gets a fresh database of
 its own on the server ``DATABASE_URL`` names (``bench_django_jobs``, ...:
 dropped and created again). ``--database sqlite-wal``: django-jobs and
 django-tasks-db each get a new SQLite file of their own in a temporary
 directory, put in WAL journal mode before the run (``DATABASE_URL`` is not
-read); procrastinate, which needs PostgreSQL, is skipped.
+read); procrastinate, which needs PostgreSQL, is skipped. ``--database
+mariadb``: each system gets a fresh database of its own on the MariaDB (or
+MySQL) server ``DATABASE_URL`` names, as on PostgreSQL, in utf8mb4;
+procrastinate is skipped.
 
 ``raw`` is not a queue but the limit of the database for django-jobs' own
 statements (bench/peers/run_raw.py): the driver's INSERT sent again in a
 plain loop, and its claim-and-settle statement in plain loops on
 ``--django-jobs-processes`` x ``--django-jobs-workers`` connections, and on
-16 (on SQLite: 1 and 2), with no handler. The report gives django-jobs'
+16 (on SQLite: 1 and 2), with no handler (on SQLite and MariaDB the
+driver's own claim-and-settle call, its statements sent on a plain
+connection). The report gives django-jobs'
 drain as a fraction of the raw drains, and its one-by-one enqueue as a
 multiple of the raw INSERT's time per job.
 
@@ -27,8 +33,8 @@ measures, with the same shape for every system (see bench/peers/common.py):
 - one-by-one enqueue, jobs/s: ``--jobs`` calls, each its own transaction;
 - drain, jobs/s: those jobs, from the first pickup until all have succeeded;
 - pickup latency of an idle worker: enqueue commit to handler start, p50 and
-  p90 of ``--pickups`` jobs enqueued one at a time (on SQLite both systems
-  poll, once a second).
+  p90 of ``--pickups`` jobs enqueued one at a time (on SQLite and MariaDB,
+  which have no LISTEN, both systems poll, once a second).
 
 django-jobs runs ``runjobs --workers 2`` by default; ``--django-jobs-processes N
 --django-jobs-workers T`` run ``runjobs --processes N --workers T`` instead
@@ -46,7 +52,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import harness
 from harness import ROOT, BenchError
@@ -129,6 +135,14 @@ class Options:
     def sqlite(self) -> bool:
         return self.database == "sqlite-wal"
 
+    @property
+    def postgresql(self) -> bool:
+        return self.database == "postgresql"
+
+    @property
+    def mariadb(self) -> bool:
+        return self.database == harness.MARIADB
+
 
 def parse_options(argv: list[str] | None = None) -> Options:
     parser = harness.option_parser(__doc__)
@@ -138,7 +152,10 @@ def parse_options(argv: list[str] | None = None) -> Options:
     parser.add_argument("--timeout", type=float, default=900.0, help="per system (seconds)")
     parser.add_argument("--only", choices=list(PEERS_BY_NAME), help="one system")
     harness.add_database_option(
-        parser, "PostgreSQL (DATABASE_URL), or a SQLite file per system in WAL mode"
+        parser,
+        "PostgreSQL (DATABASE_URL), a SQLite file per system in WAL mode, or MariaDB"
+        " (DATABASE_URL)",
+        choices=(*harness.DATABASES, harness.MARIADB),
     )
     parser.add_argument(
         "--django-jobs-processes", type=int, default=1, help="runjobs --processes (default 1)"
@@ -152,24 +169,28 @@ def parse_options(argv: list[str] | None = None) -> Options:
     if min(args.django_jobs_processes, args.django_jobs_workers) < 1:
         parser.error("--django-jobs-processes and --django-jobs-workers must be at least 1")
     options = Options(**vars(args))
-    if options.only and options.sqlite and PEERS_BY_NAME[options.only].postgresql_only:
-        parser.error(f"{options.only} runs on PostgreSQL only, not with --database sqlite-wal")
+    if options.only and not options.postgresql and PEERS_BY_NAME[options.only].postgresql_only:
+        parser.error(
+            f"{options.only} runs on PostgreSQL only, not with --database {options.database}"
+        )
     return options
 
 
 def choose_peers(options: Options) -> tuple[list[Peer], list[Peer]]:
     """The peers to run, and those skipped because they cannot run on the database."""
     peers = [peer for peer in PEERS if options.only in (None, peer.name)]
-    skipped = [peer for peer in peers if options.sqlite and peer.postgresql_only]
+    skipped = [peer for peer in peers if not options.postgresql and peer.postgresql_only]
     return [peer for peer in peers if peer not in skipped], skipped
 
 
 # -- the server -----------------------------------------------------------------
 
 
-def server_url() -> str:
+def server_url(options: Options) -> str:
+    """The server the databases are made on (``DATABASE_URL``): PostgreSQL or MariaDB."""
+    given = harness.mariadb_url if options.mariadb else harness.postgresql_url
     try:
-        return harness.postgresql_url("scripts/bench-peers", "server")
+        return given("scripts/bench-peers", "server")
     except BenchError as exc:
         sys.exit(f"bench/peers.py: {exc}")
 
@@ -195,12 +216,74 @@ def create_database(url: str, database: str) -> None:
 
 
 def server_description(url: str) -> str:
+    if urlsplit(url).scheme in ("mysql", "mariadb"):
+        return mariadb_description(url)
     import psycopg
 
     names = ("server_version", "fsync", "synchronous_commit")
     with psycopg.connect(url) as connection, connection.cursor() as cursor:
         settings = harness.server_settings(cursor, names)
     return f"PostgreSQL {settings.pop('server_version')} ({harness.format_settings(settings)})"
+
+
+# -- MariaDB ------------------------------------------------------------------------
+
+#: What makes a MariaDB commit durable, for the report's first line.
+MARIADB_SETTINGS = ("innodb_flush_log_at_trx_commit", "innodb_doublewrite", "log_bin")
+#: Those of them that are on or off (the server says 1 or 0).
+MARIADB_SWITCHES = {"innodb_doublewrite", "log_bin"}
+
+
+def mariadb_connect(url: str) -> Any:
+    """A MySQLdb connection to the server ``url`` names (no database chosen), in utf8mb4."""
+    import MySQLdb
+
+    parts = urlsplit(url)
+    return MySQLdb.connect(
+        host=parts.hostname or "127.0.0.1",
+        port=parts.port or 3306,
+        user=unquote(parts.username or ""),
+        password=unquote(parts.password or ""),
+        charset="utf8mb4",
+        autocommit=True,
+    )
+
+
+def create_mariadb_database(url: str, database: str) -> None:
+    """Drop ``database`` if it exists and create it empty, in utf8mb4 (MariaDB has no
+    CHECKPOINT: InnoDB writes its dirty pages out in the background)."""
+    connection = mariadb_connect(url)
+    try:
+        cursor = connection.cursor()
+        name = f"`{database.replace('`', '``')}`"
+        cursor.execute(f"DROP DATABASE IF EXISTS {name}")
+        cursor.execute(f"CREATE DATABASE {name} CHARACTER SET utf8mb4")
+    finally:
+        connection.close()
+
+
+def mariadb_description(url: str) -> str:
+    """The server's version and its durability settings (:func:`describe_mariadb`)."""
+    connection = mariadb_connect(url)
+    try:
+        cursor = connection.cursor()
+        names = ("version", *MARIADB_SETTINGS)
+        cursor.execute("SELECT " + ", ".join(f"@@{name}" for name in names))
+        version, *values = cursor.fetchone()
+    finally:
+        connection.close()
+    return describe_mariadb(str(version), values)
+
+
+def describe_mariadb(version: str, values: list[Any]) -> str:
+    """``MariaDB 10.11.6 (innodb_flush_log_at_trx_commit=1, ...)``, from ``@@version`` and
+    the values of :data:`MARIADB_SETTINGS`."""
+    settings = {
+        name: ("ON" if int(value) else "OFF") if name in MARIADB_SWITCHES else str(value)
+        for name, value in zip(MARIADB_SETTINGS, values, strict=True)
+    }
+    server = "MariaDB" if "mariadb" in version.lower() else "MySQL"
+    return f"{server} {version.split('-')[0]} ({harness.format_settings(settings)})"
 
 
 # -- SQLite ---------------------------------------------------------------------------
@@ -238,8 +321,11 @@ def prepare_database(peer: Peer, options: Options, server: str | None, log_dir: 
     if options.sqlite:
         return create_sqlite_database(log_dir / f"{peer.database}.sqlite3")
     if server is None:
-        raise BenchError("no PostgreSQL server to create the database on")
-    create_database(server, peer.database)
+        raise BenchError("no server to create the database on")
+    if options.mariadb:
+        create_mariadb_database(server, peer.database)
+    else:
+        create_database(server, peer.database)
     return database_url(server, peer.database)
 
 
@@ -345,6 +431,10 @@ def limit_lines(results: list[dict[str, Any]]) -> list[str]:
     return ["django-jobs against the limits:", *lines] if lines else []
 
 
+def skipped_line(peer: Peer) -> str:
+    return f"{peer.name}: skipped, it runs on PostgreSQL only"
+
+
 def print_report(
     results: list[dict[str, Any]], description: str, options: Options, skipped: list[Peer]
 ) -> None:
@@ -362,16 +452,16 @@ def print_report(
         versions = ", ".join(f"{name} {version}" for name, version in result["versions"].items())
         print(f"  {result['system']}: {versions}")
     for peer in skipped:
-        print(f"{peer.name}: skipped, it runs on PostgreSQL only")
+        print(skipped_line(peer))
 
 
 def main(argv: list[str] | None = None) -> int:
     options = parse_options(argv)
     harness.raise_on_sigterm()
-    server = None if options.sqlite else server_url()
+    server = None if options.sqlite else server_url(options)
     peers, skipped = choose_peers(options)
     for peer in skipped:
-        print(f"{peer.name}: skipped, it runs on PostgreSQL only", file=sys.stderr)
+        print(skipped_line(peer), file=sys.stderr)
     results = []
     with harness.work_directory("django-jobs-peers.") as work_dir:
         for peer in peers:

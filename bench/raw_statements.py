@@ -56,11 +56,13 @@ def qmark(sql: str) -> str:
 
 
 class Sender:
-    """Sends recorded statements again on ``raw``, a psycopg or sqlite3 connection.
+    """Sends recorded statements again on ``raw``, a psycopg, MySQLdb or sqlite3 connection.
 
     On PostgreSQL each goes through psycopg's own cursor, which binds the
     parameters on the server, prepared (as the driver's ``hot_cursor``). On
-    SQLite a transaction the statements began (Django's ``BEGIN IMMEDIATE``)
+    MariaDB each goes through a plain MySQLdb cursor, which binds them in the
+    client, as under Django's; in autocommit each statement commits on its
+    own. On SQLite a transaction the statements began (Django's ``BEGIN IMMEDIATE``)
     is committed after them, as Django does; in autocommit each statement
     commits on its own, as in Django.
     """
@@ -70,7 +72,11 @@ class Sender:
         self.sqlite = vendor == "sqlite"
         self.texts: dict[str, str] = {}
         self.cursor: Any = None
-        if not self.sqlite:
+        #: what each execute() is given beside the statement (psycopg: prepare it)
+        self.execute_options: dict[str, Any] = {}
+        if vendor == "mysql":
+            self.cursor = raw.cursor()
+        elif not self.sqlite:
             import psycopg
 
             from django_jobs.db.postgresql import NEVER_BY_COUNT
@@ -78,11 +84,12 @@ class Sender:
             if raw.prepare_threshold is None:  # else psycopg prepares nothing, as the driver knows
                 raw.prepare_threshold = NEVER_BY_COUNT
             self.cursor = psycopg.Cursor(raw)
+            self.execute_options = {"prepare": True}
 
     def send(self, statements: Sequence[Statement]) -> None:
         if not self.sqlite:
             for statement in statements:
-                self.cursor.execute(statement.sql, statement.params, prepare=True)
+                self.cursor.execute(statement.sql, statement.params, **self.execute_options)
                 if self.cursor.description is not None:
                     self.cursor.fetchall()
             return

@@ -7,9 +7,11 @@ process; the idle worker is ``runjobs --workers 2``. ``--processes N --workers T
 give another shape (``runjobs --processes N`` is passed only when N > 1, so
 a runjobs without that option runs the default). Settings are the test
 project's defaults (``POLL_SECONDS`` 1) but for ``DATABASE_URL``: a PostgreSQL
-database (the idle worker is woken by LISTEN/NOTIFY) or a ``sqlite:///PATH``
-file, which testproject/settings.py opens with ``transaction_mode``
-``IMMEDIATE`` and a 30 s ``timeout`` (the idle worker polls).
+database (the idle worker is woken by LISTEN/NOTIFY), a MariaDB one
+(``mysql://``, opened in ``utf8mb4``; the idle worker polls: MariaDB has no
+LISTEN) or a ``sqlite:///PATH`` file, which testproject/settings.py opens with
+``transaction_mode`` ``IMMEDIATE`` and a 30 s ``timeout`` (the idle worker
+polls).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ class DjangoJobs(common.System):
         harness.setup_django()
 
     def versions(self) -> dict[str, str]:
-        return harness.package_versions("django-jobs", "Django", "psycopg")
+        return harness.package_versions("django-jobs", "Django", harness.dbapi_package())
 
     def prepare(self) -> None:
         harness.migrate()

@@ -29,6 +29,14 @@ driver sent. When the driver changes, so does the raw loop.
   the calls, so the loop calls the driver's ``claim`` and
   ``claim_and_settle`` themselves, on Django's connection (Python's sqlite3
   under Django's thin cursor wrapper), one thread per connection;
+- drain, on MariaDB: the MySQL driver's claim is a locking read, an UPDATE and
+  an INSERT, its settle a locking read and two UPDATEs, in one transaction,
+  with parameters built inside the calls, so the loop calls the driver's
+  ``claim_and_settle`` too, but the driver's statements go, unchanged, to a
+  plain MySQLdb connection of the thread's own (Django's connection
+  parameters, the driver's isolation level), out of autocommit, one COMMIT
+  per call: no Django cursor or ``atomic()`` between the driver and the
+  connection; each thread (MySQLdb lets go of the GIL while it waits) has one;
 - pickup latency: not measured (``-``).
 """
 
@@ -190,6 +198,94 @@ class SQLiteLimit:
             connection.close()
 
 
+class RawConnection:
+    """Django's connection for all but the cursors: a plain MySQLdb connection's."""
+
+    def __init__(self, django: Any, raw: Any) -> None:
+        self.django = django
+        self.raw = raw
+
+    def cursor(self) -> Any:
+        return self.raw.cursor()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.django, name)
+
+
+def on_connection(driver: Any, raw: Any) -> Any:
+    """A driver of ``driver``'s class whose statements go to ``raw``, a MySQLdb connection
+    out of autocommit: each write transaction is committed (or rolled back) on it."""
+    from django.db import connections
+
+    class OnRawConnection(type(driver)):  # type: ignore[misc]
+        @property
+        def connection(self) -> Any:
+            return RawConnection(connections[self.using], raw)
+
+        @contextmanager
+        def write_transaction(self) -> Iterator[None]:
+            try:
+                yield
+            except BaseException:
+                raw.rollback()
+                raise
+            raw.commit()
+
+    return OnRawConnection(driver.using)
+
+
+class MariaDBLimit:
+    """Loops of the MariaDB driver's own calls, their statements on plain MySQLdb connections."""
+
+    def __init__(self, driver: Any) -> None:
+        self.driver = driver
+
+    def describe(self, connections: int, limit: int) -> str:
+        return f"MySQLdb loop, {connections} conn., claims of {limit}"
+
+    def record(self, request: Any) -> None:
+        """Nothing to record: the loop calls the driver."""
+
+    def connect(self, autocommit: bool) -> Any:
+        """A plain MySQLdb connection with Django's parameters (its converters, utf8mb4,
+        ``FOUND_ROWS``, which the driver's row counts read) at the driver's isolation level."""
+        import MySQLdb
+        from django.db import connection
+
+        raw = MySQLdb.connect(**connection.get_connection_params())
+        level = self.driver.isolation_level().upper()
+        with raw.cursor() as cursor:
+            cursor.execute(f"SET SESSION TRANSACTION ISOLATION LEVEL {level}")
+        raw.autocommit(autocommit)
+        return raw
+
+    @contextmanager
+    def session(self) -> Iterator[Callable[[Any, list[Any]], list[tuple[int, int]]]]:
+        raw = self.connect(autocommit=False)
+        driver = on_connection(self.driver, raw)
+
+        def claim(request: Any, settlements: list[Any]) -> list[tuple[int, int]]:
+            claimed, settled = driver.claim_and_settle(request, settlements)
+            if settled.lost:
+                raise BenchError("a settlement was fenced out")
+            return [job.pair for job in claimed]
+
+        try:
+            yield claim
+        finally:
+            raw.close()
+
+    @contextmanager
+    def replayer(self) -> Iterator[Callable[[list[Statement]], None]]:
+        raw = self.connect(autocommit=True)
+        sender = Sender(raw, "mysql")
+        try:
+            yield sender.send
+        finally:
+            sender.close()
+            raw.close()
+
+
 def succeeded(job_id: int, attempt: int, owner: str, now: Any) -> Any:
     """A no-op's success, as ``outcomes.decide`` writes it (its handler returned None)."""
     from django_jobs.db.records import Settlement
@@ -224,6 +320,9 @@ class Raw(common.System):
         if connection.vendor == "sqlite":
             self.limit: Any = SQLiteLimit(driver, connection.settings_dict["NAME"])
             self.bulk_api = "Django's INSERT"
+        elif connection.vendor == "mysql":
+            self.limit = MariaDBLimit(driver)
+            self.bulk_api = "the driver's INSERT"
         else:
             self.limit = PostgresLimit(driver)
             self.bulk_api = "the driver's INSERT"
@@ -233,7 +332,7 @@ class Raw(common.System):
         self.send: Callable[[list[Statement]], None] | None = None
 
     def versions(self) -> dict[str, str]:
-        return harness.package_versions("django-jobs", "Django", "psycopg")
+        return harness.package_versions("django-jobs", "Django", harness.dbapi_package())
 
     def prepare(self) -> None:
         harness.migrate()
@@ -251,9 +350,12 @@ class Raw(common.System):
 
     def record(self, options: common.Options) -> None:
         """What schedule_job() and schedule_jobs() send, for each batch size the run needs."""
+        from django.db import connection
+
         from django_jobs import schedule_job
         from django_jobs.scheduling import JobSpec, schedule_jobs
 
+        connection.ensure_connection()  # not its set-up statements among schedule_job()'s
         with recording() as self.one:
             schedule_job(JOB_NAME, {"n": 0})
         sizes = {min(options.batch, options.jobs), options.jobs % options.batch} - {0}

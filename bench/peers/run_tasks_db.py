@@ -6,8 +6,8 @@ worker exit once it finds no ready task; the driver still waits for every
 task to have succeeded (polling the database) and then SIGTERMs whatever runs.
 The idle worker for the pickups is one ``db_worker`` with its default
 ``--interval`` of 1 second. django-tasks-db has no bulk enqueue. The database
-is PostgreSQL or a SQLite file, as ``DATABASE_URL`` says (see the project's
-settings).
+is PostgreSQL, MariaDB (Django's mysql backend) or a SQLite file, as
+``DATABASE_URL`` says (see the project's settings).
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ class TasksDb(common.System):
         django.setup()
 
     def versions(self) -> dict[str, str]:
-        return harness.package_versions("django-tasks-db", "Django", "psycopg")
+        return harness.package_versions("django-tasks-db", "Django", harness.dbapi_package())
 
     def prepare(self) -> None:
         harness.migrate()

@@ -122,6 +122,7 @@ def test_bench_raw_one_by_one_enqueue_notifies_as_schedule_job_does(raw: Any) ->
 def test_bench_raw_records_what_a_statement_sends() -> None:
     from django.db import connection
 
+    connection.ensure_connection()  # not a new connection's set-up statements (MariaDB's)
     with raw_statements.recording() as statements, connection.cursor() as cursor:
         cursor.execute("SELECT %s", [1])
 

@@ -41,6 +41,14 @@ def test_peers_options_default_to_postgresql_and_take_sqlite_wal() -> None:
     assert sqlite.jobs == 2000
 
 
+def test_peers_options_take_mariadb() -> None:
+    options = peers.parse_options(["--database", "mariadb"])
+
+    assert options.database == "mariadb"
+    assert options.mariadb
+    assert not options.sqlite and not options.postgresql
+
+
 def test_peers_options_refuse_an_unknown_database(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exit_info:
         peers.parse_options(["--database", "sqlite"])
@@ -58,6 +66,24 @@ def test_peers_options_refuse_procrastinate_alone_on_sqlite(
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "procrastinate runs on PostgreSQL only, not with --database sqlite-wal" in err
+
+
+def test_peers_options_refuse_procrastinate_alone_on_mariadb(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        peers.parse_options(["--database", "mariadb", "--only", "procrastinate"])
+
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "procrastinate runs on PostgreSQL only, not with --database mariadb" in err
+
+
+def test_peers_on_mariadb_skip_procrastinate_and_run_the_others() -> None:
+    ran, skipped = peers.choose_peers(peers.parse_options(["--database", "mariadb"]))
+
+    assert names(ran) == ["django-jobs", "django-tasks-db", "raw"]
+    assert names(skipped) == ["procrastinate"]
 
 
 def test_peers_on_sqlite_skip_procrastinate_and_run_the_others() -> None:
@@ -102,6 +128,9 @@ def test_peers_raw_drains_on_as_many_connections_as_django_jobs_threads_and_on_1
     ]
     assert arguments("raw", "--database", "sqlite-wal") == [
         *("--connections", "1,2", "--claim-limit", "2")
+    ]
+    assert arguments("raw", "--database", "mariadb") == [
+        *("--connections", "2,16", "--claim-limit", "2")
     ]
 
 
@@ -156,6 +185,38 @@ def test_peers_drivers_common_part_needs_nothing_beyond_the_standard_library() -
     )
 
     assert result.returncode == 0, result.stderr
+
+
+# -- the server ---------------------------------------------------------------------
+
+
+def test_peers_server_is_the_database_url_s_for_its_database(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    mariadb = peers.parse_options(["--database", "mariadb"])
+    monkeypatch.setenv("DATABASE_URL", "mysql://root@127.0.0.1:3307/django_jobs")
+
+    assert peers.server_url(mariadb) == "mysql://root@127.0.0.1:3307/django_jobs"
+    with pytest.raises(SystemExit, match="set DATABASE_URL to a PostgreSQL server"):
+        peers.server_url(peers.parse_options([]))
+    monkeypatch.setenv("DATABASE_URL", "postgres://bench@127.0.0.1:5433/bench")
+    with pytest.raises(SystemExit, match="set DATABASE_URL to a MariaDB server"):
+        peers.server_url(mariadb)
+
+
+def test_peers_mariadb_database_is_the_peer_s_on_the_server() -> None:
+    server = "mysql://root@127.0.0.1:3307/django_jobs"
+
+    assert (
+        peers.database_url(server, "bench_tasks_db") == "mysql://root@127.0.0.1:3307/bench_tasks_db"
+    )
+
+
+def test_peers_mariadb_description_names_the_server_and_its_durability() -> None:
+    assert peers.describe_mariadb("10.11.6-MariaDB-0+deb12u1", [1, 1, 0]) == (
+        "MariaDB 10.11.6 (innodb_flush_log_at_trx_commit=1, innodb_doublewrite=ON, log_bin=OFF)"
+    )
+    assert peers.describe_mariadb("8.0.36", [2, 0, 1]).startswith("MySQL 8.0.36 (")
 
 
 # -- the SQLite files -----------------------------------------------------------------
@@ -316,6 +377,21 @@ def test_tasks_db_settings_keep_the_connection_as_told(
     assert settings.DATABASES["default"]["CONN_MAX_AGE"] == 0
 
 
+def test_tasks_db_settings_open_mariadb_in_utf8mb4(tasks_db_settings: ModuleType) -> None:
+    entry = tasks_db_settings.database("mysql://bench:p%40ss@127.0.0.1:3307/bench_tasks_db", 600)
+
+    assert entry == {
+        "ENGINE": "django.db.backends.mysql",
+        "NAME": "bench_tasks_db",
+        "USER": "bench",
+        "PASSWORD": "p@ss",
+        "HOST": "127.0.0.1",
+        "PORT": "3307",
+        "CONN_MAX_AGE": 600,
+        "OPTIONS": {"charset": "utf8mb4"},
+    }
+
+
 def test_tasks_db_settings_keep_postgresql_urls(tasks_db_settings: ModuleType) -> None:
     entry = tasks_db_settings.database("postgres://bench:p%40ss@127.0.0.1:5433/bench_tasks_db", 600)
 
@@ -342,7 +418,7 @@ def test_tasks_db_settings_refuse_a_sqlite_url_without_a_file(
 def test_tasks_db_settings_refuse_other_databases_without_showing_the_url(
     tasks_db_settings: ModuleType,
 ) -> None:
-    with pytest.raises(ValueError, match=r"not mysql://\.\.\.$") as error:
-        tasks_db_settings.database("mysql://bench:hunter2@127.0.0.1/bench", 600)
+    with pytest.raises(ValueError, match=r"not oracle://\.\.\.$") as error:
+        tasks_db_settings.database("oracle://bench:hunter2@127.0.0.1/bench", 600)
 
     assert "hunter2" not in str(error.value)
