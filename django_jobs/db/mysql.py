@@ -6,14 +6,16 @@ What both servers share, and so what this driver uses (MariaDB 10.6+, MySQL 8.0.
   LOCKED``, that also computes each row's next attempt number; then one
   UPDATE marks them running (the rows are locked, so none changed in
   between; its WHERE repeats the read's conditions all the same) and one
-  INSERT starts their attempts. Four round trips with the commit, where
-  PostgreSQL takes one: neither server returns the rows an UPDATE wrote.
+  INSERT starts their attempts: neither server returns the rows an UPDATE
+  wrote. With the commit and the two ``SET autocommit`` that Django's
+  ``atomic()`` sends around a transaction on this backend, six round trips,
+  where PostgreSQL takes one.
 - A settle batch locks the job rows it names (``SELECT ... FOR UPDATE``),
   keeps those still running under the settlement's owner and attempt, and
   writes them and their attempt rows in two UPDATEs joined to a derived
-  table of the settlements: four round trips with the commit, for the whole
-  batch. A lease renewal locks and reads the leases it extends, then writes
-  them: three.
+  table of the settlements: six round trips in all, for the whole batch. A
+  lease renewal locks and reads the leases it extends, then writes them:
+  five. A claim that carries outcomes is both in one transaction: nine.
 - An UPDATE joined to a derived table evaluates its assignments in no
   promised order: none of the statements here reads a column that another
   assignment of the same statement writes.
