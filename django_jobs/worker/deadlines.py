@@ -123,19 +123,23 @@ class Watchdog:
 watchdog = Watchdog()
 
 
-def cut_off(connection: Any) -> None:
+def cut_off(connection: Any, raw: Any, fd: int) -> None:
     """Wake a thread blocked on ``connection`` (a Django database wrapper) with an error.
+
+    ``raw`` is the driver connection the block runs on and ``fd`` its socket,
+    both read on the block's own thread when it was armed: mysqlclient refuses
+    ``fileno()`` from another thread while a call runs. A block that closed or
+    replaced its connection is left alone: that descriptor may be another's now.
 
     Only network databases are cut off. A SQLite call waits at most its busy
     timeout (the ``timeout`` option) for the lock, and the heartbeat never
     waits on it past the give-up point (:class:`OffThread`).
     """
-    raw = connection.connection
-    if raw is None:
-        return  # not connected yet: bounded by connect_timeout
+    if connection.connection is not raw:
+        return
     # A duplicate of the descriptor: shutting it down acts on the socket the
     # driver reads, and closing the duplicate leaves the driver's own open.
-    with socket.socket(fileno=os.dup(raw.fileno())) as sock:
+    with socket.socket(fileno=os.dup(fd)) as sock:
         sock.shutdown(socket.SHUT_RDWR)
 
 
@@ -143,14 +147,19 @@ def cut_off(connection: Any) -> None:
 def deadline(seconds: float, using: str = "default", what: str = "database call") -> Iterator[None]:
     """Cut the block's database calls on ``using`` off after ``seconds``.
 
-    Use it outside transactions: a cut-off rolls the transaction back and
-    closes the connection.
+    The connection is opened first if need be (bounded by ``connect_timeout``,
+    :func:`apply_connect_timeout`), so that its socket is known before the
+    block runs. Use it outside transactions: a cut-off rolls the transaction
+    back and closes the connection.
     """
     if not driver_class(using).cuts_off_calls:
         yield  # a local file: bounded by the busy timeout
         return
     connection = connections[using]
-    token = watchdog.arm(seconds, lambda: cut_off(connection))
+    connection.ensure_connection()
+    raw = connection.connection
+    fd = raw.fileno()
+    token = watchdog.arm(seconds, lambda: cut_off(connection, raw, fd))
     try:
         yield
     except Exception as exc:

@@ -27,6 +27,18 @@ def test_deadline_cuts_off_a_call_the_database_does_not_answer_in_time():
         assert cursor.fetchone() == (1,)
 
 
+@pytest.mark.skip_locked
+def test_deadline_cuts_off_a_call_on_a_connection_the_block_would_open():
+    connection.close()  # as after a cut-off: the next block reconnects
+    started = time.monotonic()
+    with pytest.raises(DatabaseTimeout):
+        with deadline(0.3, what="a sleepy query"), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT SLEEP(3)" if connection.vendor == "mysql" else "SELECT pg_sleep(3)"
+            )
+    assert time.monotonic() - started < 2
+
+
 def test_deadline_lets_a_call_in_time_through():
     with deadline(5), connection.cursor() as cursor:
         cursor.execute("SELECT 1")
