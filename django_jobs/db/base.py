@@ -179,6 +179,10 @@ class Driver:
         """The cursor for hot-path statements (a driver may prepare them)."""
         return self.connection.cursor()
 
+    def bound_idle_transactions(self, seconds: int) -> None:
+        """Have the server end this connection's transactions left idle over ``seconds``
+        (the client gone silent mid-transaction), where it can; by default it cannot."""
+
     def check_configuration(self) -> list[CheckMessage]:
         """System-check errors about how the database is set up for jobs (every command)."""
         return []

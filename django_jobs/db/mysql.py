@@ -89,6 +89,13 @@ class MySQLDriver(Driver):
         version = ".".join(str(part) for part in self.connection.mysql_version)
         return f"{'MariaDB' if self.is_mariadb else 'MySQL'} {version}"
 
+    def bound_idle_transactions(self, seconds: int) -> None:
+        """MariaDB's ``idle_transaction_timeout`` (MySQL has none): the server drops the
+        connection, and with it the transaction and its row locks."""
+        if self.is_mariadb:
+            with self.cursor() as cursor:
+                cursor.execute("SET SESSION idle_transaction_timeout = %s", [int(seconds)])
+
     def check_configuration(self) -> list[CheckMessage]:
         return self.isolation_messages()
 

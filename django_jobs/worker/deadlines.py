@@ -26,6 +26,7 @@ import queue
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -34,7 +35,7 @@ from typing import Any, TypeVar
 
 from django.db import OperationalError, connections
 
-from ..db import driver_class
+from ..db import driver_class, get_driver
 
 logger = logging.getLogger(__name__)
 
@@ -122,6 +123,9 @@ class Watchdog:
 
 watchdog = Watchdog()
 
+#: The driver connections whose server sessions :func:`deadline` has bounded.
+_bounded_sessions: weakref.WeakSet[Any] = weakref.WeakSet()
+
 
 def cut_off(connection: Any, raw: Any, fd: int) -> None:
     """Wake a thread blocked on ``connection`` (a Django database wrapper) with an error.
@@ -151,6 +155,12 @@ def deadline(seconds: float, using: str = "default", what: str = "database call"
     :func:`apply_connect_timeout`), so that its socket is known before the
     block runs. Use it outside transactions: a cut-off rolls the transaction
     back and closes the connection.
+
+    A cut-off ends the call here, not on the server: a transaction cut off
+    between two statements (the link went silent) would hold its rows locked
+    there for hours. So a new connection's session is told to end a
+    transaction left idle longer than ``seconds`` (at least 2 s), where the
+    database can (:meth:`~django_jobs.db.base.Driver.bound_idle_transactions`).
     """
     if not driver_class(using).cuts_off_calls:
         yield  # a local file: bounded by the busy timeout
@@ -161,6 +171,9 @@ def deadline(seconds: float, using: str = "default", what: str = "database call"
     fd = raw.fileno()
     token = watchdog.arm(seconds, lambda: cut_off(connection, raw, fd))
     try:
+        if raw not in _bounded_sessions:
+            get_driver(using).bound_idle_transactions(max(2, math.ceil(seconds)))
+            _bounded_sessions.add(raw)
         yield
     except Exception as exc:
         if watchdog.disarm(token):
