@@ -152,8 +152,11 @@ def test_fault_kill_storm_every_job_succeeds_without_overlapping_attempts(runjob
     while Job.objects.filter(status=JobStatus.SUCCEEDED).count() < total:
         assert time.monotonic() < deadline, "the storm did not drain"
         time.sleep(0.4)
-        if killed < 12:
-            victim = rng.randrange(len(workers))
+        # A worker still starting up holds no job: kill one that serves, so that kills
+        # land mid-job (a start takes a second or two, several polls of this loop).
+        serving = [i for i, w in enumerate(workers) if "serving queues" in runjobs_process.log(w)]
+        if killed < 12 and serving:
+            victim = rng.choice(serving)
             os.kill(workers[victim].pid, signal.SIGKILL)
             workers[victim].wait(10)
             workers[victim] = runjobs_process.start("--queue", "default", env=env)
