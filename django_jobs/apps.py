@@ -4,7 +4,6 @@ from typing import Any
 
 from django.apps import AppConfig
 from django.conf import settings
-from django.db.backends.signals import connection_created
 from django.db.models.signals import post_migrate
 from django.utils.module_loading import autodiscover_modules, import_string
 
@@ -28,18 +27,15 @@ class DjangoJobsConfig(AppConfig):
 
     def ready(self) -> None:
         """The one place that registers things: the system checks, the ``post_migrate``
-        receiver that puts a SQLite file in WAL mode, the ``connection_created`` one that
-        readies a new connection for the deadlines, every installed app's ``@job``
+        receiver that puts a SQLite file in WAL mode, every installed app's ``@job``
         handlers, and the job that runs Django tasks when a ``TASKS`` backend is a
         ``JobsBackend``."""
         from . import checks  # noqa: F401  (registers the system checks)
         from .db.journal import use_wal_mode_after_migrate
-        from .worker.deadlines import on_connection_created
 
         post_migrate.connect(
             use_wal_mode_after_migrate, sender=self, dispatch_uid="django_jobs.wal_mode"
         )
-        connection_created.connect(on_connection_created, dispatch_uid="django_jobs.connection")
 
         # Import every installed app's jobs.py so that its @job handlers register.
         autodiscover_modules("jobs")

@@ -115,12 +115,15 @@ ensure_mysqlclient() {
     fi
 }
 
-# start_mariadb: a private server on 127.0.0.1; sets MARIADB_DIR and MARIADB_URL.
+# start_mariadb: a private server on 127.0.0.1; sets MARIADB_DIR and MARIADB_URL (and
+# JOBS_TEST_MARIADB_DIR); stops on exit.
 start_mariadb() {
     MARIADB_DIR="$(mktemp -d /tmp/django-jobs-mariadb.XXXXXX)"
     MARIADB_URL="$(python3 "$ROOT/scripts/mariadbserver.py" start "$MARIADB_DIR")"
-    on_exit 'python3 "$ROOT/scripts/mariadbserver.py" stop "$MARIADB_DIR"; rm -rf "$MARIADB_DIR"'
-    export MARIADB_DIR MARIADB_URL
+    # This server's directory, now: a script may start more than one.
+    on_exit "python3 '$ROOT/scripts/mariadbserver.py' stop '$MARIADB_DIR'; rm -rf '$MARIADB_DIR'"
+    JOBS_TEST_MARIADB_DIR=$MARIADB_DIR  # the fault tests stop and start this server
+    export MARIADB_DIR MARIADB_URL JOBS_TEST_MARIADB_DIR
 }
 
 # start_postgres: a private server on 127.0.0.1; sets PG_DIR and PG_URL; stops on exit.

@@ -179,10 +179,10 @@ class Driver:
         """The cursor for hot-path statements (a driver may prepare them)."""
         return self.connection.cursor()
 
-    @classmethod
-    def bound_session(cls, connection: Any, seconds: float) -> None:
-        """On a worker's new ``connection``: have the server give up a wait (a lock) within
-        ``seconds``, the calls' deadline, where it would wait longer."""
+    def bound_session(self, seconds: float) -> None:
+        """On a connection a worker's calls run on under a deadline of ``seconds``: have the
+        server give up what it would wait for longer, where it can (by default it cannot):
+        a row lock, and a transaction left idle (the client gone silent mid-transaction)."""
 
     def check_configuration(self) -> list[CheckMessage]:
         """System-check errors about how the database is set up for jobs (every command)."""

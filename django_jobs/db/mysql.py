@@ -84,18 +84,6 @@ class MySQLDriver(Driver):
 
     # -- the server and its settings -------------------------------------------
 
-    @classmethod
-    def bound_session(cls, connection: Any, seconds: float) -> None:
-        """A row lock is waited for ``innodb_lock_wait_timeout`` (50 s unless set), far past
-        a call's deadline, which would then cut the connection off: a worker's session
-        waits a whole number of seconds within it instead (error 1205, the connection
-        kept), unless the project's ``init_command`` sets it."""
-        options = connection.settings_dict.get("OPTIONS") or {}
-        if "innodb_lock_wait_timeout" in str(options.get("init_command") or ""):
-            return
-        with connection.connection.cursor() as cursor:  # the raw cursor: no wrapper yet
-            cursor.execute(f"SET SESSION innodb_lock_wait_timeout = {max(1, math.floor(seconds))}")
-
     @property
     def is_mariadb(self) -> bool:
         return bool(self.connection.mysql_is_mariadb)
@@ -104,6 +92,27 @@ class MySQLDriver(Driver):
         """``MariaDB 10.11.19``: the server's name and ``version`` (its own, unless told)."""
         number = ".".join(str(part) for part in version or self.connection.mysql_version)
         return f"{'MariaDB' if self.is_mariadb else 'MySQL'} {number}"
+
+    def bound_session(self, seconds: float) -> None:
+        """Two waits, bounded by the deadline, as the calls are:
+
+        - a row lock is waited for ``innodb_lock_wait_timeout`` (50 s unless set), past the
+          deadline, which would then cut the connection off: the session waits a whole
+          number of seconds within it instead (error 1205, the connection kept), unless the
+          project's ``init_command`` sets it;
+        - a transaction whose client went silent between two statements keeps its row
+          locks until ``wait_timeout`` (8 hours): MariaDB's ``idle_transaction_timeout``
+          (MySQL has none) ends it after ``seconds``, at least 2.
+        """
+        options = self.connection.settings_dict.get("OPTIONS") or {}
+        settings_ = []
+        if "innodb_lock_wait_timeout" not in str(options.get("init_command") or ""):
+            settings_.append(f"innodb_lock_wait_timeout = {max(1, math.floor(seconds))}")
+        if self.is_mariadb:
+            settings_.append(f"idle_transaction_timeout = {max(2, math.ceil(seconds))}")
+        if settings_:
+            with self.cursor() as cursor:
+                cursor.execute("SET SESSION " + ", SESSION ".join(settings_))
 
     def check_configuration(self) -> list[CheckMessage]:
         return self.isolation_messages()

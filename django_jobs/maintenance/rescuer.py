@@ -161,17 +161,25 @@ def reclaim_row(driver: Driver, row: Any, now: datetime) -> bool:
 
 
 def dead_letter_exhausted(now: datetime, *, using: str | None = None) -> int:
-    """Dead-letter pending jobs with no attempt left (rows written by hand, say)."""
+    """Dead-letter pending jobs with no attempt left (rows written by hand, say).
+
+    Where rows are locked one by one, the rows are locked first, passing any a
+    claim holds: InnoDB's scan locks each pending row's index entry before the
+    row, and the claim's update of a row it holds needs that entry (a deadlock).
+    Such a row is claimable, so not exhausted: passing it loses nothing.
+    """
     driver = get_driver(using or router.db_for_write(Job))
     with driver.write_transaction():
-        return (
-            Job.objects.using(driver.using)
-            .exhausted()
-            .update(
-                status=JobStatus.DEAD_LETTERED,
-                finished_at=now,
-                last_error="NoAttemptsLeft: pending with no attempt left",
-                lease_owner=None,
-                lease_expires_at=None,
-            )
+        rows = Job.objects.using(driver.using).exhausted()
+        if driver.supports_skip_locked:
+            ids = list(rows.select_for_update(skip_locked=True).values_list("id", flat=True))
+            if not ids:
+                return 0
+            rows = rows.filter(id__in=ids)
+        return rows.update(
+            status=JobStatus.DEAD_LETTERED,
+            finished_at=now,
+            last_error="NoAttemptsLeft: pending with no attempt left",
+            lease_owner=None,
+            lease_expires_at=None,
         )

@@ -26,6 +26,7 @@ import queue
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -34,7 +35,7 @@ from typing import Any, TypeVar
 
 from django.db import OperationalError, connections
 
-from ..db import driver_class
+from ..db import driver_class, get_driver
 
 logger = logging.getLogger(__name__)
 
@@ -122,52 +123,23 @@ class Watchdog:
 
 watchdog = Watchdog()
 
-
-#: The attribute of a Django connection that keeps (its raw connection, that one's socket).
-SOCKET = "_django_jobs_socket"
-
-
-#: Aliases whose new connections :func:`apply_connect_timeout` bounded: the deadline, seconds.
-bounded: dict[str, float] = {}
+#: The driver connections whose server sessions :func:`deadline` has bounded.
+_bounded_sessions: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
-def on_connection_created(sender: Any, connection: Any, **kwargs: Any) -> None:
-    """``connection_created``: note the new connection's socket, in the thread that made it,
-    and bound its session's waits where this process's calls have deadlines.
-
-    The watchdog cannot ask for the socket while another thread's call runs on
-    the connection: mysqlclient refuses any use of a connection from a second
-    thread meanwhile, ``fileno()`` included.
-    """
-    raw = connection.connection
-    fileno = getattr(raw, "fileno", None)  # a network connection's (not SQLite's)
-    if fileno is not None:
-        setattr(connection, SOCKET, (raw, fileno()))
-    seconds = bounded.get(connection.alias)
-    if seconds is not None:
-        driver_class(connection.alias).bound_session(connection, seconds)
-
-
-def socket_of(connection: Any) -> int | None:
-    """The socket of ``connection``'s raw connection, as noted when it was made."""
-    raw = connection.connection
-    if raw is None:
-        return None  # not connected yet: bounded by connect_timeout
-    kept = getattr(connection, SOCKET, None)
-    if kept is not None and kept[0] is raw:
-        return int(kept[1])
-    return int(raw.fileno())
-
-
-def cut_off(connection: Any) -> None:
+def cut_off(connection: Any, raw: Any, fd: int) -> None:
     """Wake a thread blocked on ``connection`` (a Django database wrapper) with an error.
+
+    ``raw`` is the driver connection the block runs on and ``fd`` its socket,
+    both read on the block's own thread when it was armed: mysqlclient refuses
+    ``fileno()`` from another thread while a call runs. A block that closed or
+    replaced its connection is left alone: that descriptor may be another's now.
 
     Only network databases are cut off. A SQLite call waits at most its busy
     timeout (the ``timeout`` option) for the lock, and the heartbeat never
     waits on it past the give-up point (:class:`OffThread`).
     """
-    fd = socket_of(connection)
-    if fd is None:
+    if connection.connection is not raw:
         return
     # A duplicate of the descriptor: shutting it down acts on the socket the
     # driver reads, and closing the duplicate leaves the driver's own open.
@@ -179,15 +151,29 @@ def cut_off(connection: Any) -> None:
 def deadline(seconds: float, using: str = "default", what: str = "database call") -> Iterator[None]:
     """Cut the block's database calls on ``using`` off after ``seconds``.
 
-    Use it outside transactions: a cut-off rolls the transaction back and
-    closes the connection.
+    The connection is opened first if need be (bounded by ``connect_timeout``,
+    :func:`apply_connect_timeout`), so that its socket is known before the
+    block runs. Use it outside transactions: a cut-off rolls the transaction
+    back and closes the connection.
+
+    A cut-off ends the call here, not on the server: a transaction cut off
+    between two statements (the link went silent) would hold its rows locked
+    there for hours, and a row lock may be waited for far past ``seconds``. So
+    a new connection's session is told to give both up within ``seconds``,
+    where the database can (:meth:`~django_jobs.db.base.Driver.bound_session`).
     """
     if not driver_class(using).cuts_off_calls:
         yield  # a local file: bounded by the busy timeout
         return
     connection = connections[using]
-    token = watchdog.arm(seconds, lambda: cut_off(connection))
+    connection.ensure_connection()
+    raw = connection.connection
+    fd = raw.fileno()
+    token = watchdog.arm(seconds, lambda: cut_off(connection, raw, fd))
     try:
+        if raw not in _bounded_sessions:
+            get_driver(using).bound_session(seconds)
+            _bounded_sessions.add(raw)
         yield
     except Exception as exc:
         if watchdog.disarm(token):
@@ -215,22 +201,15 @@ class Deadlines:
 
 
 def apply_connect_timeout(using: str, seconds: float) -> None:
-    """Give new connections of ``using`` a ``connect_timeout``, unless one is set, and what
-    else their driver bounds by the calls' deadline (:meth:`Driver.bound_session`, when
-    each is made).
+    """Give new PostgreSQL connections of ``using`` a ``connect_timeout``, unless one is set.
 
-    libpq and libmariadb wait for a connection that a silent network never
-    completes; this bounds it. Affects this process only.
+    libpq waits for a connection that a silent network never completes; this
+    bounds it. Affects this process only.
     """
-    driver = driver_class(using)
-    if not driver.has_connect_timeout:
+    if not driver_class(using).has_connect_timeout:
         return
     options = connections[using].settings_dict.setdefault("OPTIONS", {})
     options.setdefault("connect_timeout", max(2, math.ceil(seconds)))
-    bounded[using] = seconds
-    connection = connections[using]
-    if connection.connection is not None:  # this thread's, made before: bound it too
-        driver.bound_session(connection, seconds)
 
 
 class CallerBusy(RuntimeError):

@@ -5,7 +5,8 @@ import time
 from datetime import timedelta
 
 import pytest
-from django.db import connection
+from django.db import DatabaseError, connection, connections, transaction
+from django.utils import timezone
 
 from django_jobs.models import Job, JobStatus
 from django_jobs.worker.deadlines import CallerBusy, DatabaseTimeout, OffThread, deadline
@@ -25,6 +26,50 @@ def test_deadline_cuts_off_a_call_the_database_does_not_answer_in_time():
     with connection.cursor() as cursor:  # the next call reconnects
         cursor.execute("SELECT 1")
         assert cursor.fetchone() == (1,)
+
+
+@pytest.mark.skip_locked
+def test_deadline_cuts_off_a_call_on_a_connection_the_block_would_open():
+    connection.close()  # as after a cut-off: the next block reconnects
+    started = time.monotonic()
+    with pytest.raises(DatabaseTimeout):
+        with deadline(0.3, what="a sleepy query"), connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT SLEEP(3)" if connection.vendor == "mysql" else "SELECT pg_sleep(3)"
+            )
+    assert time.monotonic() - started < 2
+
+
+@pytest.mark.skipif(not connection.vendor == "mysql", reason="MariaDB's idle_transaction_timeout")
+def test_deadline_bounds_a_transaction_its_connection_leaves_idle_on_the_server():
+    """A worker cut off between two statements of a transaction (the link gone silent)
+    must not leave its rows locked on the server until the connection times out."""
+    if not connection.mysql_is_mariadb:
+        pytest.skip("MySQL has no idle transaction timeout")
+    job = Job.objects.create(name="tests.ok", run_at=timezone.now(), created_at=timezone.now())
+    connection.close()
+    with deadline(2):  # the connection it opens is the one a worker's calls use
+        Job.objects.filter(pk=job.pk).exists()
+    held: list[bool] = []
+
+    def try_to_lock() -> None:
+        try:
+            with transaction.atomic():
+                held.append(Job.objects.select_for_update(nowait=True).filter(pk=job.pk).exists())
+        except DatabaseError:
+            held.append(False)
+        finally:
+            connections.close_all()
+
+    with pytest.raises(DatabaseError):
+        with transaction.atomic():
+            Job.objects.select_for_update().filter(pk=job.pk).exists()
+            time.sleep(3.5)  # silent, as a client whose packets are dropped
+            Job.objects.filter(pk=job.pk).exists()  # the server ended the session at 2 s
+    other = threading.Thread(target=try_to_lock)
+    other.start()
+    other.join(10)
+    assert held == [True]
 
 
 def test_deadline_lets_a_call_in_time_through():

@@ -91,15 +91,13 @@ def test_payloads_larger_than_the_server_takes_are_warned_of():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_worker_session_gives_up_a_row_lock_within_the_calls_deadline(options, monkeypatch):
+def test_worker_session_gives_up_a_row_lock_within_the_calls_deadline():
     """InnoDB waits 50 s for a row lock unless told; a worker's calls have a deadline of a
-    few seconds, past which the connection is cut off. A worker's session waits within it,
-    and the connection outlives the failed wait."""
+    few seconds, past which the connection is cut off. A session that a deadline bounded
+    waits within it, and the connection outlives the failed wait."""
     job = schedule_job("tests.ok")
-    monkeypatch.setattr(deadlines, "bounded", {})
     connections["default"].close()
-    deadlines.apply_connect_timeout("default", 2.5)
-    with connection.cursor() as cursor:
+    with deadlines.deadline(2.5), connection.cursor() as cursor:  # bounds the new session
         cursor.execute("SELECT @@SESSION.innodb_lock_wait_timeout")
         assert cursor.fetchone() == (2,)
     held, release = threading.Event(), threading.Event()
@@ -118,7 +116,7 @@ def test_worker_session_gives_up_a_row_lock_within_the_calls_deadline(options, m
     try:
         assert held.wait(10)
         started = time.monotonic()
-        with pytest.raises(OperationalError) as raised:
+        with pytest.raises(OperationalError) as raised, deadlines.deadline(10):
             Job.objects.filter(pk=job.pk).update(priority=5)
         waited = time.monotonic() - started
     finally:

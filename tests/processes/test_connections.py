@@ -1,8 +1,11 @@
-"""How many PostgreSQL connections one busy ``runjobs`` process holds.
+"""How many database connections one busy ``runjobs`` process holds.
 
-The deploying guide sizes ``max_connections`` from this count. The process
-tags its connections with an ``application_name``; the test samples
-``pg_stat_activity`` while every handler thread is busy.
+The deploying guide sizes ``max_connections`` from this count. The test
+samples the server's sessions while every handler thread is busy: on
+PostgreSQL the process tags its connections with an ``application_name``
+(``pg_stat_activity``); MariaDB/MySQL sessions have no such name, so there
+the process's are the test database's sessions but the test's own
+(``information_schema.PROCESSLIST``).
 """
 
 from __future__ import annotations
@@ -37,21 +40,49 @@ def connections_at_most(handler_threads: int, queues: int) -> int:
     return handler_threads + queues + 6
 
 
+def tagged_url(application_name: str) -> str:
+    """The DATABASE_URL of a worker whose sessions :func:`sessions` finds."""
+    if connection.vendor == "mysql":
+        return database_url()
+    return f"{database_url()}?application_name={application_name}"
+
+
+def sessions(application_name: str) -> list[tuple[int, str]]:
+    """The worker's sessions on the server: (backend id, its current or last statement)."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "mysql":
+            cursor.execute(
+                "SELECT ID, COALESCE(INFO, '') FROM information_schema.PROCESSLIST"
+                " WHERE DB = DATABASE() AND ID <> CONNECTION_ID()"
+            )
+        else:
+            cursor.execute(
+                "SELECT pid, query FROM pg_stat_activity WHERE application_name = %s",
+                [application_name],
+            )
+        return [(int(pid), str(query)) for pid, query in cursor.fetchall()]
+
+
+def drop_sessions(ids: list[int]) -> None:
+    """End the server sessions ``ids``, as a restart or an operator would."""
+    with connection.cursor() as cursor:
+        if connection.vendor == "mysql":
+            for session in ids:
+                cursor.execute(f"KILL {int(session)}")
+        else:
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid", [ids])
+
+
 @dataclass
 class Sample:
-    """What ``pg_stat_activity`` showed of one process over a run."""
+    """What the server's sessions showed of one process over a run."""
 
     most: int = 0
     backends: set[int] = field(default_factory=set)
     statements: dict[int, str] = field(default_factory=dict)
 
     def take(self, application_name: str) -> None:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pid, query FROM pg_stat_activity WHERE application_name = %s",
-                [application_name],
-            )
-            rows = cursor.fetchall()
+        rows = sessions(application_name)
         self.most = max(self.most, len(rows))
         for pid, query in rows:
             self.backends.add(pid)
@@ -77,7 +108,7 @@ def test_connections_of_a_busy_runjobs_process_stay_within_the_documented_count(
         "--workers",
         str(THREADS_PER_QUEUE),
         env={
-            "DATABASE_URL": f"{database_url()}?application_name={application_name}",
+            "DATABASE_URL": tagged_url(application_name),
             "JOBS_LEASE_SECONDS": "3",  # renewals every second while the handlers sleep
         },
     )
@@ -101,6 +132,7 @@ def test_connections_of_a_busy_runjobs_process_stay_within_the_documented_count(
     )
 
 
+@pytest.mark.listen_notify
 def test_connections_dropped_by_the_server_a_worker_claims_again_at_once(
     runjobs_process: RunjobsProcesses,
 ) -> None:
@@ -111,7 +143,7 @@ def test_connections_dropped_by_the_server_a_worker_claims_again_at_once(
         "--queue",
         "default",
         env={
-            "DATABASE_URL": f"{database_url()}?application_name={application_name}",
+            "DATABASE_URL": tagged_url(application_name),
             "JOBS_POLL_SECONDS": "5",  # a wake-up comes through LISTEN; a poll takes 5 s
         },
     )
@@ -119,20 +151,14 @@ def test_connections_dropped_by_the_server_a_worker_claims_again_at_once(
     wait_until(lambda: Job.objects.get(pk=first.pk).status == JobStatus.SUCCEEDED, timeout=30)
 
     def backends(listening: bool) -> list[int]:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pid FROM pg_stat_activity WHERE application_name = %s"
-                " AND (query LIKE 'LISTEN%%') = %s",
-                [application_name, listening],
-            )
-            return [pid for (pid,) in cursor.fetchall()]
+        return [
+            pid
+            for pid, query in sessions(application_name)
+            if query.startswith("LISTEN") == listening
+        ]
 
     wait_until(lambda: backends(listening=True), timeout=10)  # the waker hears the next job
-    with connection.cursor() as cursor:  # every other connection of the worker is dropped
-        cursor.execute(
-            "SELECT pg_terminate_backend(pid) FROM unnest(%s::int[]) AS pid",
-            [backends(listening=False)],
-        )
+    drop_sessions(backends(listening=False))  # every other connection of the worker
     started = time.monotonic()
     job = schedule_job("example.sleep", {"seconds": 0})
     wait_until(lambda: Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED, timeout=30)
@@ -140,3 +166,35 @@ def test_connections_dropped_by_the_server_a_worker_claims_again_at_once(
     os.kill(worker.pid, signal.SIGTERM)
     assert worker.wait(20) == 0, runjobs_process.log(worker)
     assert took < 2.5, f"{took:.1f}s to run a job after the drop\n{runjobs_process.log(worker)}"
+
+
+@pytest.mark.without_listen_notify
+def test_connections_dropped_by_the_server_a_polling_worker_claims_on_its_next_poll(
+    runjobs_process: RunjobsProcesses,
+) -> None:
+    """Without wake-ups the next claim is a poll's: the one after the drop fails on its
+    dead connection, and the worker claims again at once on a new one, not a poll later.
+
+    The job is due before that poll, so it runs within a poll of the drop (and
+    a little more); a poll later would be past it unless the poll came in
+    the drop's first half second.
+    """
+    poll = 5.0
+    application_name = f"django-jobs-drop-{uuid.uuid4().hex[:8]}"
+    worker = runjobs_process.start(
+        "--queue",
+        "default",
+        env={"DATABASE_URL": tagged_url(application_name), "JOBS_POLL_SECONDS": str(poll)},
+    )
+    first = schedule_job("example.sleep", {"seconds": 0})
+    wait_until(lambda: Job.objects.get(pk=first.pk).status == JobStatus.SUCCEEDED, timeout=30)
+    drop_sessions([pid for pid, _ in sessions(application_name)])
+    started = time.monotonic()
+    job = schedule_job("example.sleep", {"seconds": 0})
+    wait_until(lambda: Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED, timeout=30)
+    took = time.monotonic() - started
+    os.kill(worker.pid, signal.SIGTERM)
+    assert worker.wait(20) == 0, runjobs_process.log(worker)
+    log = runjobs_process.log(worker)
+    assert "worker step failed" in log, log  # a step after the drop met a dead connection
+    assert took < poll + 0.5, f"{took:.1f}s to run a job after the drop\n{log}"
