@@ -11,7 +11,7 @@ from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import connections, router
+from django.db import OperationalError, connections, router
 from django.utils import autoreload
 
 from django_jobs.conf import processes_problem, settings
@@ -83,11 +83,27 @@ class Command(BaseCommand):
         (the system checks, the start-up checks) exits ``CONFIG_EXIT``: its supervisor then
         stops instead of starting it again and again."""
         try:
+            self.deferred_checks = False
+            if self.requires_system_checks and not options.get("skip_checks"):
+                self.deferred_checks = not self.check_unless_unreachable()
+                options["skip_checks"] = True
             return super().execute(*args, **options)
         except CommandError as exc:
             if os.environ.get(SUPERVISOR_ENV):
                 exc.returncode = CONFIG_EXIT
             raise
+
+    def check_unless_unreachable(self) -> bool:
+        """Django's system checks, as its ``execute()`` runs them; False if they need the
+        database and it does not answer (on MariaDB/MySQL, Django 6's model checks read the
+        server's version): :meth:`start_up` runs them once it answers, so that a worker
+        started before its database waits for it instead of failing with a traceback."""
+        try:
+            self.check()
+        except OperationalError:
+            connections.close_all()
+            return False
+        return True
 
     def handle(self, *args: Any, **options: Any) -> None:
         supervisor = os.environ.get(SUPERVISOR_ENV)
@@ -133,6 +149,9 @@ class Command(BaseCommand):
             apply_connect_timeout(using, settings.call_timeout_seconds())
             if not wait_for_database(using, stop_event, wait=not options["burst"]):
                 return {}  # stopped while waiting
+            if getattr(self, "deferred_checks", False):
+                self.deferred_checks = False
+                self.check()  # a SystemCheckError is a CommandError
             require_migrated(using)
         except (ValueError, JobsError, ImproperlyConfigured) as exc:
             raise CommandError(str(exc)) from None
