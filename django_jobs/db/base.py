@@ -361,21 +361,27 @@ class Driver:
         Runs inside the claim's transaction. Returns the rows it claimed, in
         the order given.
         """
-        started = self.mark_running([row.id for row in rows], request)
+        return self.claimed(rows, self.mark_running([row.id for row in rows], request), request)
+
+    def claimed(
+        self, rows: Sequence[Candidate], marked: Mapping[int, MarkedRow], request: ClaimRequest
+    ) -> list[ClaimedJob]:
+        """The jobs of ``rows`` that ``marked`` says were marked running, their attempts
+        started (inside the claim's transaction)."""
         claimed = [
             ClaimedJob(
                 id=row.id,
                 name=row.name,
                 queue=row.queue,
                 raw_payload=row.payload,
-                attempt=started[row.id].attempt,
-                attempts_used=started[row.id].attempts_used,
+                attempt=marked[row.id].attempt,
+                attempts_used=marked[row.id].attempts_used,
                 max_attempts=row.max_attempts,
                 owner=request.owner,
                 lease_expires_at=request.expires_at,
             )
             for row in rows
-            if row.id in started
+            if row.id in marked
         ]
         if claimed:
             self.start_attempts(claimed, request.now)

@@ -356,28 +356,6 @@ class MySQLDriver(Driver):
                 return self.read_marked(cursor, ids, request)
         return {row.id: MarkedRow(row.id, attempts[row.id], row.attempts_used + 1) for row in rows}
 
-    def claimed(
-        self, rows: Sequence[Candidate], marked: Mapping[int, MarkedRow], request: ClaimRequest
-    ) -> list[ClaimedJob]:
-        claimed = [
-            ClaimedJob(
-                id=row.id,
-                name=row.name,
-                queue=row.queue,
-                raw_payload=row.payload,
-                attempt=marked[row.id].attempt,
-                attempts_used=marked[row.id].attempts_used,
-                max_attempts=row.max_attempts,
-                owner=request.owner,
-                lease_expires_at=request.expires_at,
-            )
-            for row in rows
-            if row.id in marked
-        ]
-        if claimed:
-            self.start_attempts(claimed, request.now)
-        return claimed
-
     def mark_running(self, ids: Sequence[int], request: ClaimRequest) -> dict[int, MarkedRow]:
         """The claim one row at a time (after a refused write): the UPDATE numbers the
         attempt itself, and the rows it wrote are read back."""
