@@ -50,13 +50,18 @@ class BurstCheck:
 
     def drained(self, busy: bool) -> bool:
         """True when no job on the worker's queues is due or running (``busy``: a handler
-        here holds a job). While it waits for running jobs only, say so once: at the
-        second check that finds the same job running, so that the last jobs of a drain,
-        which end before the next check, go unnamed."""
+        here holds a job), as one statement sees them. While it waits for running jobs
+        only, say so once: at the second check that finds the same job running, so that
+        the last jobs of a drain, which end before the next check, go unnamed."""
         p = self.parts
         now = p.clock.now()
         jobs = self.jobs()
         with p.deadline("the drain check"):
+            # One statement first, so one snapshot: asked in two, a job settled from
+            # running back to due between them would be seen in neither.
+            if not (jobs.due(now) | jobs.running()).exists():
+                self.waiting = set()
+                return not busy
             if jobs.due(now).exists():
                 self.waiting = set()
                 return False
@@ -71,7 +76,7 @@ class BurstCheck:
             self.say_waiting(running, count, now)
             self.told |= ids
         self.waiting = ids
-        return not running and not busy
+        return False
 
     def say_waiting(self, running: Sequence[Any], count: int, now: datetime) -> None:
         owner = self.parts.owner

@@ -6,6 +6,7 @@ import threading
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from django_jobs import schedule_job
@@ -119,3 +120,31 @@ def test_burst_check_names_a_job_from_the_second_check_that_finds_it_running_and
     assert line.getMessage().endswith(f"to finish: #{long.pk} here")
     Job.objects.filter(pk=long.pk).update(status=JobStatus.SUCCEEDED)
     assert check.drained(busy=False) is True
+
+
+def test_burst_check_is_not_fooled_by_a_job_settled_back_to_due_between_two_queries(
+    worker, make_job, clock
+):
+    # A failed attempt's retry, due at once, is written while the check runs: after a
+    # query that saw the job running and not due, before one that looks for running jobs.
+    # Two queries would see nothing due and nothing running, and the worker would exit
+    # with the retry left behind.
+    w = worker(burst=True)
+    lease = clock.now() + timedelta(seconds=30)
+    job = make_job(status=JobStatus.RUNNING, lease_owner="far:1:ab", lease_expires_at=lease)
+    settled = []
+
+    def settle_after_the_first_look(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if not settled and "django_jobs_job" in sql:
+            settled.append(sql)
+            Job.objects.filter(pk=job.pk).update(
+                status=JobStatus.PENDING, run_at=clock.now(), lease_owner=None
+            )
+        return result
+
+    check = BurstCheck(w.parts())
+    with connection.execute_wrapper(settle_after_the_first_look):
+        assert check.drained(busy=False) is False
+    assert settled
+    assert check.drained(busy=False) is False  # the retry is due: not drained either
