@@ -88,6 +88,8 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     errors += _retry_ceiling_warnings(user)
     errors += _key_errors(user, BOOLEAN, "django_jobs.E007")
     errors += _key_errors(user, ("PROCESSES",), "django_jobs.E011")
+    if "LISTEN_DATABASE" in user:
+        errors += _listen_database_errors(user["LISTEN_DATABASE"])
     if "QUEUES" in user:
         errors += _queue_errors(user["QUEUES"])
     if "RETENTION" in user:
@@ -100,6 +102,37 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     if "HIDDEN_PAYLOAD_KEYS" in user:
         errors += _hidden_keys_errors(user["HIDDEN_PAYLOAD_KEYS"])
     return errors
+
+
+def _listen_database_errors(alias: Any) -> list[CheckMessage]:
+    """E012: a ``LISTEN_DATABASE`` that names no PostgreSQL database of ``DATABASES``."""
+    problem = setting_problem("LISTEN_DATABASE", alias)
+    if problem is not None:
+        return [Error(problem.message, hint=problem.hint, id="django_jobs.E012")]
+    if alias is None:
+        return []
+    where = f"DJANGO_JOBS['LISTEN_DATABASE'] ({alias!r})"
+    if alias not in django_settings.DATABASES:
+        close = difflib.get_close_matches(alias, list(django_settings.DATABASES), n=1)
+        return [
+            Error(
+                f"{where} is not a database in DATABASES.",
+                hint=f"Did you mean {close[0]!r}?"
+                if close
+                else f"Known: {', '.join(django_settings.DATABASES)}.",
+                id="django_jobs.E012",
+            )
+        ]
+    if connections[alias].vendor != "postgresql":
+        return [
+            Error(
+                f"{where} is a {connections[alias].vendor} database: LISTEN is PostgreSQL's.",
+                hint="Name an alias of the same PostgreSQL database the jobs are in, reached "
+                "without a transaction-mode pooler; or leave LISTEN_DATABASE out.",
+                id="django_jobs.E012",
+            )
+        ]
+    return []
 
 
 def _heartbeat_messages(user: Mapping[str, Any]) -> list[CheckMessage]:

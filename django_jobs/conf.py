@@ -33,8 +33,11 @@ DEFAULTS: dict[str, Any] = {
     "HEARTBEAT_SECONDS": None,
     # How long a stopping worker waits for running handlers before handing their jobs back.
     "SHUTDOWN_GRACE_SECONDS": 20,
-    # How often each worker process takes back jobs whose lease has expired.
+    # How often the leader takes back jobs whose lease has expired and prunes finished ones.
     "MAINTENANCE_SECONDS": 15,
+    # How long the leader's lease holds unless renewed (every third of it): one process
+    # per database runs the rescuer, the recurring scheduler and the pruning.
+    "LEADER_LEASE_SECONDS": 30,
     # A dispatcher claims the next jobs while its threads run the current ones, as long as
     # its queue's jobs take less than this on average (seconds); 0: never.
     "CLAIM_AHEAD_SECONDS": 0.01,
@@ -55,6 +58,9 @@ DEFAULTS: dict[str, Any] = {
     "PROCESSES": 1,
     # On PostgreSQL: enqueueing NOTIFYs, and idle workers LISTEN instead of waiting a poll.
     "LISTEN": True,
+    # The DATABASES alias a worker LISTENs on; None: the jobs' own. Behind a pooler in
+    # transaction mode, one that reaches the same database directly (or a session pool).
+    "LISTEN_DATABASE": None,
     # finished status -> how long its jobs are kept after they finish; None: forever.
     # A user's dict replaces only the statuses it names.
     "RETENTION": {
@@ -68,6 +74,7 @@ POSITIVE = (
     "LEASE_SECONDS",
     "POLL_SECONDS",
     "MAINTENANCE_SECONDS",
+    "LEADER_LEASE_SECONDS",
     "RETRY_MAX_SECONDS",
     "MAX_PAYLOAD_BYTES",
 )
@@ -245,6 +252,12 @@ def setting_problem(key: str, value: Any) -> Problem | None:
             f"{where} {processes_problem(value)}, got {value!r}.",
             f"Give a number of worker processes, e.g. 4 (a number, not text), or 'auto' "
             f"(this host: {cpu_cores()}).",
+        )
+    if key == "LISTEN_DATABASE" and value is not None and not (isinstance(value, str) and value):
+        return Problem(
+            f"{where} must be the name of a database in DATABASES, or None, got {value!r}.",
+            "For example 'direct', with DATABASES['direct'] reaching the jobs' PostgreSQL "
+            "database without the pooler; None listens on the jobs' own database.",
         )
     if key == "QUEUES":
         problems = queues_problems(value)

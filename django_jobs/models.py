@@ -288,3 +288,50 @@ class WorkerProcess(models.Model):
 
     def __str__(self) -> str:
         return self.id
+
+
+class LeaderQuerySet(models.QuerySet["Leader"]):
+    def held(self, now: datetime) -> LeaderQuerySet:
+        """Leases that hold at ``now``: owned, and not yet lapsed or handed over."""
+        return self.filter(expires_at__gt=now).exclude(owner="")
+
+
+class Leader(models.Model):
+    """Which worker process leads: the one that takes back expired leases, fires the
+    recurring schedules, prunes finished jobs and sweeps stale workers for the whole
+    database, so that fifty processes do not each do it.
+
+    One row per database, taken and renewed by a guarded update on the database's clock
+    (:mod:`django_jobs.worker.leadership`). ``epoch`` counts the changes of leader: a
+    process that led and lost the lease finds a newer epoch when it comes back. Nothing's
+    correctness rests on it; every chore stays guarded as if two processes led at once.
+    """
+
+    #: The one lease a database has today, by its name.
+    DEFAULT = "default"
+
+    name = models.CharField(primary_key=True, max_length=64)
+    owner = models.CharField(
+        max_length=255, blank=True, default="", help_text="The worker process that leads."
+    )
+    epoch = models.PositiveBigIntegerField(
+        default=0, help_text="How many times the lease has passed to a new leader."
+    )
+    elected_at = models.DateTimeField(
+        null=True, blank=True, help_text="When this leader took the lease."
+    )
+    expires_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="When the lease lapses unless renewed; another process may take it then.",
+    )
+
+    objects = LeaderQuerySet.as_manager()
+
+    class Meta:
+        db_table = "django_jobs_leader"
+        verbose_name = "leader"
+        verbose_name_plural = "leaders"
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.owner or 'nobody'} (epoch {self.epoch})"

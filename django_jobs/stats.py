@@ -14,7 +14,7 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.db import router
 from django.db.models import Count, Min, Q
@@ -30,6 +30,7 @@ from .models import (
     Job,
     JobQuerySet,
     JobStatus,
+    Leader,
     WorkerProcess,
 )
 
@@ -77,6 +78,17 @@ class LiveWorker:
     running_job_ids: list[int] = field(default_factory=list)
     supervisor: str | None = None  # runjobs --processes: the supervisor's id, for its children
     process_count: int = 0  # a supervisor's: how many children it runs; it serves no queue itself
+    leads: bool = False  # it holds the leader lease: it runs the rescuer, scheduler and pruning
+
+
+@dataclass
+class LeaderInfo:
+    """The leader lease as it holds at ``now`` (``current_leader()``): who leads, since when."""
+
+    owner: str  # the leading worker process's id (a child's, under runjobs --processes)
+    epoch: int  # how many times the lease has passed to a new leader
+    elected_at: datetime | None  # when this leader took the lease
+    expires_at: datetime  # when the lease lapses unless renewed
 
 
 @dataclass
@@ -98,10 +110,17 @@ class Overview:
     stale_workers: list[LiveWorker]  # registered, more than LATE_BEATS beats missed
     finished_estimated: bool  # succeeded, dead_lettered, cancelled are estimates
     throughput: dict[str, list[Minute]] = field(default_factory=dict)  # by queue
+    leader: LeaderInfo | None = None  # the leader lease, if one holds at ``now``
 
     @property
     def unserved_queues(self) -> list[QueueStats]:
         return [stats for stats in self.queues if stats.unserved]
+
+    @property
+    def leaderless(self) -> bool:
+        """Workers are live and none leads: nobody takes back expired leases, fires the
+        recurring schedules or prunes until one takes the lease."""
+        return self.leader is None and bool(self.workers)
 
 
 #: Beats a heartbeat may miss before its worker is flagged stale.
@@ -151,12 +170,13 @@ def overview(
     estimate_finished: bool = True,
     chart: bool = True,
 ) -> Overview:
-    """Queues, workers fresh and stale, and (``chart``) the last hour, in a fixed number of queries.
+    """Queues, workers fresh and stale, the leader, and (``chart``) the last hour, in a fixed
+    number of queries.
 
     A queue counts as served only by a worker whose heartbeat is not stale.
     """
     using, now = resolve(using, now)
-    fresh, stale = registered_workers(using, now)
+    fresh, stale, leader = registered_workers(using, now)
     queues, estimated = count_queues(using, now, fresh, estimate_finished=estimate_finished)
     return Overview(
         now=now,
@@ -165,6 +185,7 @@ def overview(
         stale_workers=grouped(stale),
         finished_estimated=estimated,
         throughput=throughput(using, now, [s.queue for s in queues]) if chart else {},
+        leader=leader,
     )
 
 
@@ -301,10 +322,33 @@ def throughput(
     return charts
 
 
+def current_leader(using: str | None = None, now: datetime | None = None) -> LeaderInfo | None:
+    """The leader lease if it holds at ``now`` (it expires later), else None: one query,
+    of the one row by its primary key. A lease that lapsed or was handed over marks nobody."""
+    using, now = resolve(using, now)
+    lease = Leader.objects.using(using).held(now).filter(name=Leader.DEFAULT).first()
+    if lease is None or lease.expires_at is None:  # the filter leaves none without an end
+        return None
+    return LeaderInfo(
+        owner=lease.owner,
+        epoch=lease.epoch,
+        elected_at=lease.elected_at,
+        expires_at=lease.expires_at,
+    )
+
+
 def live_workers(
     using: str | None = None, now: datetime | None = None, lease_seconds: float | None = None
 ) -> list[LiveWorker]:
-    """Registered workers whose last heartbeat is younger than a lease, with their jobs."""
+    """Registered workers whose last heartbeat is younger than a lease, with their jobs;
+    the one that holds the leader lease at ``now`` ``leads``."""
+    return live_workers_and_leader(using, now, lease_seconds)[0]
+
+
+def live_workers_and_leader(
+    using: str | None = None, now: datetime | None = None, lease_seconds: float | None = None
+) -> tuple[list[LiveWorker], LeaderInfo | None]:
+    """``live_workers()``, and the leader lease it marked them by (``current_leader()``)."""
     using, now = resolve(using, now)
     lease = float(settings.LEASE_SECONDS if lease_seconds is None else lease_seconds)
     rows = WorkerProcess.objects.using(using).filter(
@@ -312,13 +356,22 @@ def live_workers(
     )
     workers = [as_live_worker(row) for row in rows]
     attach_running_jobs(workers, using)
-    return workers
+    leader = current_leader(using, now)
+    mark_leader(workers, leader)
+    return workers, leader
 
 
-def registered_workers(
-    using: str | None = None, now: datetime | None = None
-) -> tuple[list[LiveWorker], list[LiveWorker]]:
-    """Every registered worker, with its jobs: (heartbeat fresh, heartbeat stale).
+class Registered(NamedTuple):
+    """What ``registered_workers()`` read."""
+
+    fresh: list[LiveWorker]
+    stale: list[LiveWorker]
+    leader: LeaderInfo | None
+
+
+def registered_workers(using: str | None = None, now: datetime | None = None) -> Registered:
+    """Every registered worker, with its jobs: heartbeat fresh, heartbeat stale; and the
+    leader lease, the worker that holds it marked ``leads``.
 
     Stale is ``heartbeat_is_stale()``: a row older than a lease that the rescuer
     has not swept yet is stale too.
@@ -329,9 +382,16 @@ def registered_workers(
         for row in WorkerProcess.objects.using(using).order_by("host", "pid", "id")
     ]
     attach_running_jobs(workers, using)
+    leader = current_leader(using, now)
+    mark_leader(workers, leader)
     fresh = [w for w in workers if not heartbeat_is_stale(w.last_heartbeat_at, now)]
     stale = [w for w in workers if heartbeat_is_stale(w.last_heartbeat_at, now)]
-    return fresh, stale
+    return Registered(fresh, stale, leader)
+
+
+def mark_leader(workers: Iterable[LiveWorker], leader: LeaderInfo | None) -> None:
+    for worker in workers:
+        worker.leads = leader is not None and worker.id == leader.owner
 
 
 def grouped(workers: list[LiveWorker]) -> list[LiveWorker]:

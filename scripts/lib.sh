@@ -92,6 +92,21 @@ ensure_pgbouncer() {
     fi
 }
 
+# ensure_hosts_tools: what the tests of hosts apart need (tests/hosts.py): iproute2 for the
+# network namespaces, libfaketime for a host whose clock runs fast. Only as root, where the
+# namespaces can be made; elsewhere those tests skip and say why.
+ensure_hosts_tools() {
+    [ "$(id -u)" = 0 ] || return 0
+    if ! command -v ip >/dev/null; then
+        log "installing iproute2"
+        apt_install iproute2
+    fi
+    if ! ls /usr/lib/*/faketime/libfaketimeMT.so.1 >/dev/null 2>&1; then
+        log "installing libfaketime"
+        apt_install libfaketime
+    fi
+}
+
 # ensure_mariadb: Debian's MariaDB server, and the client library mysqlclient builds against.
 ensure_mariadb() {
     if ! command -v mariadbd >/dev/null && [ ! -x /usr/sbin/mariadbd ]; then
@@ -130,9 +145,19 @@ start_mariadb() {
 start_postgres() {
     PG_DIR="$(mktemp -d /tmp/django-jobs-pg.XXXXXX)"
     PG_URL="$(python3 "$ROOT/scripts/pgserver.py" start "$PG_DIR")"
-    on_exit 'python3 "$ROOT/scripts/pgserver.py" stop "$PG_DIR"; rm -rf "$PG_DIR"'
+    # This server's directory, now: a script may start more than one.
+    on_exit "python3 '$ROOT/scripts/pgserver.py' stop '$PG_DIR'; rm -rf '$PG_DIR'"
     JOBS_TEST_PG_DIR=$PG_DIR  # the fault tests stop and start this server
     export PG_DIR PG_URL JOBS_TEST_PG_DIR
+}
+
+# start_pgbouncer URL: a private PgBouncer in transaction mode in front of the server of
+# URL; sets PGBOUNCER_DIR and PGBOUNCER_URL (URL, pooled); stops on exit.
+start_pgbouncer() {
+    PGBOUNCER_DIR="$(mktemp -d /tmp/django-jobs-pgbouncer.XXXXXX)"
+    PGBOUNCER_URL="$(python3 "$ROOT/scripts/pgbouncer.py" start "$PGBOUNCER_DIR" "$1")"
+    on_exit "python3 '$ROOT/scripts/pgbouncer.py' stop '$PGBOUNCER_DIR'; rm -rf '$PGBOUNCER_DIR'"
+    export PGBOUNCER_DIR PGBOUNCER_URL
 }
 
 # ensure_chromium: Debian's Chromium at /usr/bin/chromium, which the browser tests

@@ -5,9 +5,11 @@
     python scripts/pgserver.py stop DIR
 
 The cluster lives in DIR (created if needed) and listens on a free port of
-127.0.0.1; started again after a stop, it keeps its port and data (the fault
-tests stop and start it under running workers). As root, the server runs as
-the ``postgres`` system user, since PostgreSQL refuses to run as root.
+127.0.0.1 (and on the addresses listed in DIR/listen, one per line: the host
+side of network namespaces a test made); started again after a stop, it keeps
+its port and data (the fault tests stop and start it under running workers).
+As root, the server runs as the ``postgres`` system user, since PostgreSQL
+refuses to run as root.
 """
 
 from __future__ import annotations
@@ -74,7 +76,13 @@ def start(root: Path) -> str:
     port_file = root / "port"
     port = int(port_file.read_text()) if port_file.exists() else free_port()
     port_file.write_text(str(port))
-    options = f"-c listen_addresses=127.0.0.1 -p {port} -k {root} -c max_connections=200"
+    # More addresses to listen on (the host side of network namespaces a test made), one
+    # per line of DIR/listen: a test writes it and starts the server again.
+    extra = root / "listen"
+    addresses = ["127.0.0.1", *(extra.read_text().split() if extra.exists() else [])]
+    allow_test_hosts(data)
+    listen = ",".join(addresses)
+    options = f"-c listen_addresses={listen} -p {port} -k {root} -c max_connections=200"
     if os.environ.get("PGSERVER_DURABLE") != "1":
         # Tests need no crash safety; benchmarks set PGSERVER_DURABLE=1 to keep it.
         options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
@@ -111,6 +119,16 @@ def start(root: Path) -> str:
         )
     (root / "url").write_text(url)
     return url
+
+
+def allow_test_hosts(data: Path) -> None:
+    """Let in, with trust as from 127.0.0.1, the range the tests give the hosts they make
+    (198.18.0.0/15, set aside for benchmarks: never a real network's)."""
+    hba = data / "pg_hba.conf"
+    line = "host all all 198.18.0.0/15 trust\n"
+    if line not in hba.read_text():
+        with hba.open("a") as out:
+            out.write(line)
 
 
 def stop(root: Path) -> None:

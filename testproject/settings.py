@@ -14,6 +14,7 @@ env = environ.Env(
     JOBS_LEASE_SECONDS=(float, 300.0),
     JOBS_POLL_SECONDS=(float, 1.0),
     JOBS_MAINTENANCE_SECONDS=(float, 15.0),
+    JOBS_LEADER_LEASE_SECONDS=(float, 30.0),
     JOBS_RETRY_BASE_SECONDS=(float, 30.0),
     JOBS_WORKERS=(int, 2),
     JOBS_SHUTDOWN_GRACE_SECONDS=(float, 20.0),
@@ -90,10 +91,20 @@ DJANGO_JOBS = {
     "LEASE_SECONDS": env("JOBS_LEASE_SECONDS"),
     "POLL_SECONDS": env("JOBS_POLL_SECONDS"),
     "MAINTENANCE_SECONDS": env("JOBS_MAINTENANCE_SECONDS"),
+    "LEADER_LEASE_SECONDS": env("JOBS_LEADER_LEASE_SECONDS"),
     "RETRY_BASE_SECONDS": env("JOBS_RETRY_BASE_SECONDS"),
     "SHUTDOWN_GRACE_SECONDS": env("JOBS_SHUTDOWN_GRACE_SECONDS"),
     "LISTEN": env("JOBS_LISTEN"),
 }
+
+# Behind PgBouncer in transaction mode (the tests' pooled suite, scripts/pgbouncer.py):
+# no server-side cursors nor prepared statements, and LISTEN on a direct connection.
+if env.bool("JOBS_PGBOUNCER", default=False):
+    DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
+    DJANGO_JOBS["PREPARED_STATEMENTS"] = False
+if env.str("LISTEN_DATABASE_URL", default=""):
+    DATABASES["listen"] = {**env.db("LISTEN_DATABASE_URL"), "TEST": {"MIRROR": "default"}}
+    DJANGO_JOBS["LISTEN_DATABASE"] = "listen"
 
 # Django's Tasks framework run by django-jobs: Django 6's own, or on Django 5.2 the
 # django-tasks backport when it is installed. "immediate" runs the same tasks in-process.

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -136,7 +136,7 @@ def manage(*args: str, url: str | None = None, **env: str) -> subprocess.Complet
     return subprocess.run(  # noqa: S603
         [sys.executable, str(ROOT / "manage.py"), *args],
         cwd=ROOT,
-        env={**os.environ, "DATABASE_URL": url or database_url(), **env},
+        env={**os.environ, **database_env(), **({"DATABASE_URL": url} if url else {}), **env},
         capture_output=True,
         text=True,
         timeout=60,
@@ -144,8 +144,23 @@ def manage(*args: str, url: str | None = None, **env: str) -> subprocess.Complet
     )
 
 
-def database_url() -> str:
-    """A DATABASE_URL for the live (test) database, for subprocesses."""
+# scripts/test sets this for the suite whose subprocesses reach PostgreSQL through a
+# PgBouncer in transaction mode (scripts/pgbouncer.py): the test process itself, which
+# creates and drops the test database, goes straight to the server.
+PGBOUNCER_DIR = os.environ.get("JOBS_TEST_PGBOUNCER_DIR")
+
+
+def pooler_port() -> int | None:
+    """The port of the suite's PgBouncer, if its subprocesses go through one."""
+    if not PGBOUNCER_DIR:
+        return None
+    url = (Path(PGBOUNCER_DIR) / "url").read_text().strip()
+    return int(url.rsplit(":", 1)[1].split("/", 1)[0])
+
+
+def database_url(*, direct: bool = False) -> str:
+    """A DATABASE_URL for the live (test) database, for subprocesses: on PostgreSQL
+    through the suite's PgBouncer if it has one, unless ``direct``."""
     from django.db import connection
 
     settings = connection.settings_dict
@@ -155,7 +170,39 @@ def database_url() -> str:
     password = f":{settings['PASSWORD']}" if settings.get("PASSWORD") else ""
     auth = f"{user}{password}@" if user else ""
     scheme = "mysql" if connection.vendor == "mysql" else "postgres"
-    return f"{scheme}://{auth}{settings['HOST']}:{settings['PORT']}/{settings['NAME']}"
+    port = settings["PORT"]
+    if connection.vendor == "postgresql" and not direct:
+        port = pooler_port() or port
+    return f"{scheme}://{auth}{settings['HOST']}:{port}/{settings['NAME']}"
+
+
+def database_env() -> dict[str, str]:
+    """The environment that points a subprocess at the live (test) database: through the
+    pooler, it LISTENs on a direct connection (the testproject's ``listen`` alias)."""
+    env = {"DATABASE_URL": database_url()}
+    if PGBOUNCER_DIR:
+        env["LISTEN_DATABASE_URL"] = database_url(direct=True)
+    return env
+
+
+def release_pooled(database: str) -> None:
+    """Have the suite's PgBouncer, if there is one, drop the server connections it keeps to
+    ``database``: PostgreSQL refuses to drop a database in use."""
+    if PGBOUNCER_DIR:
+        script = str(ROOT / "scripts" / "pgbouncer.py")
+        command = [sys.executable, script, "release", PGBOUNCER_DIR, database]
+        subprocess.run(command, check=False, timeout=30)  # noqa: S603
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _pooler_lets_go_of_the_test_database(request: pytest.FixtureRequest) -> Iterator[None]:
+    if PGBOUNCER_DIR:
+        request.getfixturevalue("django_db_setup")  # torn down after this one
+    yield
+    if PGBOUNCER_DIR:
+        from django.db import connection
+
+        release_pooled(connection.settings_dict["NAME"])
 
 
 class StillRunning(subprocess.TimeoutExpired):
@@ -192,16 +239,21 @@ class RunjobsProcesses:
         project: Path = ROOT,
         command: str = "runjobs",
         start_new_session: bool = False,
+        prefix: Sequence[str] = (),
     ) -> subprocess.Popen[bytes]:
         """``manage.py runjobs *args`` (or another ``command``) of ``project``, the test
         project unless told; ``start_new_session``: in a process group of its own, as a
-        terminal starts a command (``os.killpg`` then signals it as Ctrl-C does)."""
+        terminal starts a command (``os.killpg`` then signals it as Ctrl-C does);
+        ``prefix``: run by way of it (``ip netns exec NAME``, which execs: the process's
+        pid is the command's)."""
         environment = {
             **os.environ,
-            "DATABASE_URL": database_url(),
+            **database_env(),
             "JOBS_LEASE_SECONDS": "5",
             "JOBS_POLL_SECONDS": "0.05",
             "JOBS_MAINTENANCE_SECONDS": "0.5",
+            # A leader killed in a test is followed within 3 s.
+            "JOBS_LEADER_LEASE_SECONDS": "3",
             "JOBS_RETRY_BASE_SECONDS": "0",
             "PYTHONUNBUFFERED": "1",
             **(env or {}),
@@ -209,7 +261,7 @@ class RunjobsProcesses:
         log_path = self.tmp_path / f"runjobs-{len(self.processes)}.log"
         log = open(log_path, "wb")  # noqa: SIM115
         process = LoggedProcess(
-            [sys.executable, str(project / "manage.py"), command, *args],
+            [*prefix, sys.executable, str(project / "manage.py"), command, *args],
             cwd=project,
             env=environment,
             stdout=log,
@@ -257,6 +309,7 @@ def fresh_database_url(tmp_path: Path) -> Iterator[str]:
     try:
         yield database_url().rsplit("/", 1)[0] + f"/{name}"
     finally:
+        release_pooled(name)
         with connection.cursor() as cursor:
             cursor.execute(f"DROP DATABASE {qn(name)}")
 

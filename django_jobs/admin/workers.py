@@ -20,7 +20,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..display import format_age, format_time
 from ..models import Job, WorkerProcess
-from ..stats import LATE_BEATS, heartbeat_is_stale
+from ..stats import LATE_BEATS, LeaderInfo, current_leader, heartbeat_is_stale
 from .common import ReadOnlyAdminMixin
 from .filters import HeartbeatFilter
 
@@ -38,6 +38,7 @@ class Shown(NamedTuple):
     running: list[HeldJob]  # its own and its children's
     children: list[WorkerProcess]  # a supervisor's worker processes (runjobs --processes)
     child_running: dict[str, list[HeldJob]]
+    leader: LeaderInfo | None  # the leader lease, if one holds at ``now``
 
 
 def top_level(rows: QuerySet[WorkerProcess]) -> QuerySet[WorkerProcess]:
@@ -48,8 +49,8 @@ def top_level(rows: QuerySet[WorkerProcess]) -> QuerySet[WorkerProcess]:
 
 
 def show_workers(workers: Iterable[WorkerProcess], now: datetime, using: str) -> None:
-    """Attach to each entry its children and the running jobs leased to them: two queries
-    for them all."""
+    """Attach to each entry its children, the running jobs leased to them and the leader
+    lease: three queries for them all."""
     workers = list(workers)
     children: dict[str, list[WorkerProcess]] = defaultdict(list)
     if workers:
@@ -69,11 +70,12 @@ def show_workers(workers: Iterable[WorkerProcess], now: datetime, using: str) ->
         )
         for row in jobs:
             held[str(row.lease_owner)].append(HeldJob(row.id, row.name))
+    leader = current_leader(using, now) if workers else None
     for worker in workers:
         kids = children.get(worker.id, [])
         running = held.get(worker.id, []) + [job for c in kids for job in held.get(c.id, [])]
         child_running = {child.id: held.get(child.id, []) for child in kids}
-        setattr(worker, SHOWN, Shown(now, sorted(running), kids, child_running))
+        setattr(worker, SHOWN, Shown(now, sorted(running), kids, child_running, leader))
 
 
 def shown(worker: WorkerProcess) -> Shown:
@@ -154,7 +156,12 @@ class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("state"))
     def state(self, obj: WorkerProcess) -> SafeString:
-        if heartbeat_is_stale(obj.last_heartbeat_at, shown(obj).now):
+        """Live or stale; and ``leader`` for the process that holds the leader lease."""
+        seen = shown(obj)
+        return format_html("{}{}", self.heartbeat_state(obj, seen.now), leader_badge(obj, seen))
+
+    def heartbeat_state(self, obj: WorkerProcess, now: datetime) -> SafeString:
+        if heartbeat_is_stale(obj.last_heartbeat_at, now):
             why = gettext(
                 "missed more than %(beats)s heartbeats: its jobs go back to the queue "
                 "when their leases expire"
@@ -197,9 +204,10 @@ class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         }
         running = seen.child_running.get(child.id, [])
         return format_html(
-            "{}{}{}{}",
+            "{}{}{}{}{}",
             text,
             format_html(" <strong>{}</strong>", gettext("stale")) if stale else "",
+            leader_badge(child, seen),
             "; " if running else "",
             self.job_links(running) if running else "",
         )
@@ -223,3 +231,18 @@ class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
                 for job in running
             ),
         )
+
+
+def leader_badge(worker: WorkerProcess, seen: Shown) -> SafeString | str:
+    """The mark ``leader`` (its epoch and since when as its title) on the process that
+    holds the leader lease; nothing on the others."""
+    leader = seen.leader
+    if leader is None or leader.owner != worker.id:
+        return ""
+    why = gettext(
+        "the leader since %(since)s (epoch %(epoch)s): it takes back expired leases, fires "
+        "the recurring schedules and prunes finished jobs for every worker"
+    ) % {"since": format_time(leader.elected_at), "epoch": leader.epoch}
+    return format_html(
+        ' <strong class="jobs-worker-leader" title="{}">{}</strong>', why, gettext("leader")
+    )

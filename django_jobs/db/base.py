@@ -28,13 +28,14 @@ from django.core.checks import CheckMessage
 from django.db import DataError, IntegrityError, connections, transaction
 
 from ..conf import settings
-from ..models import Attempt, Job, JobStatus
+from ..models import Attempt, Job, JobStatus, Leader
 from .records import (
     CANDIDATE_COLUMNS,
     PROGRESS_COLUMNS,
     Candidate,
     ClaimedJob,
     ClaimRequest,
+    LeaderRow,
     Pairs,
     Progress,
     Renewed,
@@ -478,6 +479,75 @@ class Driver:
             if statuses.get(s.pair) == JobStatus.CANCELLED and s.status != JobStatus.CANCELLED
         )
         return Settled([s for s in settlements if s.pair not in statuses], cancelled)
+
+    # -- the leader lease ----------------------------------------------------------
+
+    def lead(self, name: str, owner: str, now: datetime, lease_seconds: float) -> LeaderRow:
+        """Take the leader lease ``name`` for ``owner``, or renew it, until ``now`` plus
+        ``lease_seconds``; return the lease as it then stands, whoever holds it.
+
+        A guarded update: it takes the lease only if ``owner`` holds it already or it
+        has lapsed at ``now`` (the worker's reading of the database's clock). A new
+        holder starts a new epoch; a renewal keeps it. The row is made on the first
+        call. Round trips: the update, then the read of the row; the first call on an
+        empty table adds an insert. The update is the lease's one write, so two
+        processes never both take it.
+        """
+        until = lease_end(now, lease_seconds)
+        table = self.qn(Leader._meta.db_table)
+        qn = self.qn
+        # Each assignment reads the row as it was: MariaDB and MySQL apply them left to
+        # right and let later ones see earlier ones, so the owner is written last.
+        update = self.text(
+            "lead",
+            lambda: (
+                f"UPDATE {table} SET"
+                f" {qn('epoch')} = CASE WHEN {qn('owner')} = %s THEN {qn('epoch')}"
+                f" ELSE {qn('epoch')} + 1 END,"
+                f" {qn('elected_at')} = CASE WHEN {qn('owner')} = %s THEN {qn('elected_at')}"
+                " ELSE %s END,"
+                f" {qn('expires_at')} = %s, {qn('owner')} = %s"
+                f" WHERE {qn('name')} = %s AND ({qn('owner')} = %s"
+                f" OR {qn('expires_at')} IS NULL OR {qn('expires_at')} <= %s)"
+            ),
+        )
+        at, ends = self.adapt(now), self.adapt(until)
+        with self.write_transaction():
+            with self.connection.cursor() as cursor:
+                cursor.execute(update, [owner, owner, at, ends, owner, name, owner, at])
+                if cursor.rowcount == 0 and not self.leader_row(name):
+                    cursor.execute(
+                        self.insert_leader_sql(),
+                        [name, owner, 1, at, ends],
+                    )
+            return self.leader_row(name) or LeaderRow("", 0, None, None)
+
+    def insert_leader_sql(self) -> str:
+        """The first leader's row, unless another process has just written it: an insert
+        that does nothing on a conflict (``INSERT IGNORE`` on MariaDB and MySQL)."""
+        table = self.qn(Leader._meta.db_table)
+        columns = ", ".join(
+            self.qn(c) for c in ("name", "owner", "epoch", "elected_at", "expires_at")
+        )
+        return f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+
+    def leader_row(self, name: str) -> LeaderRow | None:
+        row = (
+            Leader.objects.using(self.using)
+            .filter(name=name)
+            .values_list("owner", "epoch", "elected_at", "expires_at")
+            .first()
+        )
+        return None if row is None else LeaderRow(*row)
+
+    def resign(self, name: str, owner: str, epoch: int, now: datetime) -> bool:
+        """End ``owner``'s lease of epoch ``epoch`` at ``now``, so that another process
+        can take it at once (a graceful stop); False if it no longer held it."""
+        return bool(
+            Leader.objects.using(self.using)
+            .filter(name=name, owner=owner, epoch=epoch)
+            .update(expires_at=now)
+        )
 
     def renew(
         self,

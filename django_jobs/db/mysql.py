@@ -251,6 +251,16 @@ class MySQLDriver(Driver):
 
     # -- statements ------------------------------------------------------------
 
+    def insert_leader_sql(self) -> str:
+        """``INSERT IGNORE``: no ``ON CONFLICT`` here. (``ON DUPLICATE KEY UPDATE`` would
+        not tell a conflict apart: Django's connections count found rows, not changed.)"""
+        return (
+            super()
+            .insert_leader_sql()
+            .replace("INSERT INTO", "INSERT IGNORE INTO", 1)
+            .replace(" ON CONFLICT DO NOTHING", "")
+        )
+
     @staticmethod
     def derived(columns: Sequence[tuple[str, str]], count: int) -> str:
         """A derived table of ``count`` rows of bound values, ``columns`` (name, SQL type or

@@ -77,12 +77,16 @@ class Listener:
         self,
         using: str = "default",
         *,
+        probe_through: str | None = None,
         probe_seconds: float = PROBE_SECONDS,
         first_backoff: float = FIRST_BACKOFF_SECONDS,
         max_backoff: float = MAX_BACKOFF_SECONDS,
         stopping: threading.Event | None = None,
     ) -> None:
         self.using = using
+        # The alias the jobs are written through, whose notifications must arrive here:
+        # the probe is sent on it (by default the listening alias itself).
+        self.probe_through = probe_through or using
         self.probe_seconds = probe_seconds
         self.first_backoff = first_backoff
         self.max_backoff = max_backoff
@@ -99,9 +103,13 @@ class Listener:
         """The server process of the listening connection, if it is open."""
         return self._connection.info.backend_pid if self._connection is not None else None
 
-    def connection_params(self) -> dict[str, Any]:
-        """The Django database's connection parameters, in autocommit, with our bounds."""
-        params = {**CONNECTION_DEFAULTS, **connections[self.using].get_connection_params()}
+    def connection_params(self, using: str | None = None) -> dict[str, Any]:
+        """The Django database's connection parameters (``using``, else the listening
+        alias's), in autocommit, with our bounds."""
+        params = {
+            **CONNECTION_DEFAULTS,
+            **connections[using or self.using].get_connection_params(),
+        }
         params["autocommit"] = True
         return params
 
@@ -161,9 +169,14 @@ class Listener:
         return True
 
     def _probe(self, connection: psycopg.Connection[Any], params: dict[str, Any]) -> bool:
-        """Notify the channel from another connection; True once it arrives here."""
+        """Notify the channel from another connection, on the alias the jobs are written
+        through; True once it arrives here. (Through a pooler in transaction mode, the
+        listener's own alias delivers nothing; another alias that reaches another
+        database would deliver the probe of none of the jobs.)"""
         import psycopg
 
+        if self.probe_through != self.using:
+            params = self.connection_params(self.probe_through)
         with psycopg.connect(**params) as sender:
             sender.execute("SELECT pg_notify(%s, '')", [CHANNEL])
         deadline = time.monotonic() + self.probe_seconds
@@ -180,10 +193,12 @@ class Listener:
     def _give_up(self) -> None:
         self.delivering = False
         logger.warning(
-            "LISTEN is not delivered on database %r (e.g. behind a transaction-mode pooler): "
-            "the worker polls every POLL_SECONDS (%ss). Set DJANGO_JOBS['LISTEN'] = False "
-            "to skip this check.",
+            "LISTEN is not delivered on database %r%s (e.g. behind a transaction-mode "
+            "pooler): the worker polls every POLL_SECONDS (%ss). Set "
+            "DJANGO_JOBS['LISTEN_DATABASE'] to an alias that reaches the same database "
+            "without the pooler, or DJANGO_JOBS['LISTEN'] = False to skip this check.",
             self.using,
+            "" if self.probe_through == self.using else f" from {self.probe_through!r}",
             settings.POLL_SECONDS,
             extra={"event": "listen_undelivered"},
         )

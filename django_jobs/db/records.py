@@ -172,3 +172,16 @@ PROGRESS_COLUMNS = (
     ("progress_total", "total"),
     ("progress_note", "note"),
 )
+
+
+class LeaderRow(NamedTuple):
+    """The leader lease as a driver's ``lead()`` left it: who holds it, since when, until
+    when, and its epoch (how many times it has passed to a new leader)."""
+
+    owner: str
+    epoch: int
+    elected_at: datetime | None
+    expires_at: datetime | None
+
+    def held_by(self, owner: str) -> bool:
+        return self.owner == owner

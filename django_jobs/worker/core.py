@@ -38,6 +38,7 @@ from .connections import guarded
 from .deadlines import Deadlines
 from .execution import Executor, timeout_for
 from .inflight import InFlight, driver_renewal
+from .leadership import Leadership
 from .maintainer import Maintainer
 from .recording import OutcomeWriter
 from .settler import Outcome, Settler
@@ -66,6 +67,7 @@ class Parts:
     inflight: InFlight
     settler: Settler
     maintainer: Maintainer
+    leadership: Leadership
     call_timeout_seconds: float
     burst: bool
     force_event: threading.Event
@@ -170,11 +172,19 @@ class Worker:
         self.executor = Executor(
             clock=self.clock, inflight=self.inflight, settler=self.settler, writer=self.writer
         )
+        self.leadership = Leadership(
+            self.driver,
+            self.owner,
+            clock=self.clock,
+            lease_seconds=float(settings.LEADER_LEASE_SECONDS),
+            call_timeout_seconds=self.call_timeout_seconds,
+        )
         self.maintainer = Maintainer(
             self.driver,
             self.owner,
             self.queues,
-            deadline=self.deadline,
+            # The leader's chores end before its lease would: their deadline is its.
+            deadline=self.leadership.deadline,
             lease_seconds=self.lease_seconds,
             jobs_run=lambda: self.writer.jobs_run,
             supervisor=supervisor,
@@ -189,7 +199,9 @@ class Worker:
 
     def run_once(self, now: datetime | None = None) -> TickResult:
         """Maintenance, then claim and run up to one batch per queue, through the parts
-        production uses."""
+        production uses. The tick runs every chore itself, leader or not: its caller
+        decides when (a test, ``run_until_empty``); :func:`~.server.serve` leaves them to
+        the leader."""
         now = now or self.clock.now()
         result = TickResult(fired=enqueue_due(now, using=self.using))
         result.reclaimed = self.maintain(now)
@@ -251,6 +263,7 @@ class Worker:
             inflight=self.inflight,
             settler=self.settler,
             maintainer=self.maintainer,
+            leadership=self.leadership,
             call_timeout_seconds=self.call_timeout_seconds,
             burst=self.burst,
             force_event=self.force_event,

@@ -3,7 +3,8 @@
 Taking back expired leases, dead-lettering what has no attempt left,
 pruning finished jobs, firing recurring schedules and keeping the
 process's registration fresh. The tick (``Worker.run_once``) and the
-server's main loop run the same ones.
+server's main loop run the same ones; the server, all but the registration
+only while its process leads (:mod:`.leadership`).
 """
 
 from __future__ import annotations

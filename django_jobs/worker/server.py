@@ -14,8 +14,9 @@
 - The heartbeat thread renews leases and does nothing else, so that no other
   database call can delay its give-up check.
 - On PostgreSQL the waker listens for new jobs (:mod:`.waker`).
-- The main thread runs the maintenance pass and the recurring scheduler,
-  keeps the worker's registration fresh and logs the summary
+- The main thread keeps the worker's registration fresh, takes part in the
+  leader's election and, while this process leads (:mod:`.leadership`),
+  runs the maintenance pass and the recurring scheduler; it logs the summary
   (:mod:`.summary`); in burst mode it checks whether the queues are drained
   (:mod:`.burst`).
 
@@ -35,7 +36,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import partial
 from typing import TypeVar
 
@@ -137,6 +138,7 @@ class Server:
             heartbeat.join(5)
             p.inflight.close()
             self.summary.flush(time.monotonic())
+            self.guarded(p.leadership.resign)
             # A stopped worker is not listed (admin, `jobs status`): its row goes, after a
             # second signal too. If the database does not answer, the sweep removes it.
             self.guarded(p.maintainer.unregister)
@@ -167,19 +169,23 @@ class Server:
         }
         next_at = dict.fromkeys(every, time.monotonic())
         poll = float(settings.POLL_SECONDS)
+        leader = p.leadership
         while not stop_event.is_set():
             steps: list[Callable[[], object]] = []
             started = time.monotonic()
+            if leader.due(p.clock.now()):
+                steps.append(leader.elect)
+            # The leader's chores: each checks, as it starts, that the lease still holds.
             if started >= next_at["maintenance"]:
                 steps += [
-                    lambda: p.maintainer.rescue(p.clock.now()),
-                    lambda: p.maintainer.prune(p.clock.now()),
+                    self.as_leader(p.maintainer.rescue),
+                    self.as_leader(p.maintainer.prune),
                 ]
                 next_at["maintenance"] = started + every["maintenance"]
             if started >= next_at["registration"]:
                 steps.append(lambda: p.maintainer.refresh_registration(p.clock.now()))
                 next_at["registration"] = started + every["registration"]
-            steps.append(lambda: p.maintainer.enqueue_due(p.clock.now()))
+            steps.append(self.as_leader(p.maintainer.enqueue_due))
             if not self.run_steps(steps, stop_event):
                 return
             self.summary.tick(time.monotonic())
@@ -187,6 +193,15 @@ class Server:
                 self.guarded(self.burst.say_drained)
                 return
             stop_event.wait(poll)
+
+    def as_leader(self, chore: Callable[[datetime], object]) -> Callable[[], object]:
+        """``chore`` as a main-loop step: run at the clock's now if this process leads."""
+
+        def step() -> object:
+            now = self.parts.clock.now()
+            return chore(now) if self.parts.leadership.acts(now) else None
+
+        return step
 
     def run_steps(self, steps: list[Callable[[], object]], stop_event: threading.Event) -> bool:
         """Run the main loop's steps in turn, each guarded; False (and the rest skipped)

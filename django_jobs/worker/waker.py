@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable
 
+from ..conf import settings
 from ..db import get_driver
 from ..db.notify import Listener, psycopg_can_listen
 
@@ -41,7 +42,9 @@ class Waker:
         self.using = using
         self.queues = frozenset(queues)
         self.wake = wake
-        self.listener = listener or Listener(using)
+        # LISTEN_DATABASE: another alias of the same database (not through the pooler).
+        listening = settings.LISTEN_DATABASE or using
+        self.listener = listener or Listener(listening, probe_through=using)
         self.wait_seconds = wait_seconds
         self._thread: threading.Thread | None = None
 

@@ -18,7 +18,7 @@ from freezegun import freeze_time
 
 from django_jobs import stats
 from django_jobs.admin.dashboard import INDEX_TEMPLATE, URL_NAME, install
-from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, WorkerProcess
+from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Leader, WorkerProcess
 from tests.conftest import START
 
 pytestmark = pytest.mark.django_db
@@ -103,6 +103,17 @@ def attempt(job: Job, outcome: str, finished_at: Any, number: int = 1) -> Attemp
         started_at=finished_at - timedelta(seconds=1),
         finished_at=finished_at,
         outcome=outcome,
+    )
+
+
+def lead(owner: str, expires_at: Any = START + timedelta(seconds=30)) -> Leader:
+    """The leader lease, as ``Driver.lead`` leaves it: epoch 3, taken five minutes ago."""
+    return Leader.objects.create(
+        name="default",
+        owner=owner,
+        epoch=3,
+        elected_at=START - timedelta(minutes=5),
+        expires_at=expires_at,
     )
 
 
@@ -299,6 +310,83 @@ def test_dashboard_lists_a_supervisors_processes_under_it_with_their_running_job
     ]
 
 
+# The leader
+
+
+LEADER_BADGE = (
+    ' <strong class="jobs-leader" title="the leader since 2026-01-05 11:55:00 UTC (epoch 3)">'
+    "leader</strong>"
+)
+
+
+def worker_rows(html: str) -> list[str]:
+    return re.findall(r'<tr class="jobs-worker[^"]*"><th scope="row">(.*?)</th>', html)
+
+
+def test_dashboard_says_which_process_leads_since_when_and_marks_its_row(
+    admin_client: Client,
+) -> None:
+    register("a-lone", timedelta(seconds=10), ["default"])
+    register("boss", timedelta(seconds=10), ["default"], process_count=1)
+    register("boss-child", timedelta(seconds=10), ["default"], supervisor="boss")
+    lead("boss-child")
+
+    seen = stats.overview(now=START)
+    assert seen.leader == stats.LeaderInfo(
+        owner="boss-child",
+        epoch=3,
+        elected_at=START - timedelta(minutes=5),
+        expires_at=START + timedelta(seconds=30),
+    )
+    assert [(w.id, w.leads) for w in seen.workers] == [
+        ("a-lone", False),
+        ("boss", False),
+        ("boss-child", True),
+    ]
+    html = page(admin_client)
+    assert worker_rows(html) == ["a-lone", "boss (1 process)", "↳ boss-child" + LEADER_BADGE]
+    assert (
+        '<p id="jobs-leader">Leader: <strong>boss-child</strong> since 2026-01-05 11:55:00 UTC'
+        " (epoch 3): it takes back expired leases, fires the recurring schedules and prunes"
+        " finished jobs for every worker.</p>"
+    ) in html
+    assert "jobs-flag-leaderless" not in html
+
+
+@pytest.mark.parametrize("expires_in", [0, -30])  # lapsing now; handed over (resigned)
+def test_dashboard_and_summary_flag_live_workers_without_a_live_leader_lease(
+    admin_client: Client, expires_in: int
+) -> None:
+    register("fresh", timedelta(seconds=10), ["default"])
+    lead("fresh", expires_at=START + timedelta(seconds=expires_in))
+
+    seen = stats.overview(now=START)
+    assert seen.leader is None
+    assert seen.leaderless
+    assert [w.leads for w in seen.workers] == [False]
+    flag = (
+        '<li class="warning jobs-flag-leaderless">No leader: no worker process holds the'
+        " leader lease, so the rescuer, the recurring scheduler and pruning wait for one to"
+        " take it.</li>"
+    )
+    html = page(admin_client)
+    assert flag in html
+    assert worker_rows(html) == ["fresh"]
+    assert 'id="jobs-leader"' not in html
+    index = page(admin_client, INDEX)
+    assert flag in index[index.index('id="django-jobs-summary"') :]
+
+
+def test_dashboard_does_not_flag_a_missing_leader_without_live_workers(
+    admin_client: Client,
+) -> None:
+    register("gone", timedelta(seconds=900), ["default"])  # stale: flagged as such
+    html = page(admin_client)
+    assert "jobs-flag-stale" in html
+    assert "jobs-flag-leaderless" not in html
+    assert stats.overview(now=START).leaderless is False
+
+
 def test_queue_without_due_jobs_is_not_flagged_unserved(
     admin_client: Client, make_job: MakeJob
 ) -> None:
@@ -408,8 +496,9 @@ def test_pages_read_a_fixed_number_of_queries_whatever_the_number_of_jobs(
     fill(make_job, 20)
     assert count_queries(admin_client, name) == few
     # The session and user, then pending, running, finished (and on PostgreSQL the
-    # estimate's EXPLAIN), the workers, their running jobs and, on the dashboard, the chart;
-    # on the index, the savepoint that guards the summary inside the test's transaction.
+    # estimate's EXPLAIN), the workers, their running jobs, the leader lease and, on the
+    # dashboard, the chart; on the index, the savepoint that guards the summary inside the
+    # test's transaction.
     with django_assert_max_num_queries(12):
         page(admin_client, name)
 

@@ -16,7 +16,7 @@ from django.urls import reverse
 from freezegun import freeze_time
 
 from django_jobs.conf import settings as jobs_settings
-from django_jobs.models import Job, JobStatus, WorkerProcess
+from django_jobs.models import Job, JobStatus, Leader, WorkerProcess
 from django_jobs.stats import LATE_BEATS
 
 pytestmark = pytest.mark.django_db
@@ -283,6 +283,70 @@ def test_worker_changelist_queries_do_not_grow_with_supervisors(admin_client, ma
         make_worker(f"h{n}:2:c", host=f"h{n}", pid=2, supervisor=f"h{n}:1:s")
         running_job(make_job, f"h{n}:2:c")
     assert page_queries(admin_client) == one
+
+
+def lead(owner: str, *, expires_at: datetime = NOW + timedelta(seconds=30)) -> Leader:
+    """The leader lease, as ``Driver.lead`` leaves it: epoch 3, taken five minutes ago."""
+    return Leader.objects.create(
+        name="default",
+        owner=owner,
+        epoch=3,
+        elected_at=NOW - timedelta(minutes=5),
+        expires_at=expires_at,
+    )
+
+
+LEADER_BADGE = (
+    ' <strong class="jobs-worker-leader" title="the leader since 2026-01-05 11:55:00 UTC'
+    " (epoch 3): it takes back expired leases, fires the recurring schedules and prunes"
+    ' finished jobs for every worker">leader</strong>'
+)
+
+
+def test_worker_changelist_marks_the_process_that_holds_the_leader_lease(admin_client):
+    make_worker("web-1:1:a")
+    make_worker("web-2:2:b", beat_ago=stale_after() + 1)  # a stale process may still lead
+    lead("web-2:2:b")
+
+    response = changelist(admin_client)
+
+    assert cell(response, "web-1:1:a", "state") == '<span class="jobs-worker-live">live</span>'
+    assert cell(response, "web-2:2:b", "state").endswith("stale</strong>" + LEADER_BADGE)
+    with freeze_time(NOW):
+        page = admin_client.get(
+            reverse("admin:django_jobs_workerprocess_change", args=["web-2:2:b"])
+        )
+    assert LEADER_BADGE in page.content.decode()
+
+
+@pytest.mark.parametrize("expires_in", [0, -30])  # lapsing now; handed over (resigned)
+def test_worker_changelist_marks_nobody_for_a_lapsed_leader_lease(admin_client, expires_in):
+    make_worker("web-1:1:a")
+    lead("web-1:1:a", expires_at=NOW + timedelta(seconds=expires_in))
+
+    response = changelist(admin_client)
+
+    assert cell(response, "web-1:1:a", "state") == '<span class="jobs-worker-live">live</span>'
+    assert "jobs-worker-leader" not in response.content.decode()
+    Leader.objects.update(expires_at=NOW + timedelta(microseconds=1))  # renewed: it holds
+    assert cell(changelist(admin_client), "web-1:1:a", "state").endswith(LEADER_BADGE)
+
+
+def test_worker_changelist_marks_the_leading_process_of_a_supervisor_on_its_line(
+    admin_client, make_job
+):
+    held = supervisor_with_children(make_job)
+    lead("web-1:102:b")
+
+    response = changelist(admin_client)
+
+    assert "jobs-worker-leader" not in cell(response, "web-1:100:s", "state")
+    b = held["b"].pk
+    assert cell(response, "web-1:100:s", "processes").endswith(
+        '<div class="jobs-worker-process">pid 102: 7 jobs run, heartbeat 3 s ago'
+        f'{LEADER_BADGE}; <a href="/admin/django_jobs/job/{b}/change/">tests.sleepy #{b}</a></div>'
+    )
+    assert cell(response, "web-1:100:s", "processes").count("jobs-worker-leader") == 1
 
 
 def test_sweep_removes_the_rows_of_a_dead_supervisor_and_its_processes(make_job):

@@ -20,7 +20,7 @@ from freezegun import freeze_time
 
 from django_jobs.maintenance.cleaner import prune_statuses
 from django_jobs.management.arguments import parse_duration
-from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, WorkerProcess
+from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Leader, WorkerProcess
 from tests.conftest import START, manage
 
 pytestmark = pytest.mark.django_db
@@ -48,7 +48,9 @@ def finished(make_job: MakeJob, status: str, **overrides: Any) -> Job:
     return make_job(status=status, finished_at=START, **overrides)
 
 
-def register(worker_id: str, heartbeat_age: timedelta, queues: list[str]) -> WorkerProcess:
+def register(
+    worker_id: str, heartbeat_age: timedelta, queues: list[str], **fields: Any
+) -> WorkerProcess:
     return WorkerProcess.objects.create(
         id=worker_id,
         host="host",
@@ -56,6 +58,18 @@ def register(worker_id: str, heartbeat_age: timedelta, queues: list[str]) -> Wor
         queues=queues,
         started_at=START - HOUR,
         last_heartbeat_at=START - heartbeat_age,
+        **fields,
+    )
+
+
+def lead(owner: str, expires_at: Any = START + timedelta(seconds=30)) -> Leader:
+    """The leader lease, as ``Driver.lead`` leaves it: epoch 3, taken five minutes ago."""
+    return Leader.objects.create(
+        name="default",
+        owner=owner,
+        epoch=3,
+        elected_at=START - timedelta(minutes=5),
+        expires_at=expires_at,
     )
 
 
@@ -121,9 +135,53 @@ def test_jobs_status_reads_a_fixed_number_of_queries(
         make_job(queue=queue)
         finished(make_job, JobStatus.SUCCEEDED, queue=queue)
         register(queue, timedelta(), [queue])
-    # pending, running, finished, workers, the workers' running jobs
-    with django_assert_num_queries(5):
+    lead("default")
+    # pending, running, finished, workers, the workers' running jobs, the leader lease
+    with django_assert_num_queries(6):
         jobs("status")
+
+
+def test_jobs_status_marks_the_leader_and_says_since_when(make_job: MakeJob) -> None:
+    register("lone", timedelta(seconds=10), ["default"])
+    register("boss", timedelta(seconds=10), ["default"], process_count=2)
+    register("boss-1", timedelta(seconds=10), ["default"], supervisor="boss")
+    register("boss-2", timedelta(seconds=10), ["default"], supervisor="boss")
+    lead("boss-2")
+
+    document = jobs_json("status")
+    assert {w["id"]: w["leads"] for w in document["workers"]} == {
+        "lone": False,
+        "boss": False,
+        "boss-1": False,
+        "boss-2": True,
+    }
+    assert document["leader"] == {
+        "owner": "boss-2",
+        "epoch": 3,
+        "elected_at": (START - timedelta(minutes=5)).isoformat(),
+        "expires_at": (START + timedelta(seconds=30)).isoformat(),
+    }
+    text = jobs("status")
+    assert "  boss-2 (leader)  " in text
+    assert text.count("(leader)") == 1
+    assert text.rstrip().splitlines()[-1] == (
+        "Leader: boss-2 (epoch 3, since 2026-01-05 11:55:00 UTC)."
+    )
+
+
+@pytest.mark.parametrize("expires_in", [0, -30])  # lapsing now; handed over (resigned)
+def test_jobs_status_a_lapsed_leader_lease_marks_nobody(expires_in: int) -> None:
+    register("lone", timedelta(seconds=10), ["default"])
+    lead("lone", expires_at=START + timedelta(seconds=expires_in))
+
+    document = jobs_json("status")
+    assert [w["leads"] for w in document["workers"]] == [False]
+    assert document["leader"] is None
+    text = jobs("status")
+    assert "(leader)" not in text
+    assert text.rstrip().splitlines()[-1] == (
+        "No leader yet: the rescuer, the recurring scheduler and pruning wait for one."
+    )
 
 
 def test_jobs_status_table_gives_times_to_the_second_with_the_zone(
@@ -664,7 +722,9 @@ def test_jobs_status_lists_a_supervisor_once_with_its_processes_under_it(
     for owner in ("sup-a", "sup-a", "sup-b", "lone"):
         make_job(status=JobStatus.RUNNING, lease_owner=owner, lease_expires_at=START + HOUR)
     lines = jobs("status").splitlines()
-    rows = [line.split() for line in lines[lines.index(next(x for x in lines if "worker" in x)) :]]
+    start = lines.index(next(x for x in lines if "worker" in x))
+    table = lines[start : lines.index("", start)]  # the leader's line follows it
+    rows = [line.split() for line in table]
     assert [(row[0], row[-1]) for row in rows[1:]] == [
         ("lone", "1"),
         ("sup", "3"),  # its processes' running jobs
@@ -672,7 +732,7 @@ def test_jobs_status_lists_a_supervisor_once_with_its_processes_under_it(
         ("sup-b", "1"),
     ]
     assert rows[2][1] == "(2" and rows[2][2] == "processes)"
-    assert lines[-2].startswith("  sup-a") and lines[-1].startswith("  sup-b")
+    assert table[-2].startswith("  sup-a") and table[-1].startswith("  sup-b")
     document = jobs_json("status")
     assert {w["id"]: w["supervisor"] for w in document["workers"]} == {
         "lone": None,

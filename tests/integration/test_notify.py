@@ -4,6 +4,7 @@ The LISTEN tests need PostgreSQL; the pooler test runs a real PgBouncer in
 transaction mode, which scripts/test installs.
 """
 
+import contextlib
 import copy
 import logging
 import os
@@ -266,10 +267,11 @@ def pgbouncer_alias(tmp_path: Path) -> Iterator[str]:
         assert process.poll() is None, (tmp_path / "pgbouncer.log").read_text()
         yield alias
     finally:
-        del connections[alias]
-        del connections.settings[alias]
         os.kill(process.pid, signal.SIGTERM)
         process.wait(10)
+        with contextlib.suppress(AttributeError):  # never opened on this thread
+            del connections[alias]
+        del connections.settings[alias]
 
 
 def port_open(port: int) -> bool:
@@ -292,6 +294,55 @@ def test_waker_behind_a_transaction_pooler_detects_it_and_stops(pgbouncer_alias,
     assert warning.event == "listen_undelivered"
     assert "LISTEN is not delivered" in warning.getMessage()
     assert "polls every POLL_SECONDS" in warning.getMessage()
+
+
+@pytest.mark.listen_notify
+def test_waker_behind_a_transaction_pooler_listens_on_the_listen_database(
+    pgbouncer_alias, settings, caplog
+):
+    psycopg = pytest.importorskip("psycopg")
+    # The jobs go through the pooler; LISTEN_DATABASE names an alias straight to the
+    # server. The probe goes the way a wake-up does: sent through the pooler, heard here.
+    settings.DJANGO_JOBS = {"LISTEN_DATABASE": "default"}
+    woken: list[str] = []
+    waker = Waker(pgbouncer_alias, ["default", "emails"], woken.append)
+    assert waker.listener.using == "default"
+    assert waker.listener.probe_through == pgbouncer_alias
+    with caplog.at_level(logging.WARNING, logger="django_jobs.db.notify"):
+        assert waker.start()
+        try:
+            # An enqueue through the pooler, committed there, wakes the listener here.
+            wait_until(lambda: waker.listener.backend_pid is not None, timeout=10)
+            # (On a connection of its own: the test's alias is not one Django's test case
+            # lets a test query.)
+            with psycopg.connect(**Listener(pgbouncer_alias).connection_params()) as sender:
+                sender.execute("SELECT pg_notify(%s, 'emails')", [CHANNEL])
+            wait_until(lambda: woken == ["emails"], timeout=5)
+            assert waker.is_alive()
+        finally:
+            waker.stop()
+    assert waker.listener.delivering is True
+    assert [r for r in caplog.records if r.event == "listen_undelivered"] == []
+
+
+@pytest.mark.listen_notify
+def test_a_listen_database_that_hears_nothing_of_the_jobs_database_is_found_out(
+    pgbouncer_alias, settings, caplog
+):
+    # Listening through the pooler too: the probe, sent through the pooler, never comes.
+    settings.DJANGO_JOBS = {"LISTEN_DATABASE": pgbouncer_alias}
+    waker = Waker("default", ["default"], lambda queue: None)
+    with caplog.at_level(logging.WARNING, logger="django_jobs.db.notify"):
+        assert waker.start()
+        try:
+            wait_until(lambda: not waker.is_alive(), timeout=10)
+        finally:
+            waker.stop()
+    [warning] = [r for r in caplog.records if r.event == "listen_undelivered"]
+    assert warning.getMessage().startswith(
+        f"LISTEN is not delivered on database {pgbouncer_alias!r} from 'default'"
+    )
+    assert "DJANGO_JOBS['LISTEN_DATABASE']" in warning.getMessage()
 
 
 @pytest.mark.listen_notify

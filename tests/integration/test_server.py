@@ -13,6 +13,7 @@ from django_jobs.worker import Worker, serve
 from django_jobs.worker.clock import SystemClock
 from tests.conftest import wait_until
 from tests.jobs import SLEPT
+from tests.leaders import believing_it_leads
 
 FAST = {"POLL_SECONDS": 0.02, "MAINTENANCE_SECONDS": 0.1, "RETRY_BASE_SECONDS": 0}
 
@@ -122,7 +123,9 @@ def test_runtime_main_loop_measures_its_intervals_on_the_monotonic_clock(worker,
     from django_jobs.worker.server import Server
 
     chores = SlowChores()
-    server = Server(dataclasses.replace(worker().parts(), maintainer=chores))
+    # No database here: the lease is not asked for (the chores are the leader's).
+    leader = believing_it_leads(worker())
+    server = Server(dataclasses.replace(leader.parts(), maintainer=chores))
     stop = threading.Event()
     threading.Timer(1.2, stop.set).start()
     server.main_loop(stop)

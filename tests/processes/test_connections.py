@@ -21,7 +21,7 @@ from django.db import connection
 
 from django_jobs import schedule_job, schedule_jobs
 from django_jobs.models import Job, JobStatus
-from tests.conftest import RunjobsProcesses, database_url, wait_until
+from tests.conftest import RunjobsProcesses, database_env, database_url, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.skip_locked]
 
@@ -40,11 +40,16 @@ def connections_at_most(handler_threads: int, queues: int) -> int:
     return handler_threads + queues + 6
 
 
-def tagged_url(application_name: str) -> str:
-    """The DATABASE_URL of a worker whose sessions :func:`sessions` finds."""
+def tagged(application_name: str) -> dict[str, str]:
+    """The DATABASE_URL (and, through a pooler, LISTEN_DATABASE_URL) of a worker whose
+    sessions :func:`sessions` finds."""
     if connection.vendor == "mysql":
-        return database_url()
-    return f"{database_url()}?application_name={application_name}"
+        return {"DATABASE_URL": database_url()}
+    tag = f"?application_name={application_name}"
+    env = {"DATABASE_URL": database_url() + tag}
+    if "LISTEN_DATABASE_URL" in database_env():
+        env["LISTEN_DATABASE_URL"] = database_url(direct=True) + tag
+    return env
 
 
 def sessions(application_name: str) -> list[tuple[int, str]]:
@@ -108,7 +113,7 @@ def test_connections_of_a_busy_runjobs_process_stay_within_the_documented_count(
         "--workers",
         str(THREADS_PER_QUEUE),
         env={
-            "DATABASE_URL": tagged_url(application_name),
+            **tagged(application_name),
             "JOBS_LEASE_SECONDS": "3",  # renewals every second while the handlers sleep
         },
     )
@@ -143,7 +148,7 @@ def test_connections_dropped_by_the_server_a_worker_claims_again_at_once(
         "--queue",
         "default",
         env={
-            "DATABASE_URL": tagged_url(application_name),
+            **tagged(application_name),
             "JOBS_POLL_SECONDS": "5",  # a wake-up comes through LISTEN; a poll takes 5 s
         },
     )
@@ -184,7 +189,7 @@ def test_connections_dropped_by_the_server_a_polling_worker_claims_on_its_next_p
     worker = runjobs_process.start(
         "--queue",
         "default",
-        env={"DATABASE_URL": tagged_url(application_name), "JOBS_POLL_SECONDS": str(poll)},
+        env={**tagged(application_name), "JOBS_POLL_SECONDS": str(poll)},
     )
     first = schedule_job("example.sleep", {"seconds": 0})
     wait_until(lambda: Job.objects.get(pk=first.pk).status == JobStatus.SUCCEEDED, timeout=30)

@@ -1,5 +1,6 @@
 """Scheduler loops in separate processes racing on one database, with and without re-adds."""
 
+import os
 import subprocess
 import sys
 from collections import Counter
@@ -45,6 +46,8 @@ def add_schedules() -> Counter[tuple[str, datetime]]:
 
 def manage(*args: str) -> subprocess.Popen[bytes]:
     env = {"DATABASE_URL": database_url(), "PATH": "/usr/bin:/bin"}
+    if "JOBS_PGBOUNCER" in os.environ:  # through a pooler: no prepared statements
+        env["JOBS_PGBOUNCER"] = os.environ["JOBS_PGBOUNCER"]
     return subprocess.Popen(
         [sys.executable, str(ROOT / "manage.py"), *args],
         cwd=ROOT,

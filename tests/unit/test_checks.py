@@ -19,6 +19,7 @@ NUMBER_KEYS = [
     "LEASE_SECONDS",
     "POLL_SECONDS",
     "MAINTENANCE_SECONDS",
+    "LEADER_LEASE_SECONDS",
     "RETRY_MAX_SECONDS",
     "MAX_PAYLOAD_BYTES",
     "RETRY_BASE_SECONDS",
@@ -115,6 +116,57 @@ def test_check_listen_setting_defaults_to_true_and_accepts_false():
     with override_settings(DJANGO_JOBS={"LISTEN": False}):
         assert check_settings() == []
         assert settings.LISTEN is False
+
+
+# -- LISTEN_DATABASE ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [5, "", ["default"]], ids=repr)
+def test_check_listen_database_refuses_what_cannot_name_a_database(value):
+    with override_settings(DJANGO_JOBS={"LISTEN_DATABASE": value}):
+        [error] = check_settings()
+        assert error.id == "django_jobs.E012"
+        assert error.msg == (
+            "DJANGO_JOBS['LISTEN_DATABASE'] must be the name of a database in DATABASES, "
+            f"or None, got {value!r}."
+        )
+        with pytest.raises(ImproperlyConfigured):
+            settings.LISTEN_DATABASE  # noqa: B018
+
+
+def test_check_listen_database_names_a_database_of_databases_or_suggests_one():
+    with override_settings(DJANGO_JOBS={"LISTEN_DATABASE": "defualt"}):
+        [error] = check_settings()
+    assert (error.id, error.msg, error.hint) == (
+        "django_jobs.E012",
+        "DJANGO_JOBS['LISTEN_DATABASE'] ('defualt') is not a database in DATABASES.",
+        "Did you mean 'default'?",
+    )
+    with override_settings(DJANGO_JOBS={"LISTEN_DATABASE": "direct"}):
+        [error] = check_settings()
+    assert error.hint == "Known: default."
+
+
+def test_check_listen_database_must_be_postgresql():
+    from django.db import connection
+
+    with override_settings(DJANGO_JOBS={"LISTEN_DATABASE": "default"}):
+        errors = check_settings()
+    if connection.vendor == "postgresql":
+        assert errors == []
+    else:
+        [error] = errors
+        assert error.id == "django_jobs.E012"
+        assert error.msg == (
+            f"DJANGO_JOBS['LISTEN_DATABASE'] ('default') is a {connection.vendor} database: "
+            "LISTEN is PostgreSQL's."
+        )
+
+
+def test_check_listen_database_defaults_to_none():
+    assert settings.LISTEN_DATABASE is None
+    with override_settings(DJANGO_JOBS={"LISTEN_DATABASE": None}):
+        assert check_settings() == []
 
 
 @override_settings(

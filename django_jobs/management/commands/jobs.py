@@ -28,7 +28,7 @@ from django_jobs.management.output import (
 )
 from django_jobs.models import Attempt, Job, JobStatus
 from django_jobs.redaction import mask_payload
-from django_jobs.stats import LiveWorker, live_workers, queue_stats
+from django_jobs.stats import LeaderInfo, LiveWorker, live_workers_and_leader, queue_stats
 
 JOB_FIELDS = [field.attname for field in Job._meta.concrete_fields]
 ATTEMPT_FIELDS = ["number", "owner", "started_at", "finished_at", "outcome", "error", "traceback"]
@@ -167,7 +167,7 @@ class Command(BaseCommand):
 
     def handle_status(self, options: dict[str, Any]) -> None:
         now = timezone.now()
-        workers = live_workers(self.using, now)
+        workers, leader = live_workers_and_leader(self.using, now)
         queues = queue_stats(self.using, now=now, workers=workers)
         document = {
             "now": now,
@@ -180,6 +180,7 @@ class Command(BaseCommand):
                 for stats in queues
             ],
             "workers": [vars(worker) for worker in workers],
+            "leader": None if leader is None else vars(leader),
         }
         counts = ["due", "scheduled", "retrying", "running", "succeeded", "dead_lettered"]
         queue_table = table(
@@ -209,6 +210,8 @@ class Command(BaseCommand):
             ],
         )
         workers_text = worker_table if workers else "No live workers."
+        if workers or leader:
+            workers_text += f"\n\n{leader_line(leader)}"
         self.emit(document, f"As of {format_time(now)}\n\n{queue_table}\n\n{workers_text}")
 
     def handle_list(self, options: dict[str, Any]) -> None:
@@ -383,12 +386,25 @@ def grouped_workers(workers: list[LiveWorker]) -> list[tuple[str, LiveWorker, in
             continue  # listed under its supervisor
         kids = children.get(worker.id, [])
         if not kids:
-            lines.append((worker.id, worker, worker.running))
+            lines.append((marked(worker.id, worker), worker, worker.running))
             continue
         running = worker.running + sum(kid.running for kid in kids)
-        lines.append((f"{worker.id} ({len(kids)} processes)", worker, running))
-        lines += [(f"  {kid.id}", kid, kid.running) for kid in kids]
+        lines.append((marked(f"{worker.id} ({len(kids)} processes)", worker), worker, running))
+        lines += [(marked(f"  {kid.id}", kid), kid, kid.running) for kid in kids]
     return lines
+
+
+def marked(label: str, worker: LiveWorker) -> str:
+    """A worker's label, ``(leader)`` after it for the process that holds the leader lease."""
+    return f"{label} (leader)" if worker.leads else label
+
+
+def leader_line(leader: LeaderInfo | None) -> str:
+    """The line under the workers: which process leads, in which epoch, since when."""
+    if leader is None:
+        return "No leader yet: the rescuer, the recurring scheduler and pruning wait for one."
+    since = format_time(leader.elected_at)
+    return f"Leader: {leader.owner} (epoch {leader.epoch}, since {since})."
 
 
 def last_traceback(attempts: list[Attempt]) -> str:
