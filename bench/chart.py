@@ -6,7 +6,9 @@
 One bar per shape, drain rate in jobs per second up the y axis, the shapes
 along the x axis in two series: threads in one process (1×1, 1×2, ...) and
 several processes (2×4, 4×4, ...). Each bar carries its figure, and a tooltip
-with the processes' peak resident memory.
+with the processes' peak resident memory. Other benches' results (bench/hosts.py)
+name their own series (a shape's ``series``), title and x axis (``title``,
+``x_title``).
 """
 
 from __future__ import annotations
@@ -24,16 +26,28 @@ SVG_NS = "http://www.w3.org/2000/svg"
 WIDTH, HEIGHT = 900, 560
 LEFT, RIGHT, TOP, BOTTOM = 90, 30, 100, 112
 COLORS = {"threads": "#3b6ea8", "processes": "#d9822b"}
+PALETTE = ["#3b6ea8", "#d9822b", "#4a9a5b", "#a8503b"]  # for series named in the results
 TEXT = "#222222"
 GRID = "#dddddd"
 BAR_FRACTION = 0.62  # of a bar's slot; the rest is the gap between bars
 
 
 def series_of(shape: dict[str, Any]) -> str:
+    if shape.get("series"):
+        return str(shape["series"])
     return "threads" if shape["processes"] == 1 else "processes"
 
 
+def color_of(series: str, shapes: list[dict[str, Any]]) -> str:
+    if series in COLORS:
+        return COLORS[series]
+    named = list(dict.fromkeys(series_of(shape) for shape in shapes))
+    return PALETTE[named.index(series) % len(PALETTE)]
+
+
 def series_caption(series: str, shapes: list[dict[str, Any]]) -> str:
+    if series not in COLORS:
+        return series
     if series == "threads":
         return "threads in one process"
     threads = {shape["threads"] for shape in shapes if series_of(shape) == series}
@@ -94,7 +108,7 @@ class Drawing:
 def draw_frame(drawing: Drawing, data: dict[str, Any], top: float, step: float) -> None:
     """Title, subtitle, the y axis with its grid, and the axes' titles."""
     drawing.add("rect", width=WIDTH, height=HEIGHT, fill="#ffffff")
-    title = "django-jobs: drain rate by threads and processes"
+    title = str(data.get("title") or "django-jobs: drain rate by threads and processes")
     drawing.text(WIDTH / 2, 32, title, class_="title", text_anchor="middle", font_size=20)
     details = [
         f"django-jobs {data.get('django_jobs', '?')}, {data.get('jobs', 0):,} no-op jobs per shape",
@@ -124,7 +138,7 @@ def draw_frame(drawing: Drawing, data: dict[str, Any], top: float, step: float) 
     drawing.text(
         LEFT + (WIDTH - LEFT - RIGHT) / 2,
         HEIGHT - 16,
-        "runjobs processes × handler threads (--workers) each",
+        str(data.get("x_title") or "runjobs processes × handler threads (--workers) each"),
         class_="axis-title",
         text_anchor="middle",
         font_size=14,
@@ -158,7 +172,7 @@ def draw_bars(drawing: Drawing, shapes: list[dict[str, Any]], top: float) -> Non
             y=f"{bottom - tall:.1f}",
             width=f"{bar:.1f}",
             height=f"{tall:.1f}",
-            fill=COLORS[series],
+            fill=color_of(series, shapes),
             data_shape=label,
             data_series=series,
             data_rate=f"{rate:.1f}",
@@ -194,7 +208,7 @@ def draw_captions(drawing: Drawing, shapes: list[dict[str, Any]], centres: list[
             class_="series-label",
             text_anchor="middle",
             font_size=13,
-            fill=COLORS[series],
+            fill=color_of(series, shapes),
             font_weight="bold",
         )
 

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Start or stop a private PgBouncer in transaction mode, in front of a PostgreSQL server.
 
-    python scripts/pgbouncer.py start DIR DATABASE_URL   # prints the same URL, pooled
+    python scripts/pgbouncer.py start DIR DATABASE_URL [ADDRESS...]   # prints it pooled
     python scripts/pgbouncer.py release DIR DBNAME       # drop its connections to DBNAME
     python scripts/pgbouncer.py stop DIR
 
-It listens on a free port of 127.0.0.1 and passes every database name through to the
+It listens on a free port of 127.0.0.1 (and of each ADDRESS: the host side of network
+namespaces a bench made) and passes every database name through to the
 server of DATABASE_URL (``* = host=... port=...``), with trust authentication, as the
 tests' servers have. ``release`` asks its console to drop the server connections it
 keeps to a database (``KILL``, then ``RESUME``), so that the database can be dropped.
@@ -43,7 +44,7 @@ def port_open(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def start(root: Path, url: str) -> str:
+def start(root: Path, url: str, addresses: list[str] | None = None) -> str:
     server = urlsplit(url)
     root.mkdir(parents=True, exist_ok=True)
     if os.geteuid() == 0:
@@ -55,7 +56,8 @@ def start(root: Path, url: str) -> str:
         "[databases]\n"
         f"* = host={server.hostname} port={server.port}\n"
         "[pgbouncer]\n"
-        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
+        f"listen_addr = {','.join(['127.0.0.1', *(addresses or [])])}\n"
+        f"listen_port = {port}\nunix_socket_dir =\n"
         f"auth_type = trust\nauth_file = {root / 'users.txt'}\n"
         f"admin_users = {user}\n"
         "pool_mode = transaction\n"
@@ -110,8 +112,8 @@ def stop(root: Path) -> None:
 
 if __name__ == "__main__":
     command = sys.argv[1] if len(sys.argv) > 1 else ""
-    if command == "start" and len(sys.argv) == 4:
-        print(start(Path(sys.argv[2]).resolve(), sys.argv[3]))
+    if command == "start" and len(sys.argv) >= 4:
+        print(start(Path(sys.argv[2]).resolve(), sys.argv[3], sys.argv[4:]))
     elif command == "release" and len(sys.argv) == 4:
         release(Path(sys.argv[2]).resolve(), sys.argv[3])
     elif command == "stop" and len(sys.argv) == 3:
