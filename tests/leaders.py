@@ -7,8 +7,9 @@ guarded updates must make harmless.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
+from django_jobs.models import Leader
 from django_jobs.worker import Worker
 from django_jobs.worker.leadership import Leadership
 
@@ -35,3 +36,15 @@ def believing_it_leads(worker: Worker) -> Worker:
         call_timeout_seconds=old.chore_seconds,
     )
     return worker
+
+
+def lease_of(owner: str, now: datetime, expires_at: datetime | None = None) -> Leader:
+    """The leader lease as ``Driver.lead`` leaves it, written by hand: epoch 3, taken five
+    minutes before ``now``, until ``expires_at`` (by default 30 s after ``now``)."""
+    return Leader.objects.create(
+        name=Leader.DEFAULT,
+        owner=owner,
+        epoch=3,
+        elected_at=now - timedelta(minutes=5),
+        expires_at=now + timedelta(seconds=30) if expires_at is None else expires_at,
+    )

@@ -20,6 +20,7 @@ from django_jobs import stats
 from django_jobs.admin.dashboard import INDEX_TEMPLATE, URL_NAME, install
 from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Leader, WorkerProcess
 from tests.conftest import START
+from tests.leaders import lease_of
 
 pytestmark = pytest.mark.django_db
 
@@ -106,15 +107,8 @@ def attempt(job: Job, outcome: str, finished_at: Any, number: int = 1) -> Attemp
     )
 
 
-def lead(owner: str, expires_at: Any = START + timedelta(seconds=30)) -> Leader:
-    """The leader lease, as ``Driver.lead`` leaves it: epoch 3, taken five minutes ago."""
-    return Leader.objects.create(
-        name="default",
-        owner=owner,
-        epoch=3,
-        elected_at=START - timedelta(minutes=5),
-        expires_at=expires_at,
-    )
+def lead(owner: str, expires_at: Any = None) -> Leader:
+    return lease_of(owner, START, expires_at)
 
 
 def finished_job(make_job: MakeJob, status: str, finished_at: Any, **overrides: Any) -> Job:

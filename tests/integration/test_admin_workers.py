@@ -18,6 +18,7 @@ from freezegun import freeze_time
 from django_jobs.conf import settings as jobs_settings
 from django_jobs.models import Job, JobStatus, Leader, WorkerProcess
 from django_jobs.stats import LATE_BEATS
+from tests.leaders import lease_of
 
 pytestmark = pytest.mark.django_db
 
@@ -285,15 +286,8 @@ def test_worker_changelist_queries_do_not_grow_with_supervisors(admin_client, ma
     assert page_queries(admin_client) == one
 
 
-def lead(owner: str, *, expires_at: datetime = NOW + timedelta(seconds=30)) -> Leader:
-    """The leader lease, as ``Driver.lead`` leaves it: epoch 3, taken five minutes ago."""
-    return Leader.objects.create(
-        name="default",
-        owner=owner,
-        epoch=3,
-        elected_at=NOW - timedelta(minutes=5),
-        expires_at=expires_at,
-    )
+def lead(owner: str, *, expires_at: datetime | None = None) -> Leader:
+    return lease_of(owner, NOW, expires_at)
 
 
 LEADER_BADGE = (

@@ -22,6 +22,7 @@ from django_jobs.maintenance.cleaner import prune_statuses
 from django_jobs.management.arguments import parse_duration
 from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Leader, WorkerProcess
 from tests.conftest import START, manage
+from tests.leaders import lease_of
 
 pytestmark = pytest.mark.django_db
 
@@ -62,15 +63,8 @@ def register(
     )
 
 
-def lead(owner: str, expires_at: Any = START + timedelta(seconds=30)) -> Leader:
-    """The leader lease, as ``Driver.lead`` leaves it: epoch 3, taken five minutes ago."""
-    return Leader.objects.create(
-        name="default",
-        owner=owner,
-        epoch=3,
-        elected_at=START - timedelta(minutes=5),
-        expires_at=expires_at,
-    )
+def lead(owner: str, expires_at: Any = None) -> Leader:
+    return lease_of(owner, START, expires_at)
 
 
 def test_jobs_status_splits_pending_into_due_scheduled_and_retrying(make_job: MakeJob) -> None:

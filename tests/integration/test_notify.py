@@ -9,9 +9,9 @@ import copy
 import logging
 import os
 import shutil
-import signal
-import socket
 import subprocess
+import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -27,7 +27,7 @@ from django_jobs import JobSpec, schedule_job, schedule_jobs
 from django_jobs.db import get_driver
 from django_jobs.db.notify import CHANNEL, Listener
 from django_jobs.worker.waker import Waker
-from tests.conftest import wait_until
+from tests.conftest import ROOT, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -229,60 +229,43 @@ def test_waker_does_not_start_with_the_setting_off(settings):
 # -- behind a pooler in transaction mode ----------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
-def pgbouncer_alias(tmp_path: Path) -> Iterator[str]:
-    """A database alias that reaches the test database through PgBouncer, transaction mode."""
+def pgbouncer_alias() -> Iterator[str]:
+    """A database alias that reaches the test database through PgBouncer, transaction mode
+    (scripts/pgbouncer.py). Its files are in a directory of /tmp that the server's user,
+    whom PgBouncer runs as under root, can reach (pytest's are root's alone)."""
     if not Path(PGBOUNCER).exists():
         if PGBOUNCER_REQUIRED:
             raise AssertionError(f"{PGBOUNCER} is missing")
         pytest.skip("pgbouncer is missing (apt-get install pgbouncer)")
     default = connections["default"].settings_dict
-    port = free_port()
-    (tmp_path / "users.txt").write_text(f'"{default["USER"]}" ""\n')
-    (tmp_path / "pgbouncer.ini").write_text(
-        "[databases]\n"
-        f"* = host={default['HOST']} port={default['PORT']}\n"
-        "[pgbouncer]\n"
-        f"listen_addr = 127.0.0.1\nlisten_port = {port}\nunix_socket_dir =\n"
-        f"auth_type = trust\nauth_file = {tmp_path / 'users.txt'}\n"
-        "pool_mode = transaction\n"
-    )
-    # It reads its files first, then (as root) drops to the server's user.
-    user = ["-u", "postgres"] if os.geteuid() == 0 else []
-    log = open(tmp_path / "pgbouncer.log", "wb")  # noqa: SIM115
-    process = subprocess.Popen(
-        [PGBOUNCER, *user, str(tmp_path / "pgbouncer.ini")], stdout=log, stderr=subprocess.STDOUT
-    )
-    log.close()
+    script = [sys.executable, str(ROOT / "scripts" / "pgbouncer.py")]
+    server = f"postgres://{default['USER']}@{default['HOST']}:{default['PORT']}/postgres"
+    directory = tempfile.mkdtemp(prefix="django-jobs-test-pgbouncer.")
+    pooled = subprocess.run(  # noqa: S603
+        [*script, "start", directory, server],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    ).stdout.strip()
     alias = "through_pgbouncer"
-    connections.settings[alias] = {**copy.deepcopy(default), "PORT": str(port)}
+    connections.settings[alias] = {
+        **copy.deepcopy(default),
+        "PORT": pooled.rsplit(":", 1)[1].split("/")[0],
+    }
     try:
-        wait_until(lambda: port_open(port) or process.poll() is not None, timeout=10)
-        assert process.poll() is None, (tmp_path / "pgbouncer.log").read_text()
         yield alias
     finally:
-        os.kill(process.pid, signal.SIGTERM)
-        process.wait(10)
+        subprocess.run([*script, "stop", directory], check=False, timeout=30)  # noqa: S603
+        shutil.rmtree(directory, ignore_errors=True)
         with contextlib.suppress(AttributeError):  # never opened on this thread
             del connections[alias]
         del connections.settings[alias]
 
 
-def port_open(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-@pytest.mark.listen_notify
-def test_waker_behind_a_transaction_pooler_detects_it_and_stops(pgbouncer_alias, caplog):
-    woken: list[str] = []
-    waker = Waker(pgbouncer_alias, ["default"], woken.append)
+def undelivered(waker: Waker, caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
+    """Start ``waker``, wait until its listener gives up; the warnings it gave up with."""
     with caplog.at_level(logging.WARNING, logger="django_jobs.db.notify"):
         assert waker.start()
         try:
@@ -290,7 +273,14 @@ def test_waker_behind_a_transaction_pooler_detects_it_and_stops(pgbouncer_alias,
         finally:
             waker.stop()
     assert waker.listener.delivering is False
-    [warning] = caplog.records
+    return [r for r in caplog.records if r.event == "listen_undelivered"]
+
+
+@pytest.mark.listen_notify
+def test_waker_behind_a_transaction_pooler_detects_it_and_stops(pgbouncer_alias, caplog):
+    waker = Waker(pgbouncer_alias, ["default"], lambda queue: None)
+    [warning] = undelivered(waker, caplog)
+    assert caplog.records == [warning]
     assert warning.event == "listen_undelivered"
     assert "LISTEN is not delivered" in warning.getMessage()
     assert "polls every POLL_SECONDS" in warning.getMessage()
@@ -331,14 +321,7 @@ def test_a_listen_database_that_hears_nothing_of_the_jobs_database_is_found_out(
 ):
     # Listening through the pooler too: the probe, sent through the pooler, never comes.
     settings.DJANGO_JOBS = {"LISTEN_DATABASE": pgbouncer_alias}
-    waker = Waker("default", ["default"], lambda queue: None)
-    with caplog.at_level(logging.WARNING, logger="django_jobs.db.notify"):
-        assert waker.start()
-        try:
-            wait_until(lambda: not waker.is_alive(), timeout=10)
-        finally:
-            waker.stop()
-    [warning] = [r for r in caplog.records if r.event == "listen_undelivered"]
+    [warning] = undelivered(Waker("default", ["default"], lambda queue: None), caplog)
     assert warning.getMessage().startswith(
         f"LISTEN is not delivered on database {pgbouncer_alias!r} from 'default'"
     )
