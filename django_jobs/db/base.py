@@ -512,15 +512,16 @@ class Driver:
             ),
         )
         at, ends = self.adapt(now), self.adapt(until)
-        with self.write_transaction():
-            with self.connection.cursor() as cursor:
-                cursor.execute(update, [owner, owner, at, ends, owner, name, owner, at])
-                if cursor.rowcount == 0 and not self.leader_row(name):
-                    cursor.execute(
-                        self.insert_leader_sql(),
-                        [name, owner, 1, at, ends],
-                    )
-            return self.leader_row(name) or LeaderRow("", 0, None, None)
+        # Each statement commits on its own, outside the caller's transaction if there is
+        # none: a process cut off between an UPDATE and its COMMIT would leave the row
+        # locked on the server, and every other process's try waiting on it, for as long
+        # as the server takes to notice (TCP keepalives: minutes). The update is the one
+        # write; the read after it only reports.
+        with self.connection.cursor() as cursor:
+            cursor.execute(update, [owner, owner, at, ends, owner, name, owner, at])
+            if cursor.rowcount == 0 and not self.leader_row(name):
+                cursor.execute(self.insert_leader_sql(), [name, owner, 1, at, ends])
+        return self.leader_row(name) or LeaderRow("", 0, None, None)
 
     def insert_leader_sql(self) -> str:
         """The first leader's row, unless another process has just written it: an insert

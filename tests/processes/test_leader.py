@@ -38,7 +38,11 @@ def leading_pid(processes: list, since: Callable[[Leader], bool] = lambda row: T
         pid = pid_of(row.owner)
         return pid if pid in pids else None
 
-    return wait_until(found, timeout=20)
+    try:
+        return wait_until(found, timeout=40)  # two Django start-ups on a busy machine
+    except AssertionError:
+        logs = "\n".join(process.log_path.read_text(errors="replace") for process in processes)
+        raise AssertionError(f"no leader among {sorted(pids)}: {leader()}\n{logs}") from None
 
 
 def two_workers(runjobs_process) -> list:
