@@ -15,6 +15,7 @@ from .exceptions import (
     PayloadError,
     ResultError,
     ScheduleError,
+    Snooze,
     UnknownJob,
 )
 from .registry import job
@@ -33,11 +34,14 @@ __all__ = [
     "PayloadError",
     "ResultError",
     "ScheduleError",
+    "Snooze",
     "UnknownJob",
     "add_recurring_job",
     "cancel_job",
     "job",
+    "pause_queue",
     "remove_recurring_job",
+    "resume_queue",
     "retry_job",
     "run_job_now",
     "schedule_job",
@@ -45,7 +49,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from .control import cancel_job, retry_job, run_job_now
+    from .control import cancel_job, pause_queue, resume_queue, retry_job, run_job_now
     from .recurring import add_recurring_job, remove_recurring_job
     from .scheduling import JobSpec, schedule_job, schedule_jobs
 
@@ -56,6 +60,8 @@ _LAZY = {
     "retry_job": "control",
     "cancel_job": "control",
     "run_job_now": "control",
+    "pause_queue": "control",
+    "resume_queue": "control",
     "add_recurring_job": "recurring",
     "remove_recurring_job": "recurring",
 }

@@ -35,7 +35,7 @@ from .conf import (
     text_problem,
 )
 
-NUMBER_KEYS = (*POSITIVE, *NON_NEGATIVE, "HEARTBEAT_SECONDS", "MAX_ATTEMPTS")
+NUMBER_KEYS = (*POSITIVE, *NON_NEGATIVE, "HEARTBEAT_SECONDS", "MAX_ATTEMPTS", "MAX_SNOOZES")
 SCHEDULE_EXAMPLE = "For example {'cron': '0 2 * * *', 'job': 'reports.nightly'}."
 
 

@@ -44,6 +44,8 @@ DEFAULTS: dict[str, Any] = {
     # How often a worker logs how many outcomes it wrote since its last summary; 0: never.
     "SUMMARY_SECONDS": 60,
     "MAX_ATTEMPTS": 5,
+    # How many times a job may snooze (raise Snooze) before it is dead-lettered.
+    "MAX_SNOOZES": 100,
     "RETRY_BASE_SECONDS": 30,
     "RETRY_MAX_SECONDS": 3600,
     "RETRY_JITTER": 0.2,
@@ -86,7 +88,12 @@ NON_NEGATIVE = (
     "CLAIM_AHEAD_SECONDS",
 )
 BOOLEAN = ("LISTEN", "PREPARED_STATEMENTS")
-QUEUE_OPTIONS = ("workers", "timeout")
+QUEUE_OPTIONS = ("workers", "timeout", "global_limit", "rate_limit")
+#: A rate limit's window, by the letter or word after its "/".
+RATE_WINDOWS = {"s": 1, "second": 1, "m": 60, "minute": 60, "h": 3600, "hour": 3600}
+#: The most a concurrency limit (global or per key) or a rate's count may be.
+MAX_LIMIT = 1_000_000
+CONCURRENCY_KEY_MAX_LENGTH = 200
 # The statuses RETENTION may name: the finished ones (JobStatus values; no model import here).
 RETENTION_STATUSES = ("succeeded", "cancelled", "dead_lettered")
 
@@ -242,7 +249,7 @@ def setting_problem(key: str, value: Any) -> Problem | None:
             f"{where} must be True or False, got {value!r}.",
             f"Write {where}: True or False (a bool, not {type(value).__name__}).",
         )
-    if key == "MAX_ATTEMPTS" and not is_int(value, 1):
+    if key in ("MAX_ATTEMPTS", "MAX_SNOOZES") and not is_int(value, 1):
         return Problem(
             f"{where} must be an integer from 1 to {INT_MAX}, got {value!r}.",
             number_hint(key, value),
@@ -274,6 +281,8 @@ def number_hint(key: str, value: Any) -> str:
     text = " (a number, not text)" if isinstance(value, str) else ""
     if key == "MAX_ATTEMPTS":
         return f"Give a whole number of attempts, at least 1, e.g. {example}{text}."
+    if key == "MAX_SNOOZES":
+        return f"Give a whole number of snoozes, at least 1, e.g. {example}{text}."
     if key == "MAX_PAYLOAD_BYTES":
         return f"Give a number of bytes above 0, e.g. {example}{text}."
     if key == "RETRY_JITTER":
@@ -408,6 +417,27 @@ def queue_options_problems(where: str, options: Mapping[Any, Any]) -> list[Probl
                 "Give a whole number of handler threads, e.g. {'workers': 2}.",
             )
         )
+    limit = options.get("global_limit")
+    if limit is not None and concurrency_problem(limit):
+        problems.append(
+            Problem(
+                f"{where}['global_limit'] {concurrency_problem(limit)} or None, got {limit!r}.",
+                "It is how many of the queue's jobs may run at once across every worker, "
+                "e.g. {'workers': 4, 'global_limit': 2}; None (or leaving it out) sets no limit.",
+            )
+        )
+    rate = options.get("rate_limit")
+    if rate is not None:
+        try:
+            parse_rate(rate)
+        except ValueError as exc:
+            problems.append(
+                Problem(
+                    f"{where}['rate_limit'] is not a rate: {exc}.",
+                    "For example '100/m': at most 100 of the queue's jobs start in each "
+                    "minute, across every worker. None sets no limit.",
+                )
+            )
     timeout = options.get("timeout")
     if timeout is not None and not (is_number(timeout) and timeout > 0):
         problems.append(
@@ -420,6 +450,26 @@ def queue_options_problems(where: str, options: Mapping[Any, Any]) -> list[Probl
             )
         )
     return problems
+
+
+def parse_rate(rate: Any) -> tuple[int, int]:
+    """``"100/m"`` as (100, 60): a count of jobs and a window in seconds (``s``, ``m``,
+    ``h``, or ``second``, ``minute``, ``hour``); :class:`ValueError` saying what is wrong."""
+    if not isinstance(rate, str) or rate.count("/") != 1:
+        raise ValueError(f"a rate is 'COUNT/WINDOW', as '100/m', got {rate!r}")
+    count_text, window = (part.strip().lower() for part in rate.split("/"))
+    if window not in RATE_WINDOWS:
+        raise ValueError(f"a rate's window is s, m or h (per second, minute, hour), got {rate!r}")
+    if not count_text.isdigit() or not 1 <= int(count_text) <= MAX_LIMIT:
+        raise ValueError(f"a rate's count is a whole number from 1 to {MAX_LIMIT}, got {rate!r}")
+    return int(count_text), RATE_WINDOWS[window]
+
+
+def concurrency_problem(limit: Any) -> str | None:
+    """Why ``limit`` cannot be a concurrency limit, or None."""
+    if not is_int(limit, 1, MAX_LIMIT):
+        return f"must be a whole number from 1 to {MAX_LIMIT}"
+    return None
 
 
 def require_use_tz() -> None:
@@ -497,6 +547,10 @@ class JobsSettings:
         """Handler threads for ``queue``: its ``workers`` option, else 1."""
         options = self.QUEUES.get(queue) or {}
         return int(options.get("workers", 1))
+
+    def queue_option(self, queue: str, option: str) -> Any:
+        """One option of ``queue`` in ``QUEUES``; None where it is not set."""
+        return (self.QUEUES.get(queue) or {}).get(option)
 
     def queue_timeout(self, queue: str) -> float | None:
         """The ``timeout`` option of ``queue``, in seconds; None if it has none."""

@@ -5,9 +5,10 @@ from __future__ import annotations
 import reprlib
 import threading
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from datetime import timedelta
+from typing import Any, NamedTuple, NoReturn
 
-from .exceptions import JobCancelled
+from .exceptions import JobCancelled, Snooze
 from .text import storable_text
 
 #: The longest progress note stored; a longer one is cut.
@@ -63,6 +64,11 @@ class JobContext:
         """Raise :class:`JobCancelled` if the attempt has been cancelled."""
         if self._cancel_event.is_set():
             raise JobCancelled(f"job {self.job_id} attempt {self.attempt} was cancelled")
+
+    def snooze(self, seconds: float | timedelta) -> NoReturn:
+        """End this attempt and run the job again after ``seconds`` (or a timedelta),
+        without using an attempt: raises :class:`~django_jobs.exceptions.Snooze`."""
+        raise Snooze(seconds)
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to ``seconds``; return True early once cancelled."""

@@ -14,6 +14,7 @@ from functools import partial
 from django.db import IntegrityError, router, transaction
 from django.utils import timezone
 
+from .conf import require_queue_name
 from .db import get_driver
 from .events import send
 from .exceptions import JobNotCancellable, JobNotWaiting
@@ -148,3 +149,32 @@ def cancel_job(job_id: int, *, now: datetime | None = None, using: str | None = 
         if job.status not in (JobStatus.PENDING, JobStatus.RUNNING):
             raise JobNotCancellable(f"job #{job_id} is {job.status}: there is nothing to cancel")
     raise JobNotCancellable(f"job #{job_id} kept changing; try again")
+
+
+def pause_queue(name: str, *, now: datetime | None = None, using: str | None = None) -> bool:
+    """Stop every worker, on every host, from starting jobs of queue ``name``.
+
+    Once this commits, no claim takes a job of the queue; jobs already running finish
+    (and a worker may still start the few it had claimed ahead, within a quarter of a
+    second). The state is a row in the database: it holds across restarts until
+    :func:`resume_queue`. Returns False if the queue was paused already.
+    """
+    require_queue_name(name)
+    driver = get_driver(using or router.db_for_write(Job))
+    with transaction.atomic(using=driver.using):
+        paused = driver.pause(name, now or timezone.now())
+    if paused:
+        logger.info("queue %s paused", name, extra={"event": "queue_paused", "queue": name})
+    return paused
+
+
+def resume_queue(name: str, *, using: str | None = None) -> bool:
+    """Serve queue ``name`` again: its workers are woken at once where the database has
+    LISTEN, else at their next poll. Returns False if the queue was not paused."""
+    require_queue_name(name)
+    driver = get_driver(using or router.db_for_write(Job))
+    with transaction.atomic(using=driver.using):
+        resumed = driver.resume(name)
+    if resumed:
+        logger.info("queue %s resumed", name, extra={"event": "queue_resumed", "queue": name})
+    return resumed

@@ -80,6 +80,12 @@ OUTCOMES: dict[str, Report] = {
         (),
         lambda c, r, s: ("%s released on attempt %s", _label(c), c.attempt),
     ),
+    "snoozed": Report(  # due again after its delay, no attempt used
+        logging.INFO,
+        "job_snoozed",
+        (),
+        lambda c, r, s: ("%s snoozed on attempt %s until %s", _label(c), c.attempt, s.run_at),
+    ),
     "cancelled": Report(  # an attempt that ended otherwise says how
         logging.INFO,
         "job_cancelled",
@@ -123,6 +129,8 @@ OUTCOMES: dict[str, Report] = {
 def outcome_kind(status: JobStatus, outcome: AttemptOutcome) -> str:
     """The key of :data:`OUTCOMES` for a job left in ``status`` by an attempt's ``outcome``."""
     if status == JobStatus.PENDING:
+        if outcome == AttemptOutcome.SNOOZED:
+            return "snoozed"
         return "released" if outcome == AttemptOutcome.RELEASED else "failed"
     return str(status)
 

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+from datetime import timedelta
+
 
 class JobsError(Exception):
     """Base class of every django-jobs error."""
@@ -44,3 +47,20 @@ class JobNotWaiting(JobsError):
 class NotMigrated(JobsError):
     """The database lacks some of django-jobs' migrations: ``runjobs`` refuses to start, and
     ``add_recurring_job()`` refuses to save, until ``migrate`` has run."""
+
+
+class Snooze(JobsError):
+    """Raised by a handler (or ``ctx.snooze(seconds)``): put the job back, due after
+    ``seconds``, without using an attempt. The attempt is recorded as ``snoozed``; past
+    ``DJANGO_JOBS["MAX_SNOOZES"]`` snoozes the job is dead-lettered instead."""
+
+    def __init__(self, seconds: float | timedelta) -> None:
+        value = seconds.total_seconds() if isinstance(seconds, timedelta) else seconds
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not (math.isfinite(value) and value >= 0)
+        ):
+            raise ValueError(f"Snooze takes seconds, 0 or more, or a timedelta, got {seconds!r}")
+        self.seconds = float(value)
+        super().__init__(f"snoozed for {self.seconds:g} s")

@@ -31,6 +31,7 @@ class AttemptOutcome(models.TextChoices):
     RELEASED = "released", "released"
     TIMED_OUT = "timed_out", "timed out"
     CANCELLED = "cancelled", "cancelled"
+    SNOOZED = "snoozed", "snoozed"
 
 
 class JobQuerySet(models.QuerySet["Job"]):
@@ -127,6 +128,17 @@ class Job(PartialIndexesHandled, models.Model):
     progress_note = models.CharField(max_length=200, blank=True, default="")
     schedule = models.CharField(
         max_length=200, null=True, blank=True, help_text="The recurring schedule that fired it."
+    )
+    # @job(concurrency=N) with schedule_job(..., concurrency_key=K): at most N jobs of the
+    # queue with key K run at once (docs/how-to/flow-control.md).
+    concurrency_key = models.CharField(
+        max_length=200,
+        null=True,
+        blank=True,
+        help_text="Jobs of a queue with the same key run at most concurrency_limit at once.",
+    )
+    concurrency_limit = models.PositiveIntegerField(
+        null=True, blank=True, help_text="How many jobs with this key may run at once."
     )
     created_at = models.DateTimeField(default=tz.now)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -335,3 +347,41 @@ class Leader(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name}: {self.owner or 'nobody'} (epoch {self.epoch})"
+
+
+class QueueQuerySet(models.QuerySet["Queue"]):
+    def paused(self) -> QueueQuerySet:
+        return self.filter(paused_at__isnull=False)
+
+
+class Queue(models.Model):
+    """A queue's state in the database, shared by every worker on every host: whether it
+    is paused, and the window its rate limit counts starts in.
+
+    A queue needs no row to be served: one is made when it is first paused, or when a
+    worker first claims from it under a limit. A limited claim locks the row, which
+    keeps the claims of that queue one at a time however many workers serve it
+    (:mod:`django_jobs.db.limits`).
+    """
+
+    name = models.CharField(primary_key=True, max_length=100)
+    paused_at = models.DateTimeField(
+        null=True, blank=True, help_text="When pause_queue() paused it; empty: it is served."
+    )
+    window_start = models.DateTimeField(
+        null=True, blank=True, help_text="The start of the rate limit's current window."
+    )
+    window_count = models.PositiveIntegerField(
+        default=0, help_text="Jobs of the queue started in that window."
+    )
+
+    objects = QueueQuerySet.as_manager()
+
+    class Meta:
+        db_table = "django_jobs_queue"
+        ordering = ["name"]
+        verbose_name = "queue"
+        verbose_name_plural = "queues"
+
+    def __str__(self) -> str:
+        return f"{self.name} (paused)" if self.paused_at else self.name

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import random
 import traceback
-from dataclasses import dataclass
-from datetime import datetime
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 
 from .db.records import ClaimedJob, Settlement
 from .models import AttemptOutcome, JobStatus
@@ -45,6 +45,8 @@ class HandlerResult:
     error: str = ""
     traceback: str = ""  # stored on the attempt and logged; payload values masked like ``error``
     result: str | None = None  # a success's return value, as JSON text (None: no value)
+    delay: float = 0.0  # snoozed: seconds until the job is due again
+    snoozes: int = 0  # snoozed: the job's snoozes before this one
 
     @classmethod
     def from_exception(
@@ -78,13 +80,16 @@ def decide(
     now: datetime,
     policy: RetryPolicy,
     rng: random.Random | None = None,
+    max_snoozes: int = 100,
 ) -> Settlement:
     """What ``result`` means for ``claimed`` at ``now``.
 
     Succeeded finishes the job. A failure or a timeout makes it due again
     after the policy's backoff, or dead-letters it when no attempt is left.
     Released hands it back due now and gives its attempt back. Cancelled
-    finishes it without a retry.
+    finishes it without a retry. Snoozed makes it due after its delay and
+    gives its attempt back, unless the job has snoozed ``max_snoozes`` times
+    already: then it is dead-lettered, saying so.
     """
     error = result.error[:ERROR_LIMIT]
 
@@ -108,10 +113,30 @@ def decide(
         return settled(JobStatus.PENDING, run_at=now, give_back=True)
     if outcome == AttemptOutcome.CANCELLED:
         return settled(JobStatus.CANCELLED, finished_at=now, last_error=error)
+    if outcome == AttemptOutcome.SNOOZED:
+        if result.snoozes >= max_snoozes:
+            error = (
+                f"Snoozed {result.snoozes + 1} times, past DJANGO_JOBS['MAX_SNOOZES'] "
+                f"({max_snoozes}): dead-lettered rather than snoozed again"
+            )
+            return replace(
+                settled(JobStatus.DEAD_LETTERED, finished_at=now, last_error=error), error=error
+            )
+        return settled(
+            JobStatus.PENDING, run_at=now + timedelta(seconds=result.delay), give_back=True
+        )
     retry_at = next_run_at(claimed.attempts_used, claimed.max_attempts, now, policy, rng)
     if retry_at is None:
         return settled(JobStatus.DEAD_LETTERED, finished_at=now, last_error=error)
     return settled(JobStatus.PENDING, run_at=retry_at, last_error=error)
+
+
+def snoozed(seconds: float, snoozes: int) -> HandlerResult:
+    """A handler that raised :class:`~django_jobs.exceptions.Snooze` (its ``snoozes``-th
+    time before)."""
+    return HandlerResult(
+        AttemptOutcome.SNOOZED, f"Snoozed for {seconds:g} s", delay=seconds, snoozes=snoozes
+    )
 
 
 def cancelled(claimed: ClaimedJob) -> HandlerResult:

@@ -18,15 +18,20 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from .conf import (
     JOB_NAME_MAX_LENGTH,
+    concurrency_problem,
+    parse_rate,
+    refuse,
     require_max_attempts,
     require_priority,
     require_queue_name,
     require_text,
+    settings,
 )
 from .exceptions import DuplicateJobName, UnknownJob
 
 if TYPE_CHECKING:
     from .context import JobContext
+    from .db.records import QueueLimits
 
 Handler = Callable[["JobContext", Any], Any]
 H = TypeVar("H", bound=Callable[..., Any])
@@ -42,6 +47,9 @@ class JobDefinition:
     priority: int = 0
     max_attempts: int | None = None
     timeout: float | None = None
+    #: ``@job(concurrency=N)``: at most N jobs of this queue with the same concurrency key
+    #: (the job's name unless ``schedule_job()`` gives one) run at once, on every worker.
+    concurrency: int | None = None
     #: Why no job of this name can be enqueued now, though its rows still run (and fail):
     #: a task whose module no longer imports, say.
     unavailable: str | None = None
@@ -82,11 +90,15 @@ def job(
     priority: int = 0,
     max_attempts: int | None = None,
     timeout: float | timedelta | None = None,
+    concurrency: int | None = None,
 ) -> Callable[[H], H]:
     """Register the decorated function as the handler of job ``name``.
 
     The name is what the database stores, so renaming the function does not
     orphan queued jobs. The handler is called as ``handler(ctx, payload)``.
+    With ``concurrency``, at most that many jobs of the name (or of one
+    ``concurrency_key`` given to ``schedule_job()``) run at once across every
+    worker (docs/how-to/flow-control.md).
     """
     require_text(name, "a job name", JOB_NAME_MAX_LENGTH)
     require_queue_name(queue)
@@ -94,9 +106,13 @@ def job(
         require_max_attempts(max_attempts)
     require_priority(priority)
     seconds = _seconds(timeout)
+    if concurrency is not None:
+        refuse("concurrency", concurrency_problem(concurrency), concurrency)
 
     def decorator(func: H) -> H:
-        definition = JobDefinition(name, func, queue, priority, max_attempts, seconds)
+        definition = JobDefinition(
+            name, func, queue, priority, max_attempts, seconds, concurrency=concurrency
+        )
         register(definition)
         setattr(func, ATTRIBUTE, definition)
         return func
@@ -113,6 +129,30 @@ def register(definition: JobDefinition) -> None:
                 f"{existing.func_path}; cannot register {definition.func_path} too"
             )
         _registry[definition.name] = definition
+
+
+def keyed_queues() -> frozenset[str]:
+    """The queues of the registered jobs with a concurrency limit: their workers claim
+    under keys."""
+    with _lock:
+        return frozenset(d.queue for d in _registry.values() if d.concurrency is not None)
+
+
+def queue_limits(queue: str) -> QueueLimits | None:
+    """What limits the claims of ``queue`` across every worker (its ``global_limit`` and
+    ``rate_limit`` options, its jobs' concurrency keys); None when nothing does."""
+    limit = settings.queue_option(queue, "global_limit")
+    rate = settings.queue_option(queue, "rate_limit")
+    keyed = queue in keyed_queues()
+    if limit is None and rate is None and not keyed:
+        return None
+    from .db.records import QueueLimits, Rate  # the models: once the apps are ready
+
+    return QueueLimits(
+        global_limit=None if limit is None else int(limit),
+        rate=None if rate is None else Rate(*parse_rate(rate)),
+        keyed=keyed,
+    )
 
 
 def unregister(name: str) -> None:

@@ -22,6 +22,7 @@ from django.utils import timezone
 
 from . import signals
 from .conf import (
+    CONCURRENCY_KEY_MAX_LENGTH,
     SCHEDULE_NAME_MAX_LENGTH,
     UNIQUE_KEY_MAX_LENGTH,
     require_max_attempts,
@@ -36,7 +37,7 @@ from .events import send
 from .exceptions import UnknownJob
 from .models import Job
 from .payloads import encode_payload
-from .registry import get_definition
+from .registry import JobDefinition, get_definition, keyed_queues
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ class JobSpec:
     unique_key: str | None = None
     #: The recurring schedule the job runs for; set by the scheduler and run-now.
     schedule: str | None = None
+    #: Jobs of a queue with the same key run at most ``@job(concurrency=N)`` at once.
+    concurrency_key: str | None = None
 
 
 def _resolve_run_at(run_at: datetime | None, delay: timedelta | None) -> datetime:
@@ -117,6 +120,7 @@ def build_job(spec: JobSpec) -> Job:
         require_text(spec.unique_key, "unique_key", UNIQUE_KEY_MAX_LENGTH, blank=True)
     if spec.schedule is not None:
         require_text(spec.schedule, "schedule", SCHEDULE_NAME_MAX_LENGTH)
+    key = concurrency_key(definition, spec.concurrency_key, queue)
     return unsaved_job(
         name=definition.name,
         queue=queue,
@@ -126,7 +130,30 @@ def build_job(spec: JobSpec) -> Job:
         max_attempts=max_attempts,
         unique_key=spec.unique_key,
         schedule=spec.schedule,
+        concurrency_key=key,
+        concurrency_limit=None if key is None else definition.concurrency,
     )
+
+
+def concurrency_key(definition: JobDefinition, key: str | None, queue: str) -> str | None:
+    """The concurrency key a new job of ``definition`` on ``queue`` carries: the one given,
+    else the job's name, for a job with a concurrency limit; None for one without."""
+    if definition.concurrency is None:
+        if key is not None:
+            raise ValueError(
+                f"concurrency_key is given, but job {definition.name!r} has no concurrency "
+                f"limit: declare one, as @job({definition.name!r}, concurrency=1)"
+            )
+        return None
+    if queue not in keyed_queues():
+        raise ValueError(
+            f"job {definition.name!r} has a concurrency limit, which its workers hold on "
+            f"queues that a job with a limit declares ({definition.queue!r}); queue {queue!r} "
+            "has none: schedule it there, or declare a job with concurrency= on that queue"
+        )
+    if key is None:
+        return definition.name
+    return require_text(key, "concurrency_key", CONCURRENCY_KEY_MAX_LENGTH)
 
 
 @functools.cache
@@ -201,19 +228,36 @@ def schedule_job(
     priority: int | None = None,
     max_attempts: int | None = None,
     unique_key: str | None = None,
+    concurrency_key: str | None = None,
 ) -> Job:
     """Enqueue one job and return its row.
 
     With ``unique_key``, a pending or running job of the same name and key is
-    returned instead and nothing is inserted.
+    returned instead and nothing is inserted. With ``concurrency_key`` (a job
+    declared with ``@job(concurrency=N)``), at most N jobs of its queue with
+    that key run at once.
     """
-    spec = JobSpec(job, payload, run_at, delay, queue, priority, max_attempts, unique_key)
+    spec = JobSpec(
+        job,
+        payload,
+        run_at,
+        delay,
+        queue,
+        priority,
+        max_attempts,
+        unique_key,
+        concurrency_key=concurrency_key,
+    )
     row = build_job(spec)
     using = router.db_for_write(Job)
     if row.unique_key is not None:
         built, row = row, _insert_unique(row, using)
         notify_due([row] if row is built else [], using)
         announce_enqueued([row] if row is built else [], using)
+    elif row.concurrency_key is not None:  # the driver's insert writes the plain columns
+        row.save(using=using, force_insert=True)
+        notify_due([row], using)
+        announce_enqueued([row], using)
     else:
         get_driver(using).insert_jobs([row], timezone.now())
         announce_enqueued([row], using)
@@ -235,10 +279,14 @@ def schedule_jobs(specs: Iterable[JobSpec | Mapping[str, Any]]) -> list[Job]:
             spec = JobSpec(**spec)
         rows.append(build_job(spec))
     using = router.db_for_write(Job)
-    plain = [row for row in rows if row.unique_key is None]
+    plain = [row for row in rows if row.unique_key is None and row.concurrency_key is None]
+    keyed = [row for row in rows if row.unique_key is None and row.concurrency_key is not None]
     with transaction.atomic(using=using):
         if plain:
             get_driver(using).insert_jobs(plain, timezone.now())
+        if keyed:
+            Job.objects.using(using).bulk_create(keyed)
+            notify_due(keyed, using)
         result = [row if row.unique_key is None else _insert_unique(row, using) for row in rows]
         inserted = {id(row) for row in result}  # a unique key's existing job is not new
         notify_due(

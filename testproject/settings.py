@@ -19,6 +19,7 @@ env = environ.Env(
     JOBS_WORKERS=(int, 2),
     JOBS_SHUTDOWN_GRACE_SECONDS=(float, 20.0),
     JOBS_LISTEN=(bool, True),
+    JOBS_GLOBAL_LIMIT=(int, 0),
 )
 
 DEBUG = env("DEBUG")
@@ -87,7 +88,11 @@ STATIC_URL = "static/"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 DJANGO_JOBS = {
-    "QUEUES": {"default": {"workers": env("JOBS_WORKERS")}, "emails": {"workers": 1}},
+    "QUEUES": {
+        "default": {"workers": env("JOBS_WORKERS")},
+        "emails": {"workers": 1},
+        "keyed": {"workers": 4},  # example.keyed: one job per concurrency key at once
+    },
     "LEASE_SECONDS": env("JOBS_LEASE_SECONDS"),
     "POLL_SECONDS": env("JOBS_POLL_SECONDS"),
     "MAINTENANCE_SECONDS": env("JOBS_MAINTENANCE_SECONDS"),
@@ -96,6 +101,8 @@ DJANGO_JOBS = {
     "SHUTDOWN_GRACE_SECONDS": env("JOBS_SHUTDOWN_GRACE_SECONDS"),
     "LISTEN": env("JOBS_LISTEN"),
 }
+if env("JOBS_GLOBAL_LIMIT"):  # a queue "limited": at most that many of its jobs run at once
+    DJANGO_JOBS["QUEUES"]["limited"] = {"workers": 4, "global_limit": env("JOBS_GLOBAL_LIMIT")}
 
 # Behind PgBouncer in transaction mode (the tests' pooled suite, scripts/pgbouncer.py):
 # no server-side cursors nor prepared statements, and LISTEN on a direct connection.

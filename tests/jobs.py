@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from django_jobs import JobContext, job
+from django_jobs import JobContext, Snooze, job
 
 CALLS: list[tuple[int, int, Any]] = []
 
@@ -153,3 +153,24 @@ def cancelled_then_fails(ctx: JobContext, payload: Any) -> None:
 
     cancel_job(ctx.job_id)
     raise RuntimeError("failed after the cancel request")
+
+
+# -- flow control: a queue of its own, so that "default" stays without limits --------------
+
+
+@job("tests.keyed", queue="keyed", concurrency=1)
+def keyed(ctx: JobContext, payload: Any) -> None:
+    pass
+
+
+@job("tests.keyed_pairs", queue="keyed", concurrency=2)
+def keyed_pairs(ctx: JobContext, payload: Any) -> None:
+    pass
+
+
+@job("tests.snoozes", max_attempts=2)
+def snoozes(ctx: JobContext, payload: Any) -> None:
+    """Snoozes for ``payload["seconds"]``; by ``ctx.snooze`` when ``payload["by_context"]``."""
+    if payload.get("by_context"):
+        ctx.snooze(payload["seconds"])
+    raise Snooze(payload["seconds"])

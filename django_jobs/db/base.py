@@ -29,6 +29,7 @@ from django.db import DataError, IntegrityError, connections, transaction
 
 from ..conf import settings
 from ..models import Attempt, Job, JobStatus, Leader
+from . import limits
 from .records import (
     CANDIDATE_COLUMNS,
     PROGRESS_COLUMNS,
@@ -140,6 +141,8 @@ class Driver:
         self.listen = self.supports_listen and bool(settings.LISTEN)
         self._quoted: dict[str, str] = {}
         self._texts: dict[str, str] = {}
+        # The queues whose row this process has made sure of (:func:`.limits.claim_limited`).
+        self.queue_rows: set[str] = set()
 
     @property
     def connection(self) -> Any:
@@ -198,6 +201,24 @@ class Driver:
         """SQLite's journal mode of the live database file; None elsewhere or unreadable."""
         return None
 
+    # -- flow control (:mod:`.limits`) -----------------------------------------------
+
+    def pause(self, queue: str, now: datetime) -> bool:
+        """Pause ``queue``: no claim takes its jobs until :meth:`resume`; False if it was."""
+        return limits.pause(self, queue, now)
+
+    def resume(self, queue: str) -> bool:
+        """Serve ``queue`` again, waking its workers on commit; False if it was not paused."""
+        return limits.resume(self, queue)
+
+    def paused_queues(self) -> dict[str, datetime]:
+        return limits.paused_queues(self)
+
+    def bound_transaction(self) -> None:
+        """Have the server end the current transaction if the client goes silent inside
+        it, where it can (a claim under limits holds its queue's lock meanwhile): by
+        default it cannot, or the session is bounded already (:meth:`bound_session`)."""
+
     def put_in_wal_mode(self) -> bool:
         """Put a database file with journal modes in WAL mode, unless the project chose its
         journal mode; whether it did (``DatabaseError`` if the database refused)."""
@@ -232,7 +253,8 @@ class Driver:
         """What makes a row claimable: the candidate read and the claim's write share it.
 
         The status is a literal so that the planner can match the partial
-        claim index whatever the driver does with parameters.
+        claim index whatever the driver does with parameters. A paused queue has
+        nothing claimable (:meth:`~.limits.QueueControl.paused_condition`).
         """
         qn = self.qn
         t = f"{table}." if table else ""
@@ -240,8 +262,9 @@ class Driver:
             f"{t}{qn('status')} = '{JobStatus.PENDING.value}'"
             f" AND {t}{qn('queue')} = %s AND {t}{qn('run_at')} <= %s"
             f" AND {t}{qn('attempts_used')} < {t}{qn('max_attempts')}"
+            f" AND {limits.paused_condition(self)}"
         )
-        return sql, [queue, self.adapt(now)]
+        return sql, [queue, self.adapt(now), queue]
 
     @property
     def claim_order(self) -> str:
@@ -278,6 +301,8 @@ class Driver:
 
     def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         """Take up to ``request.limit`` due jobs; the claim commits before returning."""
+        if request.limits is not None:
+            return limits.claim_limited(self, request)[0]
         try:
             return self.claim_batch(request)
         except ROW_ERRORS:
@@ -294,6 +319,8 @@ class Driver:
         """
         if not settlements:
             return self.claim(request), Settled([])
+        if request.limits is not None:
+            return limits.claim_limited(self, request, settlements)
         with self.write_transaction():
             settled = self.settle_rows(settlements)
             claimed = self.claim_rows(request)
@@ -524,13 +551,17 @@ class Driver:
         return self.leader_row(name) or LeaderRow("", 0, None, None)
 
     def insert_leader_sql(self) -> str:
-        """The first leader's row, unless another process has just written it: an insert
-        that does nothing on a conflict (``INSERT IGNORE`` on MariaDB and MySQL)."""
-        table = self.qn(Leader._meta.db_table)
-        columns = ", ".join(
-            self.qn(c) for c in ("name", "owner", "epoch", "elected_at", "expires_at")
+        """The first leader's row, unless another process has just written it."""
+        return self.insert_ignore_sql(
+            Leader._meta.db_table, ("name", "owner", "epoch", "elected_at", "expires_at")
         )
-        return f"INSERT INTO {table} ({columns}) VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING"
+
+    def insert_ignore_sql(self, table: str, columns: Sequence[str]) -> str:
+        """An insert of one row into ``table`` that does nothing on a conflict of its key
+        (``INSERT IGNORE`` on MariaDB and MySQL)."""
+        names = ", ".join(self.qn(c) for c in columns)
+        values = ", ".join(["%s"] * len(columns))
+        return f"INSERT INTO {self.qn(table)} ({names}) VALUES ({values}) ON CONFLICT DO NOTHING"
 
     def leader_row(self, name: str) -> LeaderRow | None:
         row = (

@@ -251,15 +251,12 @@ class MySQLDriver(Driver):
 
     # -- statements ------------------------------------------------------------
 
-    def insert_leader_sql(self) -> str:
+    def insert_ignore_sql(self, table: str, columns: Sequence[str]) -> str:
         """``INSERT IGNORE``: no ``ON CONFLICT`` here. (``ON DUPLICATE KEY UPDATE`` would
         not tell a conflict apart: Django's connections count found rows, not changed.)"""
-        return (
-            super()
-            .insert_leader_sql()
-            .replace("INSERT INTO", "INSERT IGNORE INTO", 1)
-            .replace(" ON CONFLICT DO NOTHING", "")
-        )
+        names = ", ".join(self.qn(c) for c in columns)
+        values = ", ".join(["%s"] * len(columns))
+        return f"INSERT IGNORE INTO {self.qn(table)} ({names}) VALUES ({values})"
 
     @staticmethod
     def derived(columns: Sequence[tuple[str, str]], count: int) -> str:

@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -32,6 +33,7 @@ from django.db import transaction
 
 from ..conf import settings
 from ..models import Job, JobStatus
+from . import limits
 from .base import INSERTED_COLUMNS, Driver, inserted_values
 from .notify import CHANNEL
 from .records import (
@@ -113,6 +115,28 @@ class PostgresDriver(Driver):
     def __init__(self, using: str = "default") -> None:
         super().__init__(using)
         self.prepare = bool(settings.PREPARED_STATEMENTS)
+        self.idle_bound_ms: int | None = None
+
+    def bound_session(self, seconds: float) -> None:
+        """Nothing is set on the session (a transaction-mode pooler would pass it to other
+        clients): a limited claim's transaction bounds itself (:meth:`bound_transaction`)."""
+        self.idle_bound_ms = max(2000, math.ceil(seconds * 1000))
+
+    def bound_transaction(self) -> None:
+        """A claim under limits holds the queue's lock for a few statements: if this client
+        goes silent inside it, the server ends the transaction after the call's deadline
+        (at least 2 s), rather than keep the lock until it notices the connection gone.
+        ``SET LOCAL``'s way (``set_config(..., true)``): for this transaction only."""
+        if self.idle_bound_ms is not None:
+            with self.connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
+                    [str(self.idle_bound_ms)],
+                )
+
+    def settle_rows(self, settlements: Sequence[Settlement]) -> Settled:
+        """The settle's one statement, inside the caller's transaction."""
+        return self.settle(settlements)
 
     @contextmanager
     def hot_cursor(self) -> Iterator[Any]:
@@ -254,6 +278,8 @@ class PostgresDriver(Driver):
         """
         if not settlements:
             return self.claim(request), Settled([])
+        if request.limits is not None:
+            return limits.claim_limited(self, request, settlements)
         settle_ctes, settle_params = self.settle_ctes(settlements)
         claim_ctes, claim_params = self.claim_ctes(request)
         # A settled row fills only the id and attempt columns of a claimed one.

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
 from ..context import Progress
@@ -26,15 +26,42 @@ Pairs = Sequence[tuple[int, int]]
 CANDIDATE_COLUMNS = ("id", "name", "queue", "payload", "attempt", "attempts_used", "max_attempts")
 
 
+class Rate(NamedTuple):
+    """A rate limit: at most ``jobs`` jobs start in each window of ``seconds``."""
+
+    jobs: int
+    seconds: int
+
+    def window_start(self, now: datetime) -> datetime:
+        """The start of the window ``now`` falls in: windows are aligned on the epoch (a
+        minute's starts at :00), the same for every worker."""
+        stamp = int(now.timestamp())
+        start = stamp - stamp % self.seconds
+        return datetime.fromtimestamp(start, tz=now.tzinfo or timezone.utc)
+
+
+@dataclass(frozen=True)
+class QueueLimits:
+    """What limits a queue's claims, across every worker: ``global_limit`` jobs running at
+    once, ``rate`` starts per window, and (``keyed``) the concurrency limits its jobs'
+    keys carry. A claim under limits takes the queue's lock first (:mod:`.limits`)."""
+
+    global_limit: int | None = None
+    rate: Rate | None = None
+    keyed: bool = False
+
+
 @dataclass(frozen=True)
 class ClaimRequest:
-    """A claim: up to ``limit`` due jobs of ``queue`` at ``now``, leased to ``owner``."""
+    """A claim: up to ``limit`` due jobs of ``queue`` at ``now``, leased to ``owner``;
+    ``limits``, when the queue has any."""
 
     queue: str
     owner: str
     now: datetime
     lease_seconds: float
     limit: int = 1
+    limits: QueueLimits | None = None
 
     @property
     def expires_at(self) -> datetime:

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from ..display import format_age, format_time
-from ..models import Job, JobStatus
+from ..models import Job, JobStatus, Queue
 from .core import Parts
 
 logger = logging.getLogger(__name__)
@@ -48,6 +48,11 @@ class BurstCheck:
         p = self.parts
         return Job.objects.using(p.using).filter(queue__in=list(p.queues))
 
+    def due(self, now: datetime) -> Any:
+        """The due jobs a claim could take: none of a paused queue's."""
+        paused = Queue.objects.using(self.parts.using).paused().values("name")
+        return self.jobs().due(now).exclude(queue__in=paused)
+
     def drained(self, busy: bool) -> bool:
         """True when no job on the worker's queues is due or running (``busy``: a handler
         here holds a job), as one statement sees them. While it waits for running jobs
@@ -59,10 +64,10 @@ class BurstCheck:
         with p.deadline("the drain check"):
             # One statement first, so one snapshot: asked in two, a job settled from
             # running back to due between them would be seen in neither.
-            if not (jobs.due(now) | jobs.running()).exists():
+            if not (self.due(now) | jobs.running()).exists():
                 self.waiting = set()
                 return not busy
-            if jobs.due(now).exists():
+            if self.due(now).exists():
                 self.waiting = set()
                 return False
             running = list(

@@ -13,14 +13,16 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.db import router
+
 from .. import signals
 from ..conf import settings
 from ..context import JobContext
 from ..db import ClaimedJob
 from ..events import send
-from ..exceptions import JobCancelled, PayloadError, ResultError, UnknownJob
-from ..models import AttemptOutcome
-from ..outcomes import HandlerResult, Settlement, cancelled
+from ..exceptions import JobCancelled, PayloadError, ResultError, Snooze, UnknownJob
+from ..models import Attempt, AttemptOutcome
+from ..outcomes import HandlerResult, Settlement, cancelled, snoozed
 from ..payloads import decode_payload, encode_payload
 from ..registry import get_definition
 from .clock import Clock
@@ -127,6 +129,8 @@ def run_handler(claimed: ClaimedJob, ctx: JobContext) -> HandlerResult:
         if value is None:
             return SUCCEEDED
         result = stored_result(value)
+    except Snooze as exc:
+        return snooze(claimed, exc.seconds)
     except JobCancelled as exc:
         outcome = AttemptOutcome.RELEASED if ctx.cancelled else AttemptOutcome.FAILED
         return _ended(claimed, outcome, exc)
@@ -136,6 +140,20 @@ def run_handler(claimed: ClaimedJob, ctx: JobContext) -> HandlerResult:
 
 
 SUCCEEDED = HandlerResult(AttemptOutcome.SUCCEEDED)
+
+
+def snooze(claimed: ClaimedJob, seconds: float) -> HandlerResult:
+    """The handler snoozed: how many times the job had before (its attempts recorded as
+    snoozed, one indexed count off the hot path) decides whether it may again."""
+    try:
+        before = (
+            Attempt.objects.using(router.db_for_read(Attempt))
+            .filter(job_id=claimed.id, outcome=AttemptOutcome.SNOOZED)
+            .count()
+        )
+    except BaseException as exc:  # the database is away: a failed attempt, retried later
+        return _ended(claimed, AttemptOutcome.FAILED, exc)
+    return snoozed(seconds, before)
 
 
 def stored_result(value: Any) -> str:

@@ -26,6 +26,7 @@ from ..db.records import ClaimedJob, Pairs, Settled
 from ..events import outcome_kind, report_lease, report_outcome
 from ..models import AttemptOutcome, JobStatus
 from ..outcomes import HandlerResult, Settlement, decide, released
+from ..registry import queue_limits
 from ..retry_policy import RetryPolicy
 from .clock import Clock
 from .deadlines import Deadlines
@@ -68,6 +69,7 @@ class OutcomeWriter:
         self.policy = policy
         self.rng = rng
         self.jobs_run = 0  # attempts whose outcome this process wrote
+        self._limited: dict[str, bool] = {}
         # Written outcomes by kind (events.OUTCOMES' keys, "lease_lost") since take_counts().
         self.counts: Counter[str] = Counter()
         self._counting = threading.Lock()
@@ -98,7 +100,8 @@ class OutcomeWriter:
         return self.written(outcomes, decided, settled)
 
     def decide(self, outcomes: Sequence[Outcome], now: datetime) -> list[Settlement]:
-        return [decide(o.claimed, o.result, now, self.policy, self.rng) for o in outcomes]
+        most = int(settings.MAX_SNOOZES)
+        return [decide(o.claimed, o.result, now, self.policy, self.rng, most) for o in outcomes]
 
     def settle(self, settlements: Sequence[Settlement], patience: float) -> Settled:
         def write() -> Settled:
@@ -127,7 +130,11 @@ class OutcomeWriter:
             self.jobs_run += len(outcomes) - len(settled.lost)
             self.counts.update(kinds)
         self.wake(
-            [o.claimed.queue for o, s in zip(outcomes, final, strict=True) if s and due_again(s)]
+            [
+                o.claimed.queue
+                for o, s in zip(outcomes, final, strict=True)
+                if s and (due_again(s) or self.limited(o.claimed.queue))
+            ]
         )
         for outcome, decision, written in zip(outcomes, decided, final, strict=True):
             if written is None:
@@ -157,6 +164,14 @@ class OutcomeWriter:
         if handed_back:
             self.wake(self.queues)  # a settlement names no queue: wake this process's
         return handed_back
+
+    def limited(self, queue: str) -> bool:
+        """The queue has limits: an outcome written there frees a slot other workers may
+        be waiting for."""
+        limited = self._limited.get(queue)
+        if limited is None:
+            limited = self._limited[queue] = queue_limits(queue) is not None
+        return limited
 
     def wake(self, queues: Sequence[str]) -> None:
         """Wake the workers of ``queues``: a job there is due again at once (handed back at a

@@ -44,6 +44,7 @@ from django.db import connections
 
 from ..conf import settings
 from ..display import format_span
+from ..registry import queue_limits
 from .ahead import Pace, Waiting, hold_seconds, stale
 from .burst import BurstCheck, job_list
 from .connections import guarded, tidy_connections
@@ -82,14 +83,16 @@ class QueueState:
     changed: threading.Condition = field(default_factory=threading.Condition)
     woken: threading.Event = field(default_factory=threading.Event)  # new jobs, says the waker
     closed: bool = False  # the dispatcher has stopped: the threads end once the inbox is empty
+    limited: bool = False  # claimed under limits: never ahead, and again as a job ends
 
     def wake(self) -> None:
         self.woken.set()
 
     @property
     def capacity(self) -> int:
-        """How many jobs its threads may hold: one more each while its jobs are short."""
-        return self.threads * 2 if self.pace.short else self.threads
+        """How many jobs its threads may hold: one more each while its jobs are short, unless
+        the queue has limits (a job held waiting would hold a slot another worker could use)."""
+        return self.threads * 2 if self.pace.short and not self.limited else self.threads
 
 
 class Server:
@@ -97,7 +100,8 @@ class Server:
         self.parts = parts
         ahead = float(settings.CLAIM_AHEAD_SECONDS)
         self.states = {
-            name: QueueState(name, count, Pace(ahead)) for name, count in parts.queues.items()
+            name: QueueState(name, count, Pace(ahead), limited=queue_limits(name) is not None)
+            for name, count in parts.queues.items()
         }
         self.hold = hold_seconds(parts.inflight.beat_seconds)
         self.summary = Summary(parts.writer, float(settings.SUMMARY_SECONDS), time.monotonic())
@@ -419,6 +423,8 @@ class Server:
                         state.busy -= 1
                         state.pace.add(time.monotonic() - started)
                         state.changed.notify_all()
+                    if state.limited:  # its slot is free once the outcome is written: claim
+                        state.wake()
                 tidy_connections()
         finally:
             connections.close_all()

@@ -26,6 +26,7 @@ WORDS = {
     "dead_lettered": "dead-lettered",
     "cancelled": "cancelled",
     "released": "released",
+    "snoozed": "snoozed",
     "lease_lost": "lease lost",
 }
 

@@ -60,6 +60,12 @@ def record(ctx: JobContext, payload: dict[str, Any] | None) -> None:
     )
 
 
+@job("example.keyed", queue="keyed", concurrency=1)
+def keyed(ctx: JobContext, payload: dict[str, Any] | None) -> None:
+    """``example.record`` under a concurrency limit: one job per key runs at once."""
+    record(ctx, payload)
+
+
 @job("example.patient")
 def patient(ctx: JobContext, payload: dict[str, Any] | None) -> None:
     """Works for ``seconds``, stopping early (JobCancelled) once cancelled."""

@@ -100,7 +100,7 @@ def test_jobs_status_splits_pending_into_due_scheduled_and_retrying(make_job: Ma
 
 def test_jobs_status_shows_queues_that_only_the_jobs_name(make_job: MakeJob) -> None:
     make_job(queue="reports")
-    assert sorted(by_queue(jobs_json("status"))) == ["default", "emails", "reports"]
+    assert sorted(by_queue(jobs_json("status"))) == ["default", "emails", "keyed", "reports"]
 
 
 def test_jobs_status_lists_live_workers_only_with_their_running_jobs(make_job: MakeJob) -> None:

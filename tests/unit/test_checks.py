@@ -27,6 +27,7 @@ NUMBER_KEYS = [
     "SHUTDOWN_GRACE_SECONDS",
     "HEARTBEAT_SECONDS",
     "MAX_ATTEMPTS",
+    "MAX_SNOOZES",
 ]
 NOT_NUMBERS = [math.nan, math.inf, -math.inf, True, "1", [1]]
 
@@ -89,6 +90,7 @@ def test_check_number_setting_refuses_nan_infinity_bool_and_text(key, value):
         ("MAX_ATTEMPTS", 0),
         ("MAX_ATTEMPTS", 2.0),
         ("MAX_ATTEMPTS", 2**31),
+        ("MAX_SNOOZES", 0),
     ],
 )
 def test_check_number_setting_refuses_values_out_of_range(key, value):
@@ -202,7 +204,16 @@ def test_check_number_settings_in_range_pass():
         ({"q": {"workers": 1.5}}, "['q']['workers']", "Give a whole number of handler threads"),
         ({"q": {"worker": 2}}, "unknown option 'worker'", "Did you mean 'workers'?"),
         ({"q": {"timeuot": 2}}, "unknown option 'timeuot'", "Did you mean 'timeout'?"),
-        ({"q": {"retries": 2}}, "unknown option 'retries'", "Known: workers, timeout."),
+        (
+            {"q": {"retries": 2}},
+            "unknown option 'retries'",
+            "Known: workers, timeout, global_limit, rate_limit.",
+        ),
+        ({"q": {"global_limit": 0}}, "['global_limit'] must be a whole number", "across every"),
+        ({"q": {"global_limit": "2"}}, "['global_limit'] must be a whole number", "None"),
+        ({"q": {"rate_limit": "100/day"}}, "['rate_limit'] is not a rate", "'100/m'"),
+        ({"q": {"rate_limit": "0/m"}}, "a rate's count is a whole number", "each minute"),
+        ({"q": {"rate_limit": 100}}, "a rate is 'COUNT/WINDOW'", "'100/m'"),
         ({"q": None}, "['q'] must be a dict of options, got None", "{} takes the defaults"),
         ({"q": 4}, "['q'] must be a dict of options, got 4", "{'workers': 2, 'timeout': 30}"),
         ({"": {}}, "100 characters without NUL characters or lone surrogates: ''", "@job(queue="),

@@ -1,0 +1,269 @@
+"""Flow control, on the database under test: paused queues, limits enforced in the claim's
+transaction (global, per key, per window), and snoozes."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from datetime import timedelta
+
+import pytest
+from django.db import connections
+from django.test.utils import override_settings
+
+from django_jobs import pause_queue, resume_queue, schedule_job
+from django_jobs.db import ClaimRequest, get_driver
+from django_jobs.db.records import QueueLimits, Rate, Settlement
+from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Queue
+from django_jobs.registry import queue_limits
+from tests.conftest import START
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+LEASE = 60
+KEYED = QueueLimits(keyed=True)
+
+
+def request(
+    limit: int = 10,
+    queue: str = "default",
+    limits: QueueLimits | None = None,
+    owner: str = "w1",
+    now=START,
+) -> ClaimRequest:
+    return ClaimRequest(queue, owner, now, LEASE, limit, limits)
+
+
+def claim(**kwargs) -> list[int]:
+    return [job.id for job in get_driver().claim(request(**kwargs))]
+
+
+def success(job_id: int, owner: str = "w1", at=START) -> Settlement:
+    attempt = Job.objects.get(pk=job_id).attempt
+    return Settlement(job_id, owner, attempt, AttemptOutcome.SUCCEEDED, JobStatus.SUCCEEDED, at)
+
+
+def settle(*job_ids: int) -> None:
+    assert get_driver().settle([success(job_id) for job_id in job_ids]).lost == []
+
+
+# -- pause and resume -------------------------------------------------------------------
+
+
+def test_a_paused_queue_is_not_claimed_until_resumed_and_other_queues_are(make_job) -> None:
+    paused = make_job()
+    other = make_job(queue="emails")
+    assert pause_queue("default", now=START) is True
+    assert pause_queue("default") is False  # paused already
+    assert claim() == []
+    assert claim(queue="emails") == [other.pk]
+    assert Queue.objects.get(name="default").paused_at == START  # a row: it holds across restarts
+    assert resume_queue("default") is True
+    assert resume_queue("default") is False
+    assert claim() == [paused.pk]
+
+
+@pytest.mark.parametrize("limits", [None, QueueLimits(global_limit=5)], ids=["plain", "limited"])
+def test_a_claim_that_carries_outcomes_takes_nothing_of_a_paused_queue(make_job, limits) -> None:
+    first, second = make_job(), make_job()
+    [taken] = claim(limit=1, limits=limits)
+    pause_queue("default")
+    claimed, settled = get_driver().claim_and_settle(request(limits=limits), [success(taken)])
+    assert claimed == [] and settled.lost == []
+    assert Job.objects.get(pk=taken).status == JobStatus.SUCCEEDED  # the outcome is written
+    assert Job.objects.get(pk=(second.pk if taken == first.pk else first.pk)).status == "pending"
+
+
+def test_pause_and_resume_refuse_a_name_no_queue_can_have() -> None:
+    with pytest.raises(ValueError, match="queue"):
+        pause_queue("")
+    with pytest.raises(ValueError, match="queue"):
+        resume_queue("x" * 101)
+
+
+# -- a global limit ---------------------------------------------------------------------
+
+
+def test_a_global_limit_caps_the_jobs_running_at_once_and_a_finished_one_frees_its_slot(
+    make_job,
+) -> None:
+    limits = QueueLimits(global_limit=2)
+    jobs = [make_job().pk for _ in range(5)]
+    first = claim(limits=limits)
+    assert first == jobs[:2]
+    assert claim(limits=limits, owner="w2") == []
+    settle(first[0])
+    assert claim(limits=limits, owner="w2") == [jobs[2]]
+
+
+def test_a_running_job_whose_lease_lapsed_holds_no_slot(make_job) -> None:
+    limits = QueueLimits(global_limit=1)
+    a, b = make_job().pk, make_job().pk
+    assert claim(limits=limits) == [a]
+    assert claim(limits=limits, now=START + timedelta(seconds=LEASE - 1)) == []
+    # Not taken back yet, still "running": its lease has lapsed all the same.
+    assert claim(limits=limits, now=START + timedelta(seconds=LEASE + 1), owner="w2") == [b]
+
+
+def test_a_limited_claim_writes_its_outcomes_first_so_their_slots_count(make_job) -> None:
+    limits = QueueLimits(global_limit=1)
+    a, b = make_job().pk, make_job().pk
+    assert claim(limits=limits) == [a]
+    claimed, settled = get_driver().claim_and_settle(request(limits=limits), [success(a)])
+    assert [job.id for job in claimed] == [b] and settled.lost == []
+
+
+def test_racing_claims_never_run_more_than_the_global_limit(make_job) -> None:
+    limits = QueueLimits(global_limit=3)
+    for _ in range(20):
+        make_job()
+    taken: list[int] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(6)
+
+    def take(owner: str) -> None:
+        try:
+            start.wait()
+            taken.extend(claim(limit=2, limits=limits, owner=owner))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=take, args=(f"w{n}",)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert errors == []
+    assert len(taken) == 3
+    assert Job.objects.filter(status=JobStatus.RUNNING).count() == 3
+
+
+# -- concurrency keys -------------------------------------------------------------------
+
+
+def keyed_job(key: str | None = None, name: str = "tests.keyed", **kwargs) -> int:
+    return schedule_job(name, {}, concurrency_key=key, run_at=START, **kwargs).pk
+
+
+def test_one_job_per_key_runs_at_once_and_other_keys_run_freely() -> None:
+    a1, a2, b1 = keyed_job("a"), keyed_job("a"), keyed_job("b")
+    assert claim(queue="keyed", limits=KEYED) == [a1, b1]
+    assert claim(queue="keyed", limits=KEYED, owner="w2") == []
+    settle(a1)
+    assert claim(queue="keyed", limits=KEYED, owner="w2") == [a2]
+
+
+def test_a_key_limit_above_one_lets_that_many_run() -> None:
+    jobs = [keyed_job("p", name="tests.keyed_pairs") for _ in range(3)]
+    assert claim(queue="keyed", limits=KEYED) == jobs[:2]
+    assert claim(queue="keyed", limits=KEYED) == []
+
+
+def test_without_a_key_the_limit_holds_for_the_job_name() -> None:
+    first, second = keyed_job(), keyed_job()
+    assert Job.objects.get(pk=first).concurrency_key == "tests.keyed"
+    assert claim(queue="keyed", limits=KEYED) == [first]
+    assert claim(queue="keyed", limits=KEYED) == []
+    settle(first)
+    assert claim(queue="keyed", limits=KEYED) == [second]
+
+
+def test_rows_of_a_full_key_at_the_head_do_not_hide_other_keys() -> None:
+    running = keyed_job("busy")
+    assert claim(queue="keyed", limits=KEYED) == [running]
+    behind = [keyed_job("busy") for _ in range(60)]
+    other = keyed_job("free")
+    assert claim(queue="keyed", limits=KEYED, limit=1) == [other]
+    assert Job.objects.filter(pk__in=behind, status="pending").count() == 60
+
+
+def test_racing_claims_never_run_two_jobs_of_one_key() -> None:
+    for key in "abc":
+        for _ in range(4):
+            keyed_job(key)
+    taken: list[int] = []
+    start = threading.Barrier(6)
+
+    def take(owner: str) -> None:
+        try:
+            start.wait()
+            taken.extend(claim(queue="keyed", limit=3, limits=KEYED, owner=owner))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=take, args=(f"w{n}",)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    keys = list(Job.objects.filter(pk__in=taken).values_list("concurrency_key", flat=True))
+    assert sorted(keys) == ["a", "b", "c"]
+
+
+def test_schedule_job_refuses_a_key_the_job_cannot_hold() -> None:
+    with pytest.raises(ValueError, match="no concurrency limit"):
+        schedule_job("tests.ok", {}, concurrency_key="account-1")
+    with pytest.raises(ValueError, match="queue 'default' has none"):
+        schedule_job("tests.keyed", {}, concurrency_key="account-1", queue="default")
+    with pytest.raises(ValueError, match="concurrency_key"):
+        schedule_job("tests.keyed", {}, concurrency_key="k" * 201)
+
+
+def test_a_keyed_queue_is_claimed_under_its_keys_and_default_is_not() -> None:
+    assert queue_limits("keyed") == QueueLimits(keyed=True)
+    assert queue_limits("default") is None
+
+
+# -- a rate limit -----------------------------------------------------------------------
+
+
+def test_a_rate_limit_caps_the_starts_in_each_window() -> None:
+    limits = QueueLimits(rate=Rate(3, 60))
+    window = Rate(3, 60).window_start(START)
+    for _ in range(5):
+        schedule_job("tests.ok", {}, run_at=START)
+    assert len(claim(limits=limits, now=window + timedelta(seconds=1))) == 3
+    assert claim(limits=limits, now=window + timedelta(seconds=59)) == []
+    assert len(claim(limits=limits, now=window + timedelta(seconds=60))) == 2
+
+
+def test_settings_give_a_queue_its_limits() -> None:
+    queues = {"default": {"workers": 2, "global_limit": 2, "rate_limit": "100/m"}}
+    with override_settings(DJANGO_JOBS={"QUEUES": queues}):
+        assert queue_limits("default") == QueueLimits(global_limit=2, rate=Rate(100, 60))
+
+
+# -- snooze -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("by_context", [False, True], ids=["raise", "ctx.snooze"])
+def test_a_snoozed_job_is_due_after_its_delay_without_using_an_attempt(
+    worker: Callable, clock, by_context: bool
+) -> None:
+    job = schedule_job(
+        "tests.snoozes", {"seconds": 30, "by_context": by_context}, run_at=clock.now()
+    )
+    w = worker()
+    w.run_once()
+    job.refresh_from_db()
+    assert (job.status, job.attempts_used, job.attempt) == (JobStatus.PENDING, 0, 1)
+    assert job.run_at == clock.now() + timedelta(seconds=30)
+    attempt = Attempt.objects.get(job=job)
+    assert (attempt.outcome, attempt.error) == (AttemptOutcome.SNOOZED, "Snoozed for 30 s")
+
+
+def test_a_job_that_snoozes_past_the_cap_is_dead_lettered_saying_so(
+    worker: Callable, clock
+) -> None:
+    job = schedule_job("tests.snoozes", {"seconds": 0}, run_at=clock.now())
+    w = worker()
+    with override_settings(DJANGO_JOBS={"MAX_SNOOZES": 2}):
+        for _ in range(3):
+            w.run_once()
+    job.refresh_from_db()
+    assert job.status == JobStatus.DEAD_LETTERED
+    assert "Snoozed 3 times, past DJANGO_JOBS['MAX_SNOOZES'] (2)" in job.last_error
+    outcomes = list(job.attempts.order_by("number").values_list("outcome", flat=True))
+    assert outcomes == ["snoozed"] * 3

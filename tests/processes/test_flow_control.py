@@ -1,0 +1,96 @@
+"""Flow control from outside: real ``runjobs`` processes under a queue's limits, checked
+from the handlers' own witness rows, and a kill -9 that must not leak a slot."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections import Counter, defaultdict
+from collections.abc import Iterable
+from datetime import datetime
+
+import pytest
+
+from django_jobs import schedule_job, schedule_jobs
+from django_jobs.models import Attempt, Job, JobStatus
+from testproject.example.models import Execution
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+QUICK_POLL = {"JOBS_POLL_SECONDS": "0.1"}
+
+
+def most_at_once(runs: Iterable[tuple[datetime, datetime]]) -> int:
+    """The most runs under way at one instant (a run ending as another starts: not both)."""
+    runs = list(runs)
+    edges = sorted(
+        [(start, 1) for start, _ in runs] + [(end, -1) for _, end in runs],
+        key=lambda edge: (edge[0], edge[1]),  # at one instant an end before a start
+    )
+    running = most = 0
+    for _, step in edges:
+        running += step
+        most = max(most, running)
+    return most
+
+
+def runs_of(job_ids: Iterable[int]) -> list[Execution]:
+    return list(Execution.objects.filter(job_id__in=list(job_ids)))
+
+
+def test_four_processes_never_run_two_jobs_of_one_key_at_once_and_run_every_job(
+    runjobs_process,
+) -> None:
+    jobs = schedule_jobs(
+        [
+            {"job": "example.keyed", "payload": {"sleep": 0.02}, "concurrency_key": f"k{n % 5}"}
+            for n in range(200)
+        ]
+    )
+    key_of = {job.pk: job.concurrency_key for job in jobs}
+    workers = [
+        runjobs_process.start("--burst", "--queue", "keyed", "--workers", "4", env=QUICK_POLL)
+        for _ in range(4)
+    ]
+    for process in workers:
+        assert process.wait(240) == 0, runjobs_process.log(process)
+    assert Job.objects.filter(pk__in=key_of, status=JobStatus.SUCCEEDED).count() == 200
+    runs = runs_of(key_of)
+    assert Counter(run.job_id for run in runs) == Counter(dict.fromkeys(key_of, 1))
+    by_key: dict[str, list[tuple[datetime, datetime]]] = defaultdict(list)
+    for run in runs:
+        by_key[key_of[run.job_id]].append((run.started_at, run.finished_at))
+    assert {key: most_at_once(spans) for key, spans in by_key.items()} == {
+        f"k{n}": 1 for n in range(5)
+    }
+    assert most_at_once((r.started_at, r.finished_at) for r in runs) > 1  # keys ran side by side
+    assert len({run.pid for run in runs}) > 1  # more than one process took part
+
+
+def test_a_global_limit_holds_across_processes_and_their_threads(runjobs_process) -> None:
+    jobs = schedule_jobs(
+        [{"job": "example.record", "queue": "limited", "payload": {"sleep": 0.05}}] * 60
+    )
+    env = {**QUICK_POLL, "JOBS_GLOBAL_LIMIT": "2"}
+    workers = [runjobs_process.start("--burst", "--queue", "limited", env=env) for _ in range(3)]
+    for process in workers:
+        assert process.wait(240) == 0, runjobs_process.log(process)
+    runs = runs_of(job.pk for job in jobs)
+    assert len(runs) == 60
+    assert most_at_once((run.started_at, run.finished_at) for run in runs) == 2
+
+
+def test_a_worker_killed_mid_job_frees_its_key_when_its_lease_lapses(runjobs_process) -> None:
+    env = {**QUICK_POLL, "JOBS_LEASE_SECONDS": "4", "JOBS_MAINTENANCE_SECONDS": "1"}
+    held = schedule_job("example.keyed", {"sleep": 60}, concurrency_key="account-7")
+    first = runjobs_process.start("--queue", "keyed", env=env)
+    wait_until(lambda: Attempt.objects.filter(job=held).exists(), timeout=30)
+    waiting = schedule_job("example.keyed", {"sleep": 0}, concurrency_key="account-7")
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(10)
+    killed_at = Job.objects.get(pk=held.pk).lease_expires_at
+    runjobs_process.start("--queue", "keyed", env=env)
+    assert wait_until(lambda: runs_of([waiting.pk]), timeout=40), "the key's slot leaked"
+    [run] = runs_of([waiting.pk])
+    assert killed_at is not None and run.started_at >= killed_at  # not before the lease lapsed
