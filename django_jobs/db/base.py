@@ -344,6 +344,9 @@ class Driver:
 
     # Appended to the candidate read inside a claim: how the database keeps two claims apart.
     lock_suffix = ""
+    # Appended to a read of one row the transaction must hold until it ends (a limited
+    # claim's queue row); SQLite has none: its write transaction holds the whole database.
+    row_lock = " FOR UPDATE"
 
     def claim_row_by_row(self, request: ClaimRequest) -> list[ClaimedJob]:
         """The claim after a refused write: each row in a savepoint, a refused one skipped.
@@ -418,7 +421,7 @@ class Driver:
     def mark_running(self, ids: Sequence[int], request: ClaimRequest) -> dict[int, MarkedRow]:
         """One UPDATE, guarded by the read's conditions; job id -> its new attempt numbers."""
         sql, params = self.mark_running_sql(ids, request)
-        with self.connection.cursor() as cursor:
+        with self.hot_cursor() as cursor:
             cursor.execute(sql, params)
             return {marked.id: marked for marked in map(MarkedRow._make, cursor.fetchall())}
 
@@ -445,7 +448,7 @@ class Driver:
         params: list[Any] = []
         for job in claimed:
             params += [job.id, job.attempt, job.owner, self.adapt(now)]
-        with self.connection.cursor() as cursor:
+        with self.hot_cursor() as cursor:
             cursor.execute(f"INSERT INTO {self.attempt_table} ({columns}) VALUES {values}", params)
 
     # -- after the claim: every write fenced by owner and attempt --------------

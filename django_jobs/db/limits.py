@@ -83,11 +83,11 @@ class LimitedCandidate(NamedTuple):
 
 
 class QueueRow(NamedTuple):
-    """The queue's row, as a limited claim locks it."""
+    """The queue's row, as a limited claim locks it: paused, and how many of its jobs have
+    started in the rate window the claim falls in."""
 
-    paused_at: datetime | None
-    window_start: datetime | None
-    window_count: int
+    paused: bool
+    used: int
 
 
 # -- pause ----------------------------------------------------------------------------
@@ -153,6 +153,8 @@ def claim_limited(
         with driver.write_transaction():
             if settlements:
                 settled, settlements = driver.settle_rows(settlements), ()
+                # Their slots are free: the queue's other workers hear it when this commits.
+                driver.wake([request.queue])
             claimed = claim_in_queue(driver, request)
         if claimed is not None:
             return claimed, settled
@@ -175,46 +177,61 @@ def claim_in_queue(driver: Driver, request: ClaimRequest) -> list[ClaimedJob] | 
     limits = request.limits
     assert limits is not None
     driver.bound_transaction()
-    row = lock_queue(driver, request.queue)
+    window = limits.rate.window_start(request.now) if limits.rate else None
+    row = lock_queue(driver, request.queue, window)
     if row is None:
         return None
-    if row.paused_at is not None:
+    if row.paused:
         return []
     running = running_by_key(driver, request)
     room = request.limit
     if limits.global_limit is not None:
         room = min(room, limits.global_limit - sum(running.values()))
-    window = limits.rate.window_start(request.now) if limits.rate else None
-    used = row.window_count if window is not None and row.window_start == window else 0
     if limits.rate is not None:
-        room = min(room, limits.rate.jobs - used)
+        room = min(room, limits.rate.jobs - row.used)
     if room <= 0:
         return []
     rows = limited_candidates(driver, request, limits, running, room)
     claimed = driver.take(rows, request) if rows else []
     if window is not None and claimed:
-        count_in_window(driver, request.queue, window, used + len(claimed))
+        count_in_window(driver, request.queue, window, row.used + len(claimed))
     return claimed
 
 
-def lock_queue(driver: Driver, queue: str) -> QueueRow | None:
+def lock_queue(driver: Driver, queue: str, window: datetime | None) -> QueueRow | None:
     """Lock the queue's row for the rest of the transaction; None if it has none. SQLite
-    has no row locks: its claim holds the database's write lock already."""
-    rows = Queue.objects.using(driver.using).select_for_update().filter(name=queue)
-    found = rows.values_list("paused_at", "window_start", "window_count").first()
-    return None if found is None else QueueRow(*found)
+    has no row locks (``row_lock`` is empty): its claim holds the database's write lock
+    already. The window is compared in SQL, so no datetime is read back."""
+    qn = driver.qn
+
+    def build() -> str:
+        return (
+            f"SELECT CASE WHEN {qn('paused_at')} IS NULL THEN 0 ELSE 1 END,"
+            f" CASE WHEN {qn('window_start')} = %s THEN {qn('window_count')} ELSE 0 END"
+            f" FROM {qn(Queue._meta.db_table)} WHERE {qn('name')} = %s{driver.row_lock}"
+        )
+
+    with driver.hot_cursor() as cursor:
+        cursor.execute(driver.text("lock_queue", build), [driver.adapt(window), queue])
+        found = cursor.fetchone()
+    return None if found is None else QueueRow(bool(found[0]), int(found[1]))
 
 
 def running_by_key(driver: Driver, request: ClaimRequest) -> Counter[str | None]:
     """The queue's jobs running under a live lease at the claim's time, by key."""
     qn = driver.qn
-    sql = (
-        f"SELECT {qn('concurrency_key')}, COUNT(*) FROM {driver.job_table}"
-        f" WHERE {driver.running_guard(driver.job_table)} AND {qn('queue')} = %s"
-        f" AND {qn('lease_expires_at')} > %s GROUP BY {qn('concurrency_key')}"
-    )
-    with driver.connection.cursor() as cursor:
-        cursor.execute(sql, [request.queue, driver.adapt(request.now)])
+
+    def build() -> str:
+        return (
+            f"SELECT {qn('concurrency_key')}, COUNT(*) FROM {driver.job_table}"
+            f" WHERE {driver.running_guard(driver.job_table)} AND {qn('queue')} = %s"
+            f" AND {qn('lease_expires_at')} > %s GROUP BY {qn('concurrency_key')}"
+        )
+
+    with driver.hot_cursor() as cursor:
+        cursor.execute(
+            driver.text("running_by_key", build), [request.queue, driver.adapt(request.now)]
+        )
         return Counter({key: int(count) for key, count in cursor.fetchall()})
 
 
@@ -228,25 +245,23 @@ def limited_candidates(
     """Up to ``room`` due rows in claim order, each key within its limit (counting the
     rows taken before it in this claim)."""
     qn = driver.qn
-    columns = ", ".join(qn(column) for column in CANDIDATE_COLUMNS)
     due, params = driver.due_condition(request.queue, request.now)
-    sql = (
-        f"SELECT {columns}, {qn('concurrency_key')}, {qn('concurrency_limit')}"
-        f" FROM {driver.job_table} WHERE {due}"
-    )
-    busy = sorted(key for key in running if key is not None)
-    if limits.keyed and busy:  # the rows of full keys are passed over in the read itself
-        key = qn("concurrency_key")
-        sql += (
-            f" AND ({key} IS NULL OR COALESCE({qn('concurrency_limit')}, 1) > CASE {key}"
-            + " WHEN %s THEN %s" * len(busy)
-            + " ELSE 0 END)"
-        )
-        params += [value for name in busy for value in (name, running[name])]
+    busy = sorted(key for key in running if key is not None) if limits.keyed else []
+    # The rows of full keys are passed over in the read itself.
+    params += [value for name in busy for value in (name, running[name])]
     scan = room * KEYED_SCAN_FACTOR + KEYED_SCAN_EXTRA if limits.keyed else room
-    sql += f" ORDER BY {driver.claim_order} LIMIT %s{driver.lock_suffix}"
-    with driver.connection.cursor() as cursor:
-        cursor.execute(sql, [*params, scan])
+
+    def build() -> str:
+        columns = ", ".join(qn(column) for column in CANDIDATE_COLUMNS)
+        key, limit = qn("concurrency_key"), qn("concurrency_limit")
+        sql = f"SELECT {columns}, {key}, {limit} FROM {driver.job_table} WHERE {due}"
+        if busy:
+            cases = " WHEN %s THEN %s" * len(busy)
+            sql += f" AND ({key} IS NULL OR COALESCE({limit}, 1) > CASE {key}{cases} ELSE 0 END)"
+        return sql + f" ORDER BY {driver.claim_order} LIMIT %s{driver.lock_suffix}"
+
+    with driver.hot_cursor() as cursor:
+        cursor.execute(driver.text(f"limited_candidates:{len(busy)}", build), [*params, scan])
         read = [LimitedCandidate._make(row) for row in cursor.fetchall()]
     taken: list[Candidate] = []
     counts = Counter(running)
@@ -262,6 +277,14 @@ def limited_candidates(
 
 
 def count_in_window(driver: Driver, queue: str, window: datetime, count: int) -> None:
-    Queue.objects.using(driver.using).filter(name=queue).update(
-        window_start=window, window_count=count
-    )
+    """The rate window's count, on the row the claim holds locked."""
+    qn = driver.qn
+
+    def build() -> str:
+        return (
+            f"UPDATE {qn(Queue._meta.db_table)} SET {qn('window_start')} = %s,"
+            f" {qn('window_count')} = %s WHERE {qn('name')} = %s"
+        )
+
+    with driver.hot_cursor() as cursor:
+        cursor.execute(driver.text("count_in_window", build), [driver.adapt(window), count, queue])

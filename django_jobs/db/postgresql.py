@@ -135,8 +135,16 @@ class PostgresDriver(Driver):
                 )
 
     def settle_rows(self, settlements: Sequence[Settlement]) -> Settled:
-        """The settle's one statement, inside the caller's transaction."""
-        return self.settle(settlements)
+        """The settle's one statement, inside the caller's transaction (no savepoint: a
+        refused row fails the caller's transaction, whose caller settles apart)."""
+        ctes, params = self.settle_ctes(settlements)
+        sql = self.text(
+            "settle", lambda: f"WITH {ctes} SELECT id, attempt, new_status FROM settled"
+        )
+        with self.hot_cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = [SettledRow._make(row) for row in cursor.fetchall()]
+        return self.settled(settlements, [(r.id, r.attempt, r.new_status) for r in rows])
 
     @contextmanager
     def hot_cursor(self) -> Iterator[Any]:

@@ -58,6 +58,7 @@ def wanted_options(options: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class SQLiteDriver(Driver):
+    row_lock = ""  # the claim's write transaction (BEGIN IMMEDIATE) holds the database
     has_journal_modes = True
 
     @contextmanager

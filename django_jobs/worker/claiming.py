@@ -92,5 +92,5 @@ class Claimer:
             self.settler.give_back(carried)
             raise
         self.writer.release_held(carried)
-        self.writer.written(carried, decided, settled)
+        self.writer.written(carried, decided, settled, carried_by=queue)
         return claimed

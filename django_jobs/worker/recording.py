@@ -117,10 +117,16 @@ class OutcomeWriter:
                 self.inflight.settled(outcome.held)
 
     def written(
-        self, outcomes: Sequence[Outcome], decided: Sequence[Settlement], settled: Settled
+        self,
+        outcomes: Sequence[Outcome],
+        decided: Sequence[Settlement],
+        settled: Settled,
+        carried_by: str | None = None,
     ) -> list[Settlement | None]:
         """Each outcome as written, None where the lease was lost; wake the queues of the jobs
-        due again, then report each outcome."""
+        due again, and those of jobs that held a limited queue's slots (but the queue whose
+        claim carried the outcomes, ``carried_by``: a limited claim wakes its own queue in
+        its transaction), then report each outcome."""
         final = [settled.as_written(decision) for decision in decided]
         kinds = [
             "lease_lost" if w is None else outcome_kind(w.status, o.result.outcome)
@@ -133,7 +139,11 @@ class OutcomeWriter:
             [
                 o.claimed.queue
                 for o, s in zip(outcomes, final, strict=True)
-                if s and (due_again(s) or self.limited(o.claimed.queue))
+                if s
+                and (
+                    due_again(s)
+                    or (o.claimed.queue != carried_by and self.limited(o.claimed.queue))
+                )
             ]
         )
         for outcome, decision, written in zip(outcomes, decided, final, strict=True):
