@@ -75,6 +75,8 @@ class Peer:
     postgresql_only: bool = False
     #: the driver's own arguments, from the bench's options
     arguments: Callable[[Options], list[str]] = field(default=lambda options: [])
+    #: django-jobs under a limit: run with --limits, or when --only names it
+    variant: bool = False
 
 
 def django_jobs_arguments(options: Options) -> list[str]:
@@ -107,6 +109,24 @@ PEERS = [
         "bench_django_jobs",
         arguments=django_jobs_arguments,
     ),
+    # django-jobs again with a limit configured that never binds: the cost of the limited
+    # claim (--limits, or --only NAME).
+    Peer(
+        "django-jobs+global_limit",
+        ROOT / ".venv/bin/python",
+        "run_django_jobs.py",
+        "bench_django_jobs_global",
+        arguments=lambda options: [*django_jobs_arguments(options), "--global-limit", "1000"],
+        variant=True,
+    ),
+    Peer(
+        "django-jobs+rate_limit",
+        ROOT / ".venv/bin/python",
+        "run_django_jobs.py",
+        "bench_django_jobs_rate",
+        arguments=lambda options: [*django_jobs_arguments(options), "--rate-limit", "1000000/s"],
+        variant=True,
+    ),
     Peer("django-tasks-db", ENVS / "tasks-db/bin/python", "run_tasks_db.py", "bench_tasks_db"),
     Peer(
         "procrastinate",
@@ -118,6 +138,8 @@ PEERS = [
     Peer("raw", ROOT / ".venv/bin/python", "run_raw.py", "bench_raw", arguments=raw_arguments),
 ]
 PEERS_BY_NAME = {peer.name: peer for peer in PEERS}
+#: django-jobs under a limit: not a peer to measure django-jobs against.
+VARIANTS = tuple(peer.name for peer in PEERS if peer.variant)
 
 
 @dataclass(frozen=True)
@@ -130,6 +152,7 @@ class Options:
     database: str
     django_jobs_processes: int
     django_jobs_workers: int
+    limits: bool = False
 
     @property
     def sqlite(self) -> bool:
@@ -158,6 +181,11 @@ def parse_options(argv: list[str] | None = None) -> Options:
         choices=(*harness.DATABASES, harness.MARIADB),
     )
     parser.add_argument(
+        "--limits",
+        action="store_true",
+        help="django-jobs also with a global limit and with a rate limit that never bind",
+    )
+    parser.add_argument(
         "--django-jobs-processes", type=int, default=1, help="runjobs --processes (default 1)"
     )
     parser.add_argument(
@@ -178,7 +206,13 @@ def parse_options(argv: list[str] | None = None) -> Options:
 
 def choose_peers(options: Options) -> tuple[list[Peer], list[Peer]]:
     """The peers to run, and those skipped because they cannot run on the database."""
-    peers = [peer for peer in PEERS if options.only in (None, peer.name)]
+    peers = [
+        peer
+        for peer in PEERS
+        if options.only == peer.name
+        or (options.only in (None, "django-jobs") and peer.variant and options.limits)
+        or (options.only is None and not peer.variant)
+    ]
     skipped = [peer for peer in peers if not options.postgresql and peer.postgresql_only]
     return [peer for peer in peers if peer not in skipped], skipped
 
@@ -336,7 +370,7 @@ def run_peer(
     if not peer.python.exists():
         print(f"{peer.name}: no virtualenv at {peer.python} (run scripts/bench-peers)")
         return None
-    log_dir = work_dir / peer.name
+    log_dir = work_dir / peer.name.replace("+", "-")  # a "+" in a SQLite URL reads as a space
     log_dir.mkdir()
     url = prepare_database(peer, options, server, log_dir)
     result = log_dir / "result.json"
@@ -365,7 +399,7 @@ def run_peer(
 # -- the report -------------------------------------------------------------------
 
 COLUMNS = [
-    ("system", 16),
+    ("system", 26),
     ("workers", 36),
     ("bulk enqueue/s", 30),
     ("1-by-1 enqueue/s", 17),
@@ -421,7 +455,7 @@ def limit_lines(results: list[dict[str, Any]]) -> list[str]:
             f"{ours['drain_rate'] / value:.2f} of raw's ({how})" for how, value in drains.items()
         )
         lines.append(f"  drain: {fractions}")
-    peers = [r for r in results if r["system"] not in ("django-jobs", "raw")]
+    peers = [r for r in results if r["system"] not in ("django-jobs", "raw", *VARIANTS)]
     if peers:
         fastest = max(peers, key=lambda result: result["one_by_one_rate"])
         ratio = ours["one_by_one_rate"] / fastest["one_by_one_rate"]

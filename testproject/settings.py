@@ -20,6 +20,8 @@ env = environ.Env(
     JOBS_SHUTDOWN_GRACE_SECONDS=(float, 20.0),
     JOBS_LISTEN=(bool, True),
     JOBS_GLOBAL_LIMIT=(int, 0),
+    JOBS_DEFAULT_GLOBAL_LIMIT=(int, 0),
+    JOBS_DEFAULT_RATE_LIMIT=(str, ""),
 )
 
 DEBUG = env("DEBUG")
@@ -101,6 +103,11 @@ DJANGO_JOBS = {
     "SHUTDOWN_GRACE_SECONDS": env("JOBS_SHUTDOWN_GRACE_SECONDS"),
     "LISTEN": env("JOBS_LISTEN"),
 }
+# The default queue under limits (the peers bench's limited drains).
+if env("JOBS_DEFAULT_GLOBAL_LIMIT"):
+    DJANGO_JOBS["QUEUES"]["default"]["global_limit"] = env("JOBS_DEFAULT_GLOBAL_LIMIT")
+if env("JOBS_DEFAULT_RATE_LIMIT"):
+    DJANGO_JOBS["QUEUES"]["default"]["rate_limit"] = env("JOBS_DEFAULT_RATE_LIMIT")
 if env("JOBS_GLOBAL_LIMIT"):  # a queue "limited": at most that many of its jobs run at once
     DJANGO_JOBS["QUEUES"]["limited"] = {"workers": 4, "global_limit": env("JOBS_GLOBAL_LIMIT")}
 

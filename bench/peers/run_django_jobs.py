@@ -31,6 +31,10 @@ PICKUP_JOB_NAME = "example.watchful"
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--processes", type=int, default=1, help="runjobs --processes")
     parser.add_argument("--workers", type=int, default=2, help="runjobs --workers")
+    parser.add_argument(
+        "--global-limit", type=int, default=0, help="the queue's global_limit (0: none)"
+    )
+    parser.add_argument("--rate-limit", default="", help="the queue's rate_limit ('': none)")
 
 
 def shape(processes: int, workers: int) -> list[str]:
@@ -50,9 +54,19 @@ class DjangoJobs(common.System):
     name = "django-jobs"
     bulk_api = "schedule_jobs()"
 
-    def __init__(self, processes: int = 1, workers: int = 2) -> None:
+    def __init__(
+        self, processes: int = 1, workers: int = 2, global_limit: int = 0, rate_limit: str = ""
+    ) -> None:
         self.shape = shape(processes, workers)
         self.workers = describe_shape(processes, workers)
+        # The queue's limits, for this process and the runjobs it starts (the test project
+        # reads them from its environment).
+        if global_limit:
+            os.environ["JOBS_DEFAULT_GLOBAL_LIMIT"] = str(global_limit)
+            self.name += "+global_limit"
+        if rate_limit:
+            os.environ["JOBS_DEFAULT_RATE_LIMIT"] = rate_limit
+            self.name += "+rate_limit"
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
         os.environ.setdefault("DEBUG", "false")
         harness.setup_django()

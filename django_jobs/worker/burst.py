@@ -117,9 +117,18 @@ class BurstCheck:
             what = f"job #{first_row.id}" + ("'s retry" if first_row.attempts_used else "")
             due = when(first_row.run_at, now)
             left = f"; left for a later run: {count} job(s), the first {what}, due at {due}"
+        with p.deadline("the paused queues"):
+            paused = sorted(
+                Queue.objects.using(p.using)
+                .paused()
+                .filter(name__in=list(p.queues))
+                .values_list("name", flat=True)
+            )
+        if paused:
+            left += f"; paused, not waited for: {', '.join(paused)} (`jobs resume NAME`)"
         logger.info(
             "burst: nothing due or running on queues %s; exiting%s",
             ", ".join(p.queues),
             left,
-            extra={"event": "burst_drained", "due_later": count},
+            extra={"event": "burst_drained", "due_later": count, "paused": paused},
         )

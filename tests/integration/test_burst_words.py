@@ -148,3 +148,20 @@ def test_burst_check_is_not_fooled_by_a_job_settled_back_to_due_between_two_quer
         assert check.drained(busy=False) is False
     assert settled
     assert check.drained(busy=False) is False  # the retry is due: not drained either
+
+
+def test_burst_exits_past_a_paused_queues_due_job_naming_the_queue(settings, caplog):
+    from django_jobs import pause_queue
+
+    settings.DJANGO_JOBS = FAST
+    job = schedule_job("tests.ok")
+    pause_queue("default")
+    caplog.set_level(logging.INFO, logger="django_jobs")
+    _, thread = burst_worker()
+    thread.join(10)
+    assert not thread.is_alive(), "a burst worker waited for a paused queue's job"
+    job.refresh_from_db()
+    assert job.status == JobStatus.PENDING
+    [exit_line] = said(caplog, "burst_drained")
+    assert exit_line.getMessage().endswith("; paused, not waited for: default (`jobs resume NAME`)")
+    assert exit_line.paused == ["default"]

@@ -422,3 +422,15 @@ def test_tasks_db_settings_refuse_other_databases_without_showing_the_url(
         tasks_db_settings.database("oracle://bench:hunter2@127.0.0.1/bench", 600)
 
     assert "hunter2" not in str(error.value)
+
+
+def test_limits_adds_django_jobs_under_a_global_and_a_rate_limit_to_the_sitting() -> None:
+    def names(*argv: str) -> list[str]:
+        chosen, _ = peers.choose_peers(peers.parse_options(list(argv)))
+        return [peer.name for peer in chosen]
+
+    limited = ["django-jobs+global_limit", "django-jobs+rate_limit"]
+    assert not set(limited) & set(names())
+    assert names("--only", "django-jobs", "--limits") == ["django-jobs", *limited]
+    assert names("--limits")[:3] == ["django-jobs", *limited]
+    assert names("--only", "django-jobs+rate_limit") == ["django-jobs+rate_limit"]
