@@ -20,9 +20,11 @@ from django.db import router
 from django.db.models import Count, Min, Q
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
+from django.utils.translation import gettext, gettext_lazy
 
 from .conf import settings
 from .db import driver_class
+from .db.records import QueueLimits
 from .models import (
     FINISHED_STATUSES,
     Attempt,
@@ -31,8 +33,10 @@ from .models import (
     JobQuerySet,
     JobStatus,
     Leader,
+    Queue,
     WorkerProcess,
 )
+from .registry import queue_limits
 
 
 @dataclass
@@ -49,6 +53,9 @@ class QueueStats:
     cancelled: int = 0
     oldest_due_at: datetime | None = None
     served: bool = False  # a live worker serves this queue
+    paused_at: datetime | None = None  # pause_queue(): none of its jobs start until resumed
+    limits: QueueLimits | None = None  # what limits its claims (registry.queue_limits)
+    slots_in_use: int = 0  # running under a live lease: what its limits count
 
     @property
     def pending(self) -> int:
@@ -117,6 +124,10 @@ class Overview:
         return [stats for stats in self.queues if stats.unserved]
 
     @property
+    def paused_queues(self) -> list[QueueStats]:
+        return [stats for stats in self.queues if stats.paused_at is not None]
+
+    @property
     def leaderless(self) -> bool:
         """Workers are live and none leads: nobody takes back expired leases, fires the
         recurring schedules or prunes until one takes the lease."""
@@ -143,6 +154,31 @@ def heartbeat_is_stale(last_heartbeat_at: datetime, now: datetime) -> bool:
     return now - last_heartbeat_at > late
 
 
+#: A rate limit in words, by its window's seconds.
+RATE_WORDS = {
+    1: gettext_lazy("%(jobs)s per second"),
+    60: gettext_lazy("%(jobs)s per minute"),
+    3600: gettext_lazy("%(jobs)s per hour"),
+}
+
+
+def limits_in_words(limits: QueueLimits | None) -> str:
+    """``global limit 2, 100 per minute, per key``: what limits a queue's claims, as the
+    admin and ``jobs status`` say it; empty when nothing does."""
+    if limits is None:
+        return ""
+    words = []
+    if limits.global_limit is not None:
+        words.append(gettext("global limit %(limit)s") % {"limit": limits.global_limit})
+    if limits.rate is not None:
+        jobs, seconds = limits.rate
+        rate = RATE_WORDS.get(seconds, gettext_lazy("%(jobs)s per %(seconds)s seconds"))
+        words.append(str(rate) % {"jobs": jobs, "seconds": seconds})
+    if limits.keyed:
+        words.append(gettext("per key"))
+    return ", ".join(words)
+
+
 def resolve(using: str | None, now: datetime | None) -> tuple[str, datetime]:
     return using or router.db_for_read(Job), now or timezone.now()
 
@@ -153,7 +189,8 @@ def queue_stats(
     now: datetime | None = None,
     workers: Iterable[LiveWorker] | None = None,
 ) -> list[QueueStats]:
-    """Per queue (the configured ones, and any other that has jobs), sorted by name.
+    """Per queue (the configured ones, any other that has jobs, and the paused ones), sorted
+    by name.
 
     ``workers`` (else ``live_workers()``) tell which queues are served. Exact counts.
     """
@@ -200,6 +237,8 @@ def count_queues(
 
     jobs = Job.objects.using(using).order_by()
     count_live(jobs, now, stats_for)
+    for name, paused_at in Queue.objects.using(using).paused().values_list("name", "paused_at"):
+        stats_for(name).paused_at = paused_at
     estimates = estimated_finished(jobs, sorted(by_queue)) if estimate_finished else None
     if estimates is None:
         count_finished(jobs, stats_for)
@@ -210,6 +249,7 @@ def count_queues(
     served = {queue for worker in workers if not worker.process_count for queue in worker.queues}
     for stats in by_queue.values():
         stats.served = stats.queue in served
+        stats.limits = queue_limits(stats.queue)
     return [by_queue[name] for name in sorted(by_queue)], estimates is not None
 
 
@@ -230,10 +270,16 @@ def count_live(jobs: JobQuerySet, now: datetime, stats_for: Any) -> None:
         stats = stats_for(row["queue"])
         stats.due, stats.scheduled, stats.retrying = row["due"], row["scheduled"], row["retrying"]
         stats.oldest_due_at = row["oldest_due_at"]
-    # The lease index's condition: running rows only.
-    running = jobs.running().values("queue").annotate(count=Count("id"))
+    # The lease index's condition: running rows only. A job holds a slot of its queue's
+    # limits while its lease is live, whether or not the rescuer has taken it back yet.
+    running = (
+        jobs.running()
+        .values("queue")
+        .annotate(count=Count("id"), leased=Count("id", filter=Q(lease_expires_at__gt=now)))
+    )
     for counted in running:
-        stats_for(counted["queue"]).running = counted["count"]
+        stats = stats_for(counted["queue"])
+        stats.running, stats.slots_in_use = counted["count"], counted["leased"]
 
 
 def count_finished(jobs: JobQuerySet, stats_for: Any) -> None:

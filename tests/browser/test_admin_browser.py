@@ -309,3 +309,50 @@ def test_jobs_list_fits_a_1366_px_window_with_the_sidebar_open(
             assert page.locator(f"span.django-jobs-cut[title='{long_name}']").count() == 1
         finally:
             browser.close()
+
+
+def test_queues_pause_and_resume_in_browser(live_server, django_user_model, settings):
+    from django_jobs.models import Queue
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.DJANGO_JOBS = {"QUEUES": {"default": {"workers": 2, "global_limit": 2}}}
+    django_user_model.objects.create_superuser("admin", "admin@example.com", PASSWORD)
+    Job.objects.create(name="tests.ok", run_at=timezone.now() - timedelta(minutes=1))
+    queues = reverse("admin:django_jobs_queue_changelist")
+
+    def run_action(page: "sync_api.Page", label: str) -> None:
+        page.locator("#result_list tbody tr").filter(has_text="default").locator(
+            "input.action-select"
+        ).check()
+        page.select_option("select[name=action]", label=label)
+        page.locator("div.actions button[type=submit]").click()
+
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            page.set_default_timeout(TIMEOUT_MS)
+            sync_api.expect.set_options(timeout=TIMEOUT_MS)
+            page.goto(f"{live_server.url}{reverse('admin:login')}?next={queues}")
+            page.fill("#id_username", "admin")
+            page.fill("#id_password", PASSWORD)
+            page.get_by_role("button", name="Log in").click()
+            sync_api.expect(page).to_have_url(f"{live_server.url}{queues}")
+
+            row = page.locator("#result_list tbody tr").filter(has_text="default")
+            sync_api.expect(row).to_contain_text("served")
+            sync_api.expect(row).to_contain_text("global limit 2")
+            run_action(page, "Pause the selected queues")
+            sync_api.expect(page.locator(".messagelist .success")).to_contain_text(
+                "1 queue(s) paused"
+            )
+            sync_api.expect(row).to_contain_text("paused since")
+            run_action(page, "Resume the selected queues")
+            sync_api.expect(page.locator(".messagelist .success")).to_contain_text(
+                "1 queue(s) resumed"
+            )
+            sync_api.expect(row).to_contain_text("served")
+        finally:
+            browser.close()
+
+    assert Queue.objects.get(name="default").paused_at is None

@@ -130,8 +130,9 @@ def test_jobs_status_reads_a_fixed_number_of_queries(
         finished(make_job, JobStatus.SUCCEEDED, queue=queue)
         register(queue, timedelta(), [queue])
     lead("default")
-    # pending, running, finished, workers, the workers' running jobs, the leader lease
-    with django_assert_num_queries(6):
+    # pending, running, the paused queues, finished, workers, the workers' running jobs, the
+    # leader lease
+    with django_assert_num_queries(7):
         jobs("status")
 
 

@@ -1,19 +1,28 @@
-"""``manage.py jobs``: see and steer jobs. A thin shell over ``stats``, ``control`` and pruning."""
+"""``manage.py jobs``: see and steer jobs and queues. A thin shell over ``stats``, ``control``
+and pruning."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import time
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, router
 from django.utils import timezone
 
 from django_jobs.conf import RETENTION_STATUSES, settings
-from django_jobs.control import RETRYABLE_STATUSES, cancel_job, retry_job
+from django_jobs.control import (
+    RETRYABLE_STATUSES,
+    cancel_job,
+    pause_queue,
+    resume_queue,
+    retry_job,
+)
+from django_jobs.db.records import QueueLimits
 from django_jobs.exceptions import JobNotCancellable
 from django_jobs.maintenance.cleaner import StatusPruned, prune_statuses
 from django_jobs.management.arguments import parse_duration
@@ -28,7 +37,14 @@ from django_jobs.management.output import (
 )
 from django_jobs.models import Attempt, Job, JobStatus
 from django_jobs.redaction import mask_payload
-from django_jobs.stats import LeaderInfo, LiveWorker, live_workers_and_leader, queue_stats
+from django_jobs.stats import (
+    LeaderInfo,
+    LiveWorker,
+    QueueStats,
+    limits_in_words,
+    live_workers_and_leader,
+    queue_stats,
+)
 
 JOB_FIELDS = [field.attname for field in Job._meta.concrete_fields]
 ATTEMPT_FIELDS = ["number", "owner", "started_at", "finished_at", "outcome", "error", "traceback"]
@@ -49,6 +65,32 @@ CANCEL_RESULTS = {
     "unknown": "unknown id",
 }
 CANCEL_FAILED = ("finished", "unknown")
+
+
+class QueueVerb(NamedTuple):
+    """``jobs pause`` or ``jobs resume``: the verb, and the (result, line) it prints when it
+    changed the queue and when the queue was so already. Both exit 0."""
+
+    act: Callable[..., bool]
+    changed: tuple[str, str]
+    unchanged: tuple[str, str]
+
+
+QUEUE_VERBS = {
+    "pause": QueueVerb(
+        pause_queue,
+        (
+            "paused",
+            "queue {name} paused; running jobs finish, none start until `jobs resume {name}`",
+        ),
+        ("paused_already", "queue {name} was paused already"),
+    ),
+    "resume": QueueVerb(
+        resume_queue,
+        ("resumed", "queue {name} resumed; its workers start its jobs again"),
+        ("not_paused", "queue {name} was not paused"),
+    ),
+}
 
 
 def job_id(text: str) -> int:
@@ -98,7 +140,10 @@ def duration(text: str) -> timedelta:
 
 
 class Command(BaseCommand):
-    help = "See and steer django-jobs: status, list, show, retry, cancel and prune jobs."
+    help = (
+        "See and steer django-jobs: status, list, show, retry, cancel and prune jobs; "
+        "pause and resume queues."
+    )
 
     def add_arguments(self, parser: CommandParser) -> None:
         common = CommandParser(add_help=False)
@@ -131,6 +176,14 @@ class Command(BaseCommand):
             help="Cancel jobs: pending ones at once, running ones at their next heartbeat.",
         )
         cancel.add_argument("ids", nargs="+", type=job_id, metavar="ID")
+        pause = sub.add_parser(
+            "pause",
+            parents=[common],
+            help="Stop every worker from starting the queue's jobs (running ones finish).",
+        )
+        pause.add_argument("queue", metavar="NAME")
+        resume = sub.add_parser("resume", parents=[common], help="Serve a paused queue again.")
+        resume.add_argument("queue", metavar="NAME")
         prune = sub.add_parser(
             "prune",
             parents=[common],
@@ -174,8 +227,10 @@ class Command(BaseCommand):
             "queues": [
                 {
                     **vars(stats),
+                    "limits": limits_document(stats.limits),
                     "pending": stats.pending,
                     "oldest_due_age_seconds": json_seconds(stats.oldest_due_age(now)),
+                    "paused": stats.paused_at is not None,
                 }
                 for stats in queues
             ],
@@ -209,10 +264,28 @@ class Command(BaseCommand):
                 for label, w, running in grouped_workers(workers)
             ],
         )
+        notes = [line for line in map(queue_line, queues) if line]
+        if notes:
+            queue_table += "\n\n" + "\n".join(notes)
         workers_text = worker_table if workers else "No live workers."
         if workers or leader:
             workers_text += f"\n\n{leader_line(leader)}"
         self.emit(document, f"As of {format_time(now)}\n\n{queue_table}\n\n{workers_text}")
+
+    def handle_pause(self, options: dict[str, Any]) -> None:
+        self.steer(QUEUE_VERBS["pause"], options["queue"])
+
+    def handle_resume(self, options: dict[str, Any]) -> None:
+        self.steer(QUEUE_VERBS["resume"], options["queue"])
+
+    def steer(self, verb: QueueVerb, name: str) -> None:
+        """Pause or resume queue ``name``; one line (or document) saying what it did."""
+        try:
+            changed = verb.act(name, using=self.using)
+        except ValueError as exc:  # a name no queue can have
+            raise CommandError(str(exc)) from exc
+        result, line = verb.changed if changed else verb.unchanged
+        self.emit({"queue": name, "result": result}, line.format(name=name))
 
     def handle_list(self, options: dict[str, Any]) -> None:
         jobs = Job.objects.using(self.using).order_by("-id")
@@ -370,6 +443,32 @@ class Command(BaseCommand):
         if found in RETRYABLE_STATUSES:
             return {"id": id, "result": "refused", "status": None}
         return {"id": id, "result": "not_retryable", "status": found}
+
+
+def queue_line(stats: QueueStats) -> str:
+    """The line under the queue table of a queue paused or limited; empty for the others."""
+    said = []
+    if stats.paused_at is not None:
+        since = format_time(stats.paused_at)
+        resume = f"`jobs resume {stats.queue}`"
+        said.append(f"paused since {since}, none of its jobs start until {resume}")
+    limits = stats.limits
+    if limits is not None:
+        slots = limits.global_limit
+        in_use = f" ({stats.slots_in_use} of {slots} slots in use)" if slots is not None else ""
+        said.append(f"limits: {limits_in_words(limits)}{in_use}")
+    return f"Queue {stats.queue}: {'; '.join(said)}." if said else ""
+
+
+def limits_document(limits: QueueLimits | None) -> dict[str, Any] | None:
+    if limits is None:
+        return None
+    rate = limits.rate
+    return {
+        "global_limit": limits.global_limit,
+        "rate": None if rate is None else {"jobs": rate.jobs, "seconds": rate.seconds},
+        "keyed": limits.keyed,
+    }
 
 
 def grouped_workers(workers: list[LiveWorker]) -> list[tuple[str, LiveWorker, int]]:
