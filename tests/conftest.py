@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import io
+import json
 import os
 import random
 import secrets
@@ -317,3 +319,43 @@ def fresh_database_url(tmp_path: Path) -> Iterator[str]:
 @pytest.fixture(autouse=True, scope="session")
 def _register_test_jobs() -> None:
     import tests.jobs  # noqa: F401
+
+
+@pytest.fixture
+def staff_client(client: Any, django_user_model: Any) -> Callable[..., Any]:
+    """Log ``client`` in as a staff user who has only the given django_jobs permissions."""
+    from django.contrib.auth.models import Permission
+
+    def login(*codenames: str) -> Any:
+        user = django_user_model.objects.create_user(  # one user per set: a test may make two
+            "staff-" + "-".join(codenames), password="unused", is_staff=True
+        )
+        permissions = Permission.objects.filter(
+            content_type__app_label="django_jobs", codename__in=codenames
+        )
+        assert permissions.count() == len(codenames)
+        user.user_permissions.set(permissions)
+        client.force_login(user)
+        return client
+
+    return login
+
+
+def jobs(*args: str) -> str:
+    """``manage.py jobs ARGS`` in this process at START; its output."""
+    from django.core.management import call_command
+    from freezegun import freeze_time
+
+    out = io.StringIO()
+    with freeze_time(START):
+        call_command("jobs", *args, stdout=out)
+    return out.getvalue()
+
+
+def jobs_json(*args: str) -> Any:
+    return json.loads(jobs(*args, "--json"))
+
+
+def by_queue(document: Any) -> dict[str, dict[str, Any]]:
+    """``jobs status --json``'s queues by name."""
+    return {row["queue"]: row for row in document["queues"]}

@@ -50,6 +50,17 @@ pytestmark = [
 ]
 
 
+def log_in(page: "sync_api.Page", server: str, path: str) -> None:
+    """Log in as the test's superuser, landing on ``path``; the page's waits bounded."""
+    page.set_default_timeout(TIMEOUT_MS)
+    sync_api.expect.set_options(timeout=TIMEOUT_MS)
+    page.goto(f"{server}{reverse('admin:login')}?next={path}")
+    page.fill("#id_username", "admin")
+    page.fill("#id_password", PASSWORD)
+    page.get_by_role("button", name="Log in").click()
+    sync_api.expect(page).to_have_url(f"{server}{path}")
+
+
 def test_dead_letters_retry_in_browser(live_server, django_user_model, settings):
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     django_user_model.objects.create_superuser("admin", "admin@example.com", PASSWORD)
@@ -70,14 +81,7 @@ def test_dead_letters_retry_in_browser(live_server, django_user_model, settings)
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page()
-            page.set_default_timeout(TIMEOUT_MS)
-            sync_api.expect.set_options(timeout=TIMEOUT_MS)
-
-            page.goto(f"{live_server.url}{reverse('admin:login')}?next={dead_letters}")
-            page.fill("#id_username", "admin")
-            page.fill("#id_password", PASSWORD)
-            page.get_by_role("button", name="Log in").click()
-            sync_api.expect(page).to_have_url(f"{live_server.url}{dead_letters}")
+            log_in(page, live_server.url, dead_letters)
 
             rows = page.locator("#result_list tbody tr")
             sync_api.expect(rows).to_have_count(1)
@@ -204,13 +208,7 @@ def test_control_room_walk_in_browser(live_server, django_user_model, settings, 
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1920, "height": 1000})
-            page.set_default_timeout(TIMEOUT_MS)
-            sync_api.expect.set_options(timeout=TIMEOUT_MS)
-            page.goto(f"{live_server.url}{reverse('admin:login')}?next={dashboard}")
-            page.fill("#id_username", "admin")
-            page.fill("#id_password", PASSWORD)
-            page.get_by_role("button", name="Log in").click()
-            sync_api.expect(page).to_have_url(f"{live_server.url}{dashboard}")
+            log_in(page, live_server.url, dashboard)
 
             emails = page.locator("tr.jobs-queue[data-queue=emails]").first
             sync_api.expect(emails).to_be_visible()
@@ -280,13 +278,7 @@ def test_jobs_list_fits_a_1366_px_window_with_the_sidebar_open(
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1366, "height": 768})
-            page.set_default_timeout(TIMEOUT_MS)
-            sync_api.expect.set_options(timeout=TIMEOUT_MS)
-            page.goto(f"{live_server.url}{reverse('admin:login')}?next={jobs}")
-            page.fill("#id_username", "admin")
-            page.fill("#id_password", PASSWORD)
-            page.get_by_role("button", name="Log in").click()
-            sync_api.expect(page).to_have_url(f"{live_server.url}{jobs}")
+            log_in(page, live_server.url, jobs)
             sync_api.expect(page.locator("#nav-sidebar")).to_be_visible()  # open, as it starts
 
             page.screenshot(path=str(shots / "admin-jobs-1366.png"))
@@ -331,13 +323,7 @@ def test_queues_pause_and_resume_in_browser(live_server, django_user_model, sett
         browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
         try:
             page = browser.new_page()
-            page.set_default_timeout(TIMEOUT_MS)
-            sync_api.expect.set_options(timeout=TIMEOUT_MS)
-            page.goto(f"{live_server.url}{reverse('admin:login')}?next={queues}")
-            page.fill("#id_username", "admin")
-            page.fill("#id_password", PASSWORD)
-            page.get_by_role("button", name="Log in").click()
-            sync_api.expect(page).to_have_url(f"{live_server.url}{queues}")
+            log_in(page, live_server.url, queues)
 
             row = page.locator("#result_list tbody tr").filter(has_text="default")
             sync_api.expect(row).to_contain_text("served")

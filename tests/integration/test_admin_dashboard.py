@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 from django.contrib.admin import AdminSite
-from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -36,23 +35,6 @@ def frozen() -> Iterator[None]:
     """The pages read ``timezone.now()``: START, where the rows are made."""
     with freeze_time(START):
         yield
-
-
-@pytest.fixture
-def staff_client(client: Client, django_user_model: Any) -> Callable[..., Client]:
-    """``client`` logged in as a staff user with only the given django_jobs permissions."""
-
-    def login(*codenames: str) -> Client:
-        user = django_user_model.objects.create_user(
-            "staff-" + "-".join(codenames), password="unused", is_staff=True
-        )
-        user.user_permissions.set(
-            Permission.objects.filter(content_type__app_label="django_jobs", codename__in=codenames)
-        )
-        client.force_login(user)
-        return client
-
-    return login
 
 
 def page(client: Client, name: str = DASHBOARD, **kwargs: Any) -> str:

@@ -95,23 +95,6 @@ def make_dead_letter(make_job: Callable[..., Job], clock: Any) -> Callable[..., 
     return make
 
 
-@pytest.fixture
-def staff_client(client: Client, django_user_model: Any) -> Callable[..., Client]:
-    """Log ``client`` in as a staff user who has only the given django_jobs permissions."""
-
-    def login(*codenames: str) -> Client:
-        user = django_user_model.objects.create_user("staff", password="unused", is_staff=True)
-        permissions = Permission.objects.filter(
-            content_type__app_label="django_jobs", codename__in=codenames
-        )
-        assert permissions.count() == len(codenames)
-        user.user_permissions.set(permissions)
-        client.force_login(user)
-        return client
-
-    return login
-
-
 def test_dead_letters_changelist_lists_dead_letters_newest_first(
     admin_client, make_job, make_dead_letter, clock
 ):
@@ -302,7 +285,6 @@ def test_admin_cancel_action_cancels_pending_asks_running_and_skips_finished(
 def test_admin_cancel_action_needs_the_change_permission(
     client: Client, django_user_model: Any, make_job: Callable[..., Job]
 ) -> None:
-    from django.contrib.auth.models import Permission
 
     viewer = django_user_model.objects.create_user("viewer", password="pw", is_staff=True)
     viewer.user_permissions.add(Permission.objects.get(codename="view_job"))

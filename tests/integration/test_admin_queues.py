@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 from django.contrib.admin import helpers
-from django.contrib.auth.models import Permission
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext, override_settings
@@ -40,23 +39,6 @@ def frozen() -> Iterator[None]:
     """The page reads ``timezone.now()``: START, where the rows are made."""
     with freeze_time(START):
         yield
-
-
-@pytest.fixture
-def staff_client(client: Client, django_user_model: Any) -> Callable[..., Client]:
-    """``client`` logged in as a staff user with only the given django_jobs permissions."""
-
-    def login(*codenames: str) -> Client:
-        user = django_user_model.objects.create_user("staff", password="unused", is_staff=True)
-        permissions = Permission.objects.filter(
-            content_type__app_label="django_jobs", codename__in=codenames
-        )
-        assert permissions.count() == len(codenames)
-        user.user_permissions.set(permissions)
-        client.force_login(user)
-        return client
-
-    return login
 
 
 def changelist(client: Client) -> Any:

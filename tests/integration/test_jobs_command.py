@@ -21,28 +21,13 @@ from freezegun import freeze_time
 from django_jobs.maintenance.cleaner import prune_statuses
 from django_jobs.management.arguments import parse_duration
 from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Leader, WorkerProcess
-from tests.conftest import START, manage
+from tests.conftest import START, by_queue, jobs, jobs_json, manage
 from tests.leaders import lease_of
 
 pytestmark = pytest.mark.django_db
 
 MakeJob = Callable[..., Job]
 HOUR = timedelta(hours=1)
-
-
-def jobs(*args: str) -> str:
-    out = StringIO()
-    with freeze_time(START):
-        call_command("jobs", *args, stdout=out)
-    return out.getvalue()
-
-
-def jobs_json(*args: str) -> Any:
-    return json.loads(jobs(*args, "--json"))
-
-
-def by_queue(document: Any) -> dict[str, dict[str, Any]]:
-    return {row["queue"]: row for row in document["queues"]}
 
 
 def finished(make_job: MakeJob, status: str, **overrides: Any) -> Job:

@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from datetime import timedelta
-from io import StringIO
 from typing import Any
 
 import pytest
-from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.test.utils import override_settings
-from freezegun import freeze_time
 
 from django_jobs import pause_queue
 from django_jobs.models import Job, JobStatus, Queue
-from tests.conftest import START
+from tests.conftest import START, by_queue, jobs, jobs_json
 
 pytestmark = pytest.mark.django_db
 
@@ -27,21 +23,6 @@ LIMITED = {
     "default": {"workers": 2, "global_limit": 2, "rate_limit": "100/m"},
     "emails": {"workers": 1},
 }
-
-
-def jobs(*args: str) -> str:
-    out = StringIO()
-    with freeze_time(START):
-        call_command("jobs", *args, stdout=out)
-    return out.getvalue()
-
-
-def jobs_json(*args: str) -> Any:
-    return json.loads(jobs(*args, "--json"))
-
-
-def by_queue(document: Any) -> dict[str, dict[str, Any]]:
-    return {row["queue"]: row for row in document["queues"]}
 
 
 def paused_at(name: str) -> Any:
