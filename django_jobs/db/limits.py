@@ -146,16 +146,25 @@ def claim_limited(
     driver: Driver, request: ClaimRequest, settlements: Sequence[Settlement] = ()
 ) -> tuple[list[ClaimedJob], Settled]:
     """Write ``settlements``, then claim under the queue's limits, in one transaction."""
+    from .base import ROW_ERRORS  # .base imports this module
+
     if request.queue not in driver.queue_rows:
         make_queue_row(driver, request.queue)
     settled = Settled([])
-    for _ in range(2):
-        with driver.write_transaction():
-            if settlements:
-                settled, settlements = driver.settle_rows(settlements), ()
-                # Their slots are free: the queue's other workers hear it when this commits.
-                driver.wake([request.queue])
-            claimed = claim_in_queue(driver, request)
+    one_by_one = False
+    for _ in range(3):
+        try:
+            with driver.write_transaction():
+                if settlements:
+                    settled, settlements = driver.settle_rows(settlements), ()
+                    # Their slots are free: the queue's other workers hear it on commit.
+                    driver.wake([request.queue])
+                claimed = claim_in_queue(driver, request, one_by_one)
+        except ROW_ERRORS:
+            if settlements or one_by_one:
+                raise  # with outcomes: the caller settles apart, then claims again
+            one_by_one = True  # a refused row: again, each row in a savepoint, that one skipped
+            continue
         if claimed is not None:
             return claimed, settled
         make_queue_row(driver, request.queue)  # deleted since this process made it
@@ -171,9 +180,12 @@ def make_queue_row(driver: Driver, queue: str) -> None:
     driver.queue_rows.add(queue)
 
 
-def claim_in_queue(driver: Driver, request: ClaimRequest) -> list[ClaimedJob] | None:
+def claim_in_queue(
+    driver: Driver, request: ClaimRequest, one_by_one: bool = False
+) -> list[ClaimedJob] | None:
     """The claim's statements under the queue's lock, inside the caller's transaction;
-    None if the queue has no row to lock."""
+    None if the queue has no row to lock. ``one_by_one``: each row taken in a savepoint of
+    its own, one the database refuses logged and skipped (as a plain claim does)."""
     limits = request.limits
     assert limits is not None
     driver.bound_transaction()
@@ -192,7 +204,10 @@ def claim_in_queue(driver: Driver, request: ClaimRequest) -> list[ClaimedJob] | 
     if room <= 0:
         return []
     rows = limited_candidates(driver, request, limits, running, room)
-    claimed = driver.take(rows, request) if rows else []
+    if one_by_one:
+        claimed = [job for row in rows for job in driver.take_one(row, request)]
+    else:
+        claimed = driver.take(rows, request) if rows else []
     if window is not None and claimed:
         count_in_window(driver, request.queue, window, row.used + len(claimed))
     return claimed

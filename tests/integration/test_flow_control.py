@@ -267,3 +267,19 @@ def test_a_job_that_snoozes_past_the_cap_is_dead_lettered_saying_so(
     assert "Snoozed 3 times, past DJANGO_JOBS['MAX_SNOOZES'] (2)" in job.last_error
     outcomes = list(job.attempts.order_by("number").values_list("outcome", flat=True))
     assert outcomes == ["snoozed"] * 3
+
+
+@pytest.mark.parametrize("limits", [QueueLimits(global_limit=5), KEYED], ids=["global", "keyed"])
+def test_a_row_the_database_refuses_is_skipped_and_the_others_claimed(limits) -> None:
+    from tests.triggers import refusing
+
+    queue = "keyed" if limits.keyed else "default"
+    name = "tests.keyed" if limits.keyed else "tests.ok"
+    bad, good = (
+        schedule_job(name, {}, run_at=START, **({"concurrency_key": k} if limits.keyed else {}))
+        for k in ("a", "b")
+    )
+    with refusing("test_refuse_limited", "INSERT", "django_jobs_attempt", f"NEW.job_id = {bad.pk}"):
+        assert claim(queue=queue, limits=limits) == [good.pk]
+    assert Job.objects.get(pk=bad.pk).status == JobStatus.PENDING  # untouched, tried again later
+    assert claim(queue=queue, limits=limits) == [bad.pk]
