@@ -435,7 +435,12 @@ class Raw(common.System):
     def drain_threads(self, connections: int, timeout: float) -> tuple[float, float, int]:
         """Drain on ``connections`` threads: (start-up, drain seconds, jobs claimed)."""
         spans = [Span() for _ in range(connections)]
-        start = threading.Barrier(connections + 1)
+        # The start is read as the barrier lets the threads go, before any of them runs: read
+        # after wait() returns, a thread scheduled first could claim before it.
+        released: list[float] = []
+        start = threading.Barrier(
+            connections + 1, action=lambda: released.append(time.perf_counter())
+        )
         drain = self.drain_on_one_connection
         threads = [
             threading.Thread(target=drain, args=(n, start, span), daemon=True)
@@ -447,7 +452,7 @@ class Raw(common.System):
             start.wait(timeout)
         except threading.BrokenBarrierError:
             pass
-        began = time.perf_counter()
+        began = released[0] if released else time.perf_counter()
         for thread in threads:
             thread.join(max(0.0, began + timeout - time.perf_counter()))
         failed = [span.error for span in spans if span.error is not None]

@@ -229,7 +229,10 @@ def lock_queue(driver: Driver, queue: str, window: datetime | None) -> QueueRow 
     with driver.hot_cursor() as cursor:
         cursor.execute(driver.text("lock_queue", build), [driver.adapt(window), queue])
         found = cursor.fetchone()
-    return None if found is None else QueueRow(bool(found[0]), int(found[1]))
+    if found is None:
+        return None
+    paused, used = found
+    return QueueRow(bool(paused), int(used))
 
 
 def running_by_key(driver: Driver, request: ClaimRequest) -> Counter[str | None]:

@@ -76,6 +76,39 @@ class LockedRow(NamedTuple):
     cancel_requested_at: datetime | None
 
 
+class ClaimReadRow(NamedTuple):
+    """A row the claim's locking read returns: a candidate, and its next attempt number."""
+
+    id: int
+    name: str
+    queue: str
+    payload: Any
+    attempt: int
+    attempts_used: int
+    max_attempts: int
+    next_attempt: int
+
+    @property
+    def candidate(self) -> Candidate:
+        return Candidate(
+            self.id,
+            self.name,
+            self.queue,
+            self.payload,
+            self.attempt,
+            self.attempts_used,
+            self.max_attempts,
+        )
+
+
+class StandingLease(NamedTuple):
+    """A lease a renewal locked and may extend."""
+
+    id: int
+    attempt: int
+    cancel_requested_at: datetime | None
+
+
 class MySQLDriver(Driver):
     supports_skip_locked = True
     cuts_off_calls = True
@@ -203,7 +236,8 @@ class MySQLDriver(Driver):
                 row = cursor.fetchone()
         except DatabaseError:
             return None
-        return None if row is None or row[0] is None else str(row[0])
+        (value,) = row if row is not None else (None,)
+        return None if value is None else str(value)
 
     def table_engine(self) -> str | None:
         """The storage engine of the jobs table; None before ``migrate`` made it."""
@@ -217,7 +251,8 @@ class MySQLDriver(Driver):
                 row = cursor.fetchone()
         except DatabaseError:
             return None
-        return None if row is None else str(row[0])
+        (engine,) = row if row is not None else (None,)
+        return None if engine is None else str(engine)
 
     def packet_messages(self) -> list[CheckMessage]:
         """W041: ``max_allowed_packet`` smaller than a payload django-jobs accepts."""
@@ -318,8 +353,9 @@ class MySQLDriver(Driver):
             read = cursor.fetchall()
         if not read:
             return []
-        rows = [Candidate(*row[:-1]) for row in read]
-        attempts = {row[0]: int(row[-1]) for row in read}
+        locked = [ClaimReadRow._make(row) for row in read]
+        rows = [row.candidate for row in locked]
+        attempts = {row.id: int(row.next_attempt) for row in locked}
         marked = self.mark_locked(rows, attempts, request)
         return self.claimed(rows, marked, request)
 
@@ -383,7 +419,7 @@ class MySQLDriver(Driver):
             f" AND {self.running_guard(self.job_table)} AND {qn('started_at')} = %s",
             [*ids, request.owner, self.adapt(request.now)],
         )
-        return {row[0]: MarkedRow._make(row) for row in cursor.fetchall()}
+        return {marked.id: marked for marked in map(MarkedRow._make, cursor.fetchall())}
 
     # -- settling --------------------------------------------------------------
 
@@ -398,7 +434,7 @@ class MySQLDriver(Driver):
             f" WHERE {qn('id')} IN ({placeholders}) FOR UPDATE",
             list(ids),
         )
-        return {row[0]: LockedRow._make(row) for row in cursor.fetchall()}
+        return {locked.id: locked for locked in map(LockedRow._make, cursor.fetchall())}
 
     @staticmethod
     def holds(row: LockedRow | None, owner: str, attempt: int) -> bool:
@@ -533,10 +569,14 @@ class MySQLDriver(Driver):
                 f" AND {self.running_guard(job)} AND {qn('lease_expires_at')} > %s FOR UPDATE",
                 [*attempts, owner, self.adapt(margin)],
             )
-            standing = [row for row in cursor.fetchall() if attempts.get(row[0]) == row[1]]
+            standing = [
+                lease
+                for lease in map(StandingLease._make, cursor.fetchall())
+                if attempts.get(lease.id) == lease.attempt
+            ]
             if not standing:
                 return Renewed(set(), expires, set())
-            rows = [RenewRow(row[0], row[1], (progress or {}).get(row[0])) for row in standing]
+            rows = [RenewRow(s.id, s.attempt, (progress or {}).get(s.id)) for s in standing]
             source = self.derived(
                 (
                     ("id", ""),
@@ -561,8 +601,8 @@ class MySQLDriver(Driver):
                 + f" WHERE j.{qn('lease_owner')} = %s AND {self.running_guard('j')}",
                 [*flat, self.adapt(expires), owner],
             )
-        requested = {row[0] for row in standing if row[2] is not None}
-        return Renewed({row[0] for row in standing}, expires, requested)
+        requested = {lease.id for lease in standing if lease.cancel_requested_at is not None}
+        return Renewed({lease.id for lease in standing}, expires, requested)
 
     def renew_sql(self, *args: Any, **kwargs: Any) -> tuple[str, list[Any]]:
         raise NotImplementedError("MySQLDriver.renew writes in two statements")

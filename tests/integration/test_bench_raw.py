@@ -6,6 +6,8 @@ does: these run them on a few jobs of the test database and read the rows.
 
 import os
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -93,6 +95,29 @@ def test_bench_raw_drain_settles_every_job_as_succeeded(
     attempts = Attempt.objects.filter(outcome=AttemptOutcome.SUCCEEDED, finished_at__isnull=False)
     assert attempts.count() == JOBS
     assert not Job.objects.exclude(lease_owner=None).exists()
+
+
+def test_bench_raw_drain_start_is_read_before_any_thread_claims(
+    raw: Any, run_raw: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The main thread scheduled last after the start barrier: the drain's start-up is
+    still counted from the barrier, never after the first claim."""
+    main = threading.main_thread()
+
+    class LateMainThread(threading.Barrier):
+        def wait(self, timeout: float | None = None) -> int:
+            index = super().wait(timeout)
+            if threading.current_thread() is main:
+                time.sleep(0.2)  # the drain threads claim meanwhile
+            return index
+
+    monkeypatch.setattr(run_raw.threading, "Barrier", LateMainThread)
+    run_raw.common.enqueue_one_by_one(raw, options(run_raw, tmp_path))
+
+    start_up, seconds, claimed = raw.drain_threads(1, timeout=60)
+
+    assert claimed == JOBS
+    assert 0 <= start_up < 0.2 and seconds > 0
 
 
 def test_bench_raw_run_reports_a_drain_per_connection_count(
