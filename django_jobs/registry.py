@@ -16,6 +16,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+
 from .conf import (
     JOB_NAME_MAX_LENGTH,
     concurrency_problem,
@@ -70,6 +73,7 @@ class Finder:
 
 
 _registry: dict[str, JobDefinition] = {}
+_limits: dict[str, QueueLimits | None] = {}  # queue_limits(), by queue
 _finders: dict[str, Finder] = {}
 _lock = threading.Lock()
 
@@ -129,6 +133,7 @@ def register(definition: JobDefinition) -> None:
                 f"{existing.func_path}; cannot register {definition.func_path} too"
             )
         _registry[definition.name] = definition
+        _limits.clear()
 
 
 def keyed_queues() -> frozenset[str]:
@@ -140,7 +145,18 @@ def keyed_queues() -> frozenset[str]:
 
 def queue_limits(queue: str) -> QueueLimits | None:
     """What limits the claims of ``queue`` across every worker (its ``global_limit`` and
-    ``rate_limit`` options, its jobs' concurrency keys); None when nothing does."""
+    ``rate_limit`` options, its jobs' concurrency keys); None when nothing does.
+
+    Read on every claim: worked out once per queue, again after a registration or a
+    change of ``DJANGO_JOBS``."""
+    try:
+        return _limits[queue]
+    except KeyError:
+        limits = _limits[queue] = _queue_limits(queue)
+        return limits
+
+
+def _queue_limits(queue: str) -> QueueLimits | None:
     limit = settings.queue_option(queue, "global_limit")
     rate = settings.queue_option(queue, "rate_limit")
     keyed = queue in keyed_queues()
@@ -155,9 +171,16 @@ def queue_limits(queue: str) -> QueueLimits | None:
     )
 
 
+@receiver(setting_changed)
+def _forget_limits(setting: str, **kwargs: Any) -> None:
+    if setting == "DJANGO_JOBS":
+        _limits.clear()
+
+
 def unregister(name: str) -> None:
     with _lock:
         _registry.pop(name, None)
+        _limits.clear()
 
 
 def add_finder(key: str, finder: Finder) -> None:

@@ -211,9 +211,6 @@ class Driver:
         """Serve ``queue`` again, waking its workers on commit; False if it was not paused."""
         return limits.resume(self, queue)
 
-    def paused_queues(self) -> dict[str, datetime]:
-        return limits.paused_queues(self)
-
     def bound_transaction(self) -> None:
         """Have the server end the current transaction if the client goes silent inside
         it, where it can (a claim under limits holds its queue's lock meanwhile): by

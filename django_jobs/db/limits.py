@@ -1,7 +1,7 @@
 """Flow control in the database: paused queues, and claims under a queue's limits.
 
 Every claim, limited or not, passes over a paused queue: its candidate read
-and its write carry :meth:`QueueControl.paused_condition`, a probe of the
+and its write carry :func:`paused_condition`, a probe of the
 queue's row by its primary key, so a claim that starts after
 ``pause_queue()`` commits takes nothing, on any worker.
 
@@ -22,10 +22,12 @@ transaction of its own:
 4. the rows are marked running and their attempts started, as any claim
    does, and the rate window's count is written on the queue's row.
 
-That is five statements and the commit (four without a rate limit), where
-PostgreSQL's plain claim is one: limits cost the queues that have them, and
-nothing to those without. Outcomes carried by the claim are written first,
-in the same transaction, so the slots they free count at once.
+That is five statements and the commit (six with a rate limit; on PostgreSQL
+one more, which bounds the transaction, and on MariaDB one more, which reads
+the marked rows back), where PostgreSQL's plain claim is one statement:
+limits cost the queues that have them, and nothing to those without.
+Outcomes carried by the claim are written first, in the same transaction, so
+the slots they free count at once.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from .records import (
     QueueLimits,
     Settled,
     Settlement,
+    as_candidate,
 )
 
 if TYPE_CHECKING:
@@ -68,18 +71,6 @@ class LimitedCandidate(NamedTuple):
     max_attempts: int
     key: str | None
     key_limit: int | None
-
-    @property
-    def candidate(self) -> Candidate:
-        return Candidate(
-            self.id,
-            self.name,
-            self.queue,
-            self.payload,
-            self.attempt,
-            self.attempts_used,
-            self.max_attempts,
-        )
 
 
 class QueueRow(NamedTuple):
@@ -108,7 +99,7 @@ def pause(driver: Driver, queue: str, now: datetime) -> bool:
     rows = Queue.objects.using(driver.using)
     if rows.filter(name=queue, paused_at__isnull=True).update(paused_at=now):
         return True
-    ensure_queue_row(driver, queue)
+    make_queue_row(driver, queue)
     return bool(rows.filter(name=queue, paused_at__isnull=True).update(paused_at=now))
 
 
@@ -124,19 +115,17 @@ def resume(driver: Driver, queue: str) -> bool:
     return resumed
 
 
-def paused_queues(driver: Driver) -> dict[str, datetime]:
-    """Every paused queue, and since when."""
-    rows = Queue.objects.using(driver.using).paused().values_list("name", "paused_at")
-    return {name: at for name, at in rows if at is not None}
-
-
-def ensure_queue_row(driver: Driver, queue: str) -> None:
-    """The queue's row, made unless another process has just made it."""
+def make_queue_row(driver: Driver, queue: str) -> None:
+    """The queue's row, unless another process has just made it; in a statement of its own,
+    never inside a claim's transaction: there, on MariaDB and MySQL, the insert's shared
+    lock on a row another process had just made, and the lock the claim takes next, would
+    deadlock against another claim doing the same."""
     with driver.connection.cursor() as cursor:
         cursor.execute(
             driver.insert_ignore_sql(Queue._meta.db_table, ("name", "window_count")),
             [queue, 0],
         )
+    driver.queue_rows.add(queue)
 
 
 # -- claims under limits ----------------------------------------------------------
@@ -152,7 +141,7 @@ def claim_limited(
         make_queue_row(driver, request.queue)
     settled = Settled([])
     one_by_one = False
-    for _ in range(3):
+    for _ in range(3):  # at most: a refused row (again one by one), a row deleted meanwhile
         try:
             with driver.write_transaction():
                 if settlements:
@@ -169,15 +158,6 @@ def claim_limited(
             return claimed, settled
         make_queue_row(driver, request.queue)  # deleted since this process made it
     return [], settled
-
-
-def make_queue_row(driver: Driver, queue: str) -> None:
-    """The queue's row, made before a claim's transaction, in a statement of its own: made
-    inside it, on MariaDB and MySQL, the insert's shared lock on a row another process has
-    just made, and the lock the claim takes next, would deadlock against another claim
-    doing the same."""
-    ensure_queue_row(driver, queue)
-    driver.queue_rows.add(queue)
 
 
 def claim_in_queue(
@@ -288,7 +268,7 @@ def limited_candidates(
             if counts[row.key] >= (row.key_limit or 1):
                 continue
             counts[row.key] += 1
-        taken.append(row.candidate)
+        taken.append(as_candidate(row))
         if len(taken) == room:
             break
     return taken

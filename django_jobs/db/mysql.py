@@ -55,6 +55,7 @@ from .records import (
     RenewRow,
     Settled,
     Settlement,
+    as_candidate,
 )
 
 #: The oldest servers with ``SKIP LOCKED``.
@@ -87,18 +88,6 @@ class ClaimReadRow(NamedTuple):
     attempts_used: int
     max_attempts: int
     next_attempt: int
-
-    @property
-    def candidate(self) -> Candidate:
-        return Candidate(
-            self.id,
-            self.name,
-            self.queue,
-            self.payload,
-            self.attempt,
-            self.attempts_used,
-            self.max_attempts,
-        )
 
 
 class StandingLease(NamedTuple):
@@ -354,7 +343,7 @@ class MySQLDriver(Driver):
         if not read:
             return []
         locked = [ClaimReadRow._make(row) for row in read]
-        rows = [row.candidate for row in locked]
+        rows = [as_candidate(row) for row in locked]
         attempts = {row.id: int(row.next_attempt) for row in locked}
         marked = self.mark_locked(rows, attempts, request)
         return self.claimed(rows, marked, request)

@@ -81,6 +81,12 @@ class Candidate(NamedTuple):
     max_attempts: int
 
 
+def as_candidate(row: Any) -> Candidate:
+    """The candidate's columns of a wider row a driver read by name (a limited claim's
+    read, MariaDB's locking read)."""
+    return Candidate(*(getattr(row, column) for column in CANDIDATE_COLUMNS))
+
+
 @dataclass(frozen=True)
 class ClaimedJob:
     """A job this worker holds the lease on, as the claim read it."""

@@ -13,7 +13,6 @@ import logging
 from datetime import datetime
 
 from ..db import ROW_ERRORS, ClaimedJob, ClaimRequest, DatabaseBusy, Driver
-from ..db.records import QueueLimits
 from ..registry import queue_limits
 from .clock import Clock
 from .deadlines import Deadlines
@@ -44,14 +43,10 @@ class Claimer:
         self.lease_seconds = lease_seconds
         self.settler = settler
         self.writer = writer
-        # Each queue's limits, read once: the settings and the registry do not change while
-        # a worker serves.
-        self.limits: dict[str, QueueLimits | None] = {}
 
     def request(self, queue: str, now: datetime, limit: int) -> ClaimRequest:
-        if queue not in self.limits:
-            self.limits[queue] = queue_limits(queue)
-        return ClaimRequest(queue, self.owner, now, self.lease_seconds, limit, self.limits[queue])
+        limits = queue_limits(queue)
+        return ClaimRequest(queue, self.owner, now, self.lease_seconds, limit, limits)
 
     def claim(self, queue: str, now: datetime, limit: int) -> list[ClaimedJob]:
         """Up to ``limit`` due jobs of ``queue`` at ``now``, claimed and committed."""

@@ -69,7 +69,6 @@ class OutcomeWriter:
         self.policy = policy
         self.rng = rng
         self.jobs_run = 0  # attempts whose outcome this process wrote
-        self._limited: dict[str, bool] = {}
         # Written outcomes by kind (events.OUTCOMES' keys, "lease_lost") since take_counts().
         self.counts: Counter[str] = Counter()
         self._counting = threading.Lock()
@@ -178,10 +177,7 @@ class OutcomeWriter:
     def limited(self, queue: str) -> bool:
         """The queue has limits: an outcome written there frees a slot other workers may
         be waiting for."""
-        limited = self._limited.get(queue)
-        if limited is None:
-            limited = self._limited[queue] = queue_limits(queue) is not None
-        return limited
+        return queue_limits(queue) is not None
 
     def wake(self, queues: Sequence[str]) -> None:
         """Wake the workers of ``queues``: a job there is due again at once (handed back at a

@@ -165,3 +165,21 @@ def test_burst_exits_past_a_paused_queues_due_job_naming_the_queue(settings, cap
     [exit_line] = said(caplog, "burst_drained")
     assert exit_line.getMessage().endswith("; paused, not waited for: default (`jobs resume NAME`)")
     assert exit_line.paused == ["default"]
+
+
+def test_a_keyed_job_waiting_for_its_key_starts_as_the_running_one_ends(settings):
+    """No wake-up comes from the database without LISTEN: the handler that ends a limited
+    job wakes its own dispatcher, which does not wait out its poll."""
+    settings.DJANGO_JOBS = {**FAST, "POLL_SECONDS": 5, "QUEUES": {"keyed": {"workers": 2}}}
+    for _ in range(2):
+        schedule_job("tests.keyed", {}, concurrency_key="a")
+    worker = Worker(queues={"keyed": 2}, clock=SystemClock(), burst=True)
+    thread = threading.Thread(target=serve, args=(worker, threading.Event()))
+    thread.start()
+    thread.join(15)
+    assert not thread.is_alive()
+    rows = Job.objects.order_by("started_at").values_list("started_at", "finished_at", named=True)
+    first, second = rows
+    assert first.finished_at is not None and second.started_at is not None
+    gap = (second.started_at - first.finished_at).total_seconds()
+    assert gap < 1, f"the second job started {gap:.1f} s after the first ended: a poll"

@@ -283,3 +283,58 @@ def test_a_row_the_database_refuses_is_skipped_and_the_others_claimed(limits) ->
         assert claim(queue=queue, limits=limits) == [good.pk]
     assert Job.objects.get(pk=bad.pk).status == JobStatus.PENDING  # untouched, tried again later
     assert claim(queue=queue, limits=limits) == [bad.pk]
+
+
+# -- wake-ups: a slot freed in a limited queue --------------------------------------------
+
+
+@pytest.fixture
+def listener():
+    from django_jobs.db.notify import Listener
+
+    listening = Listener("default", first_backoff=0.05)
+    try:
+        assert listening.wait(0) == set()  # connected and probed: LISTEN is in place
+        yield listening
+    finally:
+        listening.close()
+
+
+def drained(listener) -> None:
+    """What the listener has heard so far (the enqueues' wake-ups), passed over."""
+    while listener.wait(0.2):
+        pass
+
+
+def heard(listener, queue: str) -> bool:
+    import time
+
+    names: set[str] = set()
+    deadline = time.monotonic() + 3
+    while queue not in names and time.monotonic() < deadline:
+        names.update(listener.wait(0.05))
+    return queue in names
+
+
+@pytest.mark.listen_notify
+def test_a_limited_claim_that_carries_outcomes_wakes_its_queue(listener) -> None:
+    limits = QueueLimits(global_limit=1)
+    first, _second = keyed_job("a"), keyed_job("a")
+    assert claim(queue="keyed", limits=limits) == [first]
+    drained(listener)
+    get_driver().claim_and_settle(request(queue="keyed", limits=limits), [success(first)])
+    assert heard(listener, "keyed")
+
+
+@pytest.mark.listen_notify
+def test_an_outcome_written_apart_in_a_limited_queue_wakes_it(listener, worker) -> None:
+    from django_jobs.outcomes import HandlerResult
+    from django_jobs.worker.settler import Outcome
+
+    job_id = keyed_job("a")
+    w = worker(queues={"keyed": 1})
+    [claimed] = w.claim("keyed", START, 1)
+    assert job_id == claimed.id
+    drained(listener)
+    w.write_outcomes([Outcome(claimed, HandlerResult(AttemptOutcome.SUCCEEDED))])
+    assert heard(listener, "keyed")  # a success is not due again: only its slot wakes it
