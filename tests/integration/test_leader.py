@@ -224,8 +224,8 @@ def test_a_follower_runs_no_chore_until_the_leader_lease_lapses_then_takes_it_ov
     lost = make_job(
         status=JobStatus.RUNNING, lease_owner="dead:1:ab", lease_expires_at=now, queue="other"
     )
-    RecurringJob.objects.create(
-        name="every-minute", cron="* * * * *", job_name="tests.ok", next_run_at=now
+    RecurringJob.objects.create(  # yearly: no second occurrence falls within the test
+        name="yearly", cron="0 0 1 1 *", job_name="tests.ok", next_run_at=now
     )
     worker = Worker(clock=SystemClock())
     stop = threading.Event()
@@ -234,12 +234,12 @@ def test_a_follower_runs_no_chore_until_the_leader_lease_lapses_then_takes_it_ov
     try:
         threading.Event().wait(0.8)  # many maintenance passes: none ran a chore
         assert Job.objects.get(pk=lost.pk).status == JobStatus.RUNNING
-        assert not Job.objects.filter(schedule="every-minute").exists()
+        assert not Job.objects.filter(schedule="yearly").exists()
         assert worker.leadership.acts() is False
         # The lease lapses: the worker takes it over at once, and does the chores.
         wait_until(lambda: Job.objects.get(pk=lost.pk).status == JobStatus.PENDING, timeout=5)
-        wait_until(lambda: Job.objects.filter(schedule="every-minute").exists(), timeout=5)
-        assert Job.objects.filter(schedule="every-minute").count() == 1
+        wait_until(lambda: Job.objects.filter(schedule="yearly").exists(), timeout=5)
+        assert Job.objects.filter(schedule="yearly").count() == 1
         assert Leader.objects.get().owner == worker.owner
         assert Leader.objects.get().epoch == 2
     finally:
@@ -266,14 +266,15 @@ def test_two_workers_that_both_believe_they_lead_double_no_chore(settings, make_
         )
         for _ in range(30)
     ]
-    schedules = [f"every-minute-{n}" for n in range(10)]
+    # Yearly: a run that crosses a minute's boundary sees no second occurrence fire.
+    schedules = [f"yearly-{n}" for n in range(10)]
     for name in schedules:
         RecurringJob.objects.create(
             name=name,
-            cron="* * * * *",
+            cron="0 0 1 1 *",
             job_name="tests.ok",
             queue="other",
-            next_run_at=now - timedelta(minutes=10),  # ten missed runs collapse into one
+            next_run_at=now - timedelta(days=1),  # one missed run, due now
         )
     workers = [believing_it_leads(Worker(clock=SystemClock())) for _ in range(2)]
     stop = threading.Event()
