@@ -101,6 +101,13 @@ RETENTION_STATUSES = ("succeeded", "cancelled", "dead_lettered")
 # a cut-off of now minus a million days is before year 1, which no datetime can hold.
 MAX_RETENTION = timedelta(days=365_000)
 
+#: The longest delay django-jobs turns into a date (a snooze, a retry's backoff, a setting of
+#: seconds): about a century. A longer one is refused: a millisecond epoch taken for seconds
+#: (about 1.7e12) is past the last date a datetime can hold.
+MAX_DELAY_SECONDS = 100 * 365 * 86400
+#: The largest RETRY_JITTER: a retry waits at most this many times its backoff more.
+MAX_JITTER = 10
+
 # The range of the database's integer columns (priority, max_attempts).
 INT_MIN, INT_MAX = -(2**31), 2**31 - 1
 # The models' max_lengths (no model import here; tests/unit/test_argument_limits.py holds
@@ -243,6 +250,16 @@ def setting_problem(key: str, value: Any) -> Problem | None:
         return Problem(
             f"{where} must be a positive finite number or None, got {value!r}.",
             number_hint(key, value),
+        )
+    if key.endswith("_SECONDS") and is_number(value) and value > MAX_DELAY_SECONDS:
+        return Problem(
+            f"{where} must be at most {MAX_DELAY_SECONDS} seconds (about a century), "
+            f"got {value!r}.",
+            number_hint(key, value),
+        )
+    if key == "RETRY_JITTER" and is_number(value) and value > MAX_JITTER:
+        return Problem(
+            f"{where} must be at most {MAX_JITTER}, got {value!r}.", number_hint(key, value)
         )
     if key in BOOLEAN and not isinstance(value, bool):
         return Problem(

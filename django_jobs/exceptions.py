@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from datetime import timedelta
 
+from .conf import MAX_DELAY_SECONDS
+
 
 class JobsError(Exception):
     """Base class of every django-jobs error."""
@@ -52,15 +54,21 @@ class NotMigrated(JobsError):
 class Snooze(JobsError):
     """Raised by a handler (or ``ctx.snooze(seconds)``): put the job back, due after
     ``seconds``, without using an attempt. The attempt is recorded as ``snoozed``; past
-    ``DJANGO_JOBS["MAX_SNOOZES"]`` snoozes the job is dead-lettered instead."""
+    ``DJANGO_JOBS["MAX_SNOOZES"]`` snoozes the job is dead-lettered instead. A delay past
+    about a century (:data:`~django_jobs.conf.MAX_DELAY_SECONDS`) is refused with a
+    :class:`ValueError`, which fails the attempt as any exception would."""
 
     def __init__(self, seconds: float | timedelta) -> None:
         value = seconds.total_seconds() if isinstance(seconds, timedelta) else seconds
         if (
             isinstance(value, bool)
             or not isinstance(value, (int, float))
-            or not (math.isfinite(value) and value >= 0)
+            or not (math.isfinite(value) and 0 <= value <= MAX_DELAY_SECONDS)
         ):
-            raise ValueError(f"Snooze takes seconds, 0 or more, or a timedelta, got {seconds!r}")
+            raise ValueError(
+                f"Snooze takes seconds from 0 to {MAX_DELAY_SECONDS} (about a century), or a "
+                f"timedelta as long at most, got {seconds!r}. A date (a Retry-After header's, "
+                "a timestamp in milliseconds) is not a delay: give the seconds until it."
+            )
         self.seconds = float(value)
         super().__init__(f"snoozed for {self.seconds:g} s")

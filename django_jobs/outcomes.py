@@ -13,6 +13,7 @@ import traceback
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
+from .conf import MAX_DELAY_SECONDS
 from .db.records import ClaimedJob, Settlement
 from .models import AttemptOutcome, JobStatus
 from .payloads import decode_payload
@@ -122,13 +123,27 @@ def decide(
             return replace(
                 settled(JobStatus.DEAD_LETTERED, finished_at=now, last_error=error), error=error
             )
-        return settled(
-            JobStatus.PENDING, run_at=now + timedelta(seconds=result.delay), give_back=True
-        )
+        return settled(JobStatus.PENDING, run_at=later(now, result.delay), give_back=True)
     retry_at = next_run_at(claimed.attempts_used, claimed.max_attempts, now, policy, rng)
     if retry_at is None:
         return settled(JobStatus.DEAD_LETTERED, finished_at=now, last_error=error)
     return settled(JobStatus.PENDING, run_at=retry_at, last_error=error)
+
+
+def later(now: datetime, seconds: float) -> datetime:
+    """``now`` plus ``seconds``, at most :data:`~django_jobs.conf.MAX_DELAY_SECONDS` of them:
+    no delay a handler brings can make a date past what a datetime holds."""
+    return now + timedelta(seconds=min(seconds, MAX_DELAY_SECONDS))
+
+
+def unrecorded(
+    claimed: ClaimedJob, result: HandlerResult, why: str, exc: Exception
+) -> HandlerResult:
+    """The failed attempt that stands for ``result`` when its outcome could not be decided
+    or written (``why``): the job is retried, or dead-lettered, like any other failure."""
+    failure = HandlerResult.from_exception(AttemptOutcome.FAILED, exc, claimed.raw_payload)
+    error = f"The attempt's outcome ({str(result.outcome)}) {why}: {failure.error}"
+    return replace(failure, error=error[:ERROR_LIMIT])
 
 
 def snoozed(seconds: float, snoozes: int) -> HandlerResult:

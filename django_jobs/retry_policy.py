@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from .conf import settings
+from .conf import MAX_DELAY_SECONDS, settings
 
 
 @dataclass(frozen=True)
@@ -50,4 +50,4 @@ def next_run_at(
         return None
     delay = backoff_seconds(attempts_used, policy)
     spread = (rng or random).random() * policy.jitter * delay
-    return now + timedelta(seconds=delay + spread)
+    return now + timedelta(seconds=min(delay + spread, MAX_DELAY_SECONDS))

@@ -71,11 +71,11 @@ class Claimer:
         now = self.clock.now()
         if not carried:
             return self.claim(queue, now, limit)
-        decided = self.writer.decide(carried, now)
         try:
+            decided = self.writer.decide(carried, now)
             with self.deadline("the claim"):
                 claimed, settled = self.driver.claim_and_settle(
-                    self.request(queue, now, limit), decided
+                    self.request(queue, now, limit), [d.settlement for d in decided]
                 )
         except DatabaseBusy:
             self.settler.give_back(carried)
@@ -87,5 +87,5 @@ class Claimer:
             self.settler.give_back(carried)
             raise
         self.writer.release_held(carried)
-        self.writer.written(carried, decided, settled, carried_by=queue)
+        self.writer.written(decided, settled, carried_by=queue)
         return claimed

@@ -15,17 +15,19 @@ import random
 import threading
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime
+from typing import NamedTuple
 
 from django.db import DatabaseError
 
 from ..conf import settings
-from ..db import Driver
+from ..db import ROW_ERRORS, Driver
 from ..db.outage import with_backoff
 from ..db.records import ClaimedJob, Pairs, Settled
 from ..events import outcome_kind, report_lease, report_outcome
 from ..models import AttemptOutcome, JobStatus
-from ..outcomes import HandlerResult, Settlement, decide, released
+from ..outcomes import HandlerResult, Settlement, decide, released, unrecorded
 from ..registry import queue_limits
 from ..retry_policy import RetryPolicy
 from .clock import Clock
@@ -34,6 +36,14 @@ from .inflight import InFlight
 from .settler import Outcome
 
 logger = logging.getLogger(__name__)
+
+
+class Decided(NamedTuple):
+    """An outcome and the settlement decided for it (for an outcome that could not be
+    decided or written, its attempt's failure stands in for both)."""
+
+    outcome: Outcome
+    settlement: Settlement
 
 
 def due_again(settled: Settlement) -> bool:
@@ -83,24 +93,59 @@ class OutcomeWriter:
 
         Retries for up to a lease (a release at shutdown: up to the grace
         period); if it still cannot write, the leases run out as after a
-        crash. Each job leaves the held set once its outcome is written.
-        Returns each outcome as written, None where the lease was lost.
+        crash. An outcome that cannot be decided, or that the database
+        refuses, fails its own attempt and the others are written
+        (:meth:`decide`, :meth:`settle_each`). Each job leaves the held set once
+        its outcome is written, or given up on. Returns each outcome as
+        written, None where the lease was lost.
         """
         if not outcomes:
             return []
-        decided = self.decide(outcomes, self.clock.now())
         patience = self.lease_seconds
         if all(o.result.outcome == AttemptOutcome.RELEASED for o in outcomes):
             patience = min(patience, float(settings.SHUTDOWN_GRACE_SECONDS))
         try:
-            settled = self.settle(decided, patience)
+            decided = self.decide(outcomes, self.clock.now())
+            try:
+                settled = self.settle([d.settlement for d in decided], patience)
+            except ROW_ERRORS:
+                decided, settled = self.settle_each(decided, patience)
         finally:
             self.release_held(outcomes)
-        return self.written(outcomes, decided, settled)
+        return self.written(decided, settled)
 
-    def decide(self, outcomes: Sequence[Outcome], now: datetime) -> list[Settlement]:
-        most = int(settings.MAX_SNOOZES)
-        return [decide(o.claimed, o.result, now, self.policy, self.rng, most) for o in outcomes]
+    def decide(self, outcomes: Sequence[Outcome], now: datetime) -> list[Decided]:
+        """Each outcome with its settlement. One that cannot be decided (a delay no date
+        holds, a bad setting) is decided as its attempt's failure instead: nothing one job
+        brings costs the others their outcomes."""
+        return [self.decide_one(outcome, now) for outcome in outcomes]
+
+    def decide_one(self, outcome: Outcome, now: datetime) -> Decided:
+        try:
+            most = int(settings.MAX_SNOOZES)
+            return Decided(
+                outcome, decide(outcome.claimed, outcome.result, now, self.policy, self.rng, most)
+            )
+        except Exception as exc:
+            return self.failed_instead(outcome, now, "could not be decided", exc)
+
+    def failed_instead(self, outcome: Outcome, now: datetime, why: str, exc: Exception) -> Decided:
+        """``outcome`` as its attempt's failure, decided under the default retry policy (which
+        cannot fail), logged with why."""
+        claimed = outcome.claimed
+        logger.error(
+            "job %s #%s attempt %s: its outcome (%s) %s, so it is recorded as failed: %s: %s",
+            claimed.name,
+            claimed.id,
+            claimed.attempt,
+            outcome.result.outcome,
+            why,
+            type(exc).__name__,
+            exc,
+            extra={"event": "outcome_refused", "job_id": claimed.id, "attempt": claimed.attempt},
+        )
+        failure = replace(outcome, result=unrecorded(claimed, outcome.result, why, exc))
+        return Decided(failure, decide(claimed, failure.result, now, RetryPolicy(), self.rng))
 
     def settle(self, settlements: Sequence[Settlement], patience: float) -> Settled:
         def write() -> Settled:
@@ -109,6 +154,38 @@ class OutcomeWriter:
 
         return with_backoff(write, give_up_after=patience, using=self.driver.using)
 
+    def settle_each(
+        self, decided: Sequence[Decided], patience: float
+    ) -> tuple[list[Decided], Settled]:
+        """After the database refused a batch: each outcome on its own, and one it refuses
+        again as its attempt's failure. One refused even so is left to its lease, which
+        runs out as after a crash."""
+        final: list[Decided] = []
+        lost: list[Settlement] = []
+        cancelled: set[tuple[int, int]] = set()
+        for one in decided:
+            try:
+                settled = self.settle([one.settlement], patience)
+            except ROW_ERRORS as exc:
+                one = self.failed_instead(one.outcome, one.settlement.ended_at, "was refused", exc)
+                try:
+                    settled = self.settle([one.settlement], patience)
+                except ROW_ERRORS as again:
+                    logger.error(
+                        "job #%s attempt %s: not even its failure could be recorded (%s: %s); "
+                        "its lease will run out",
+                        one.settlement.job_id,
+                        one.settlement.attempt,
+                        type(again).__name__,
+                        again,
+                        extra={"event": "worker_error", "job_id": one.settlement.job_id},
+                    )
+                    settled = Settled([one.settlement])
+            final.append(one)
+            lost += settled.lost
+            cancelled |= settled.cancelled
+        return final, Settled(lost, frozenset(cancelled))
+
     def release_held(self, outcomes: Sequence[Outcome]) -> None:
         """Their outcomes are written (or given up on): the jobs leave the held set."""
         for outcome in outcomes:
@@ -116,42 +193,42 @@ class OutcomeWriter:
                 self.inflight.settled(outcome.held)
 
     def written(
-        self,
-        outcomes: Sequence[Outcome],
-        decided: Sequence[Settlement],
-        settled: Settled,
-        carried_by: str | None = None,
+        self, decided: Sequence[Decided], settled: Settled, carried_by: str | None = None
     ) -> list[Settlement | None]:
         """Each outcome as written, None where the lease was lost; wake the queues of the jobs
         due again, and those of jobs that held a limited queue's slots (but the queue whose
         claim carried the outcomes, ``carried_by``: a limited claim wakes its own queue in
         its transaction), then report each outcome."""
-        final = [settled.as_written(decision) for decision in decided]
+        final = [settled.as_written(d.settlement) for d in decided]
         kinds = [
-            "lease_lost" if w is None else outcome_kind(w.status, o.result.outcome)
-            for o, w in zip(outcomes, final, strict=True)
+            "lease_lost" if w is None else outcome_kind(w.status, d.outcome.result.outcome)
+            for d, w in zip(decided, final, strict=True)
         ]
         with self._counting:
-            self.jobs_run += len(outcomes) - len(settled.lost)
+            self.jobs_run += len(decided) - len(settled.lost)
             self.counts.update(kinds)
         self.wake(
             [
-                o.claimed.queue
-                for o, s in zip(outcomes, final, strict=True)
+                d.outcome.claimed.queue
+                for d, s in zip(decided, final, strict=True)
                 if s
                 and (
                     due_again(s)
-                    or (o.claimed.queue != carried_by and self.limited(o.claimed.queue))
+                    or (
+                        d.outcome.claimed.queue != carried_by
+                        and self.limited(d.outcome.claimed.queue)
+                    )
                 )
             ]
         )
-        for outcome, decision, written in zip(outcomes, decided, final, strict=True):
+        for d, written in zip(decided, final, strict=True):
             if written is None:
+                decision = d.settlement
                 report_lease(
                     "job_lease_lost", decision.job_id, decision.attempt, outcome=decision.outcome
                 )
             else:
-                report_outcome(outcome.claimed, outcome.result, written)
+                report_outcome(d.outcome.claimed, d.outcome.result, written)
         return final
 
     def take_counts(self) -> Counter[str]:

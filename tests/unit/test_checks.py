@@ -99,6 +99,31 @@ def test_check_number_setting_refuses_values_out_of_range(key, value):
         assert error.id == "django_jobs.E003" and f"DJANGO_JOBS[{key!r}]" in error.msg
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("RETRY_BASE_SECONDS", 1e12),
+        ("RETRY_MAX_SECONDS", 1e12),
+        ("LEASE_SECONDS", 2.5e11),
+        ("HEARTBEAT_SECONDS", 1e12),
+        ("RETRY_JITTER", 11),
+    ],
+)
+def test_check_number_setting_refuses_what_no_date_can_hold(key, value):
+    """A delay past a century would make a date past what a datetime holds, and fail the
+    outcome of every job it touches."""
+    with override_settings(DJANGO_JOBS={key: value, "RETRY_MAX_SECONDS": 1e12}):
+        errors = [e for e in check_settings() if f"DJANGO_JOBS[{key!r}] must be at most" in e.msg]
+        assert [e.id for e in errors] == ["django_jobs.E003"]
+        with pytest.raises(ImproperlyConfigured, match="must be at most"):
+            getattr(settings, key)
+
+
+def test_check_number_setting_accepts_a_century_of_seconds():
+    with override_settings(DJANGO_JOBS={"RETRY_MAX_SECONDS": 100 * 365 * 86400}):
+        assert check_settings() == []
+
+
 # -- boolean settings ------------------------------------------------------------
 
 

@@ -2,10 +2,11 @@
 
 import threading
 import time
+from datetime import timedelta
 
 import pytest
 
-from django_jobs import JobCancelled, JobContext
+from django_jobs import JobCancelled, JobContext, Snooze
 
 
 def make_context():
@@ -47,3 +48,17 @@ def test_context_progress_keeps_the_largest_count_and_a_storable_note():
     assert (report.done, report.total) == (2**63 - 1, 2**63 - 1)
     assert report.note.startswith("bad \\x00 byte, lone \ufffd half")
     assert len(report.note) == 200
+
+
+@pytest.mark.parametrize(
+    "seconds", [2.5e11, 1.7e12, timedelta.max, timedelta(days=36_501)], ids=repr
+)
+def test_snooze_refuses_a_delay_no_date_can_hold_naming_the_limit(seconds):
+    with pytest.raises(ValueError, match="from 0 to 3153600000 \\(about a century\\)"):
+        Snooze(seconds)
+    with pytest.raises(ValueError, match="about a century"):
+        JobContext(1, "n", "q", 1, {}).snooze(seconds)
+
+
+def test_snooze_takes_a_century():
+    assert Snooze(timedelta(days=36_500)).seconds == 100 * 365 * 86400

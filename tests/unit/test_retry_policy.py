@@ -45,3 +45,20 @@ def test_next_run_at_jitter_on_the_ceiling():
 def test_next_run_at_none_when_no_attempt_is_left():
     assert next_run_at(5, 5, START, POLICY) is None
     assert next_run_at(4, 5, START, POLICY) is not None
+
+
+def test_next_run_at_never_goes_past_a_century_whatever_the_policy():
+    huge = RetryPolicy(base_seconds=1e12, max_seconds=1e12, jitter=10)
+    run_at = next_run_at(1, 5, START, huge, random.Random(1))
+    assert run_at == START + timedelta(seconds=100 * 365 * 86400)
+
+
+def test_decide_makes_a_date_of_any_delay_a_result_brings():
+    from django_jobs.db.records import ClaimedJob
+    from django_jobs.models import AttemptOutcome
+    from django_jobs.outcomes import HandlerResult, decide
+
+    claimed = ClaimedJob(1, "n", "q", "{}", 1, 1, 5, "w", START)
+    snoozed = HandlerResult(AttemptOutcome.SNOOZED, delay=1e13)
+    settled = decide(claimed, snoozed, START, RetryPolicy())
+    assert settled.run_at == START + timedelta(seconds=100 * 365 * 86400)

@@ -1,0 +1,97 @@
+"""Nothing one job brings costs another job of its batch its outcome: an outcome that cannot
+be decided, or that the database refuses, fails its own attempt; the others are written and
+no job is left held."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from django_jobs import schedule_job
+from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus
+from django_jobs.outcomes import HandlerResult
+from django_jobs.worker.execution import make_context
+from django_jobs.worker.settler import Outcome
+from tests.conftest import START
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+SUCCESS = HandlerResult(AttemptOutcome.SUCCEEDED)
+# A delay no date can be made of, as a handler could bring one past Snooze's own check.
+UNDECIDABLE = HandlerResult(AttemptOutcome.SNOOZED, "Snoozed", delay=float("nan"))
+
+
+def claim_three(w: Any) -> list[Any]:
+    for _ in range(3):
+        schedule_job("tests.ok", {}, run_at=START)
+    claimed = w.claim("default", START, 3)
+    assert len(claimed) == 3
+    return [(job, w.inflight.add(job, make_context(job), START, None)) for job in claimed]
+
+
+def outcomes_of(held: list[Any], bad: HandlerResult) -> list[Outcome]:
+    (first, h1), (middle, h2), (last, h3) = held
+    return [Outcome(first, SUCCESS, h1), Outcome(middle, bad, h2), Outcome(last, SUCCESS, h3)]
+
+
+def assert_innocents_succeeded_once(held: list[Any], why: str) -> None:
+    (first, _), (middle, _), (last, _) = held
+    for job in (first, last):
+        row = Job.objects.get(pk=job.id)
+        assert row.status == JobStatus.SUCCEEDED
+        assert list(Attempt.objects.filter(job_id=job.id).values_list("outcome", flat=True)) == [
+            AttemptOutcome.SUCCEEDED
+        ]
+    bad = Job.objects.get(pk=middle.id)
+    assert (bad.status, bad.lease_owner) == (JobStatus.PENDING, None)  # retried later
+    assert why in bad.last_error
+    assert Attempt.objects.get(job_id=middle.id).outcome == AttemptOutcome.FAILED
+
+
+@pytest.mark.parametrize("path", ["written apart", "carried by a claim"])
+def test_an_outcome_that_cannot_be_decided_fails_alone_and_its_batch_is_written(
+    worker, path
+) -> None:
+    w = worker(queues={"default": 3})
+    held = claim_three(w)
+    outcomes = outcomes_of(held, UNDECIDABLE)
+    if path == "written apart":
+        w.write_outcomes(outcomes)
+    else:
+        w.settler.linger_seconds = 60.0  # the claim takes them before the settler's thread
+        w.settler.start()
+        try:
+            for outcome in outcomes:
+                w.settler.submit(outcome)
+            assert w.claim_and_settle("default", 3) == []
+        finally:
+            assert w.settler.stop(5)
+    assert_innocents_succeeded_once(held, "(snoozed) could not be decided: ValueError")
+    assert w.inflight.snapshot() == []  # no job left held, its lease renewed forever
+
+
+def test_an_outcome_the_database_refuses_fails_alone_and_its_batch_is_written(
+    worker,
+) -> None:
+    from tests.triggers import refusing
+
+    w = worker(queues={"default": 3})
+    held = claim_three(w)
+    middle = held[1][0]
+    condition = f"NEW.id = {middle.id} AND NEW.status = 'succeeded'"
+    with refusing("test_refuse_settle", "UPDATE", "django_jobs_job", condition):
+        w.write_outcomes(outcomes_of(held, SUCCESS))
+    assert_innocents_succeeded_once(held, "(succeeded) was refused:")
+    assert w.inflight.snapshot() == []
+
+
+def test_a_snooze_too_long_for_any_date_fails_its_attempt_saying_why(worker) -> None:
+    w = worker()
+    job = schedule_job("tests.snoozes", {"seconds": 2.5e11}, run_at=START)
+    w.run_once(START)
+    job.refresh_from_db()
+    assert job.status == JobStatus.PENDING
+    assert job.last_error.startswith("ValueError: Snooze takes seconds from 0 to 3153600000")
+    assert Attempt.objects.get(job_id=job.pk).outcome == AttemptOutcome.FAILED
+    assert w.inflight.snapshot() == []
