@@ -74,11 +74,13 @@ class LimitedCandidate(NamedTuple):
 
 
 class QueueRow(NamedTuple):
-    """The queue's row, as a limited claim locks it: paused, and how many of its jobs have
-    started in the rate window the claim falls in."""
+    """The queue's row, as a limited claim locks it: paused, how many of its jobs have
+    started in the rate window the claim falls in, and whether a claim of a later window
+    has committed already (``behind``: this claim's time is stale)."""
 
     paused: bool
     used: int
+    behind: bool = False
 
 
 # -- pause ----------------------------------------------------------------------------
@@ -173,7 +175,11 @@ def claim_in_queue(
     row = lock_queue(driver, request.queue, window)
     if row is None:
         return None
-    if row.paused:
+    if row.paused or row.behind:
+        # Behind: a claim read its time before another's of the next window, which took the
+        # lock first. Counted in its own window, its jobs would start in a window already
+        # counted; in the newer one, they would start before it: it claims nothing, and the
+        # next claim reads a fresh time. A window never moves backwards.
         return []
     running = running_by_key(driver, request)
     room = request.limit
@@ -198,21 +204,24 @@ def lock_queue(driver: Driver, queue: str, window: datetime | None) -> QueueRow 
     has no row locks (``row_lock`` is empty): its claim holds the database's write lock
     already. The window is compared in SQL, so no datetime is read back."""
     qn = driver.qn
+    start, count = qn("window_start"), qn("window_count")
 
     def build() -> str:
         return (
             f"SELECT CASE WHEN {qn('paused_at')} IS NULL THEN 0 ELSE 1 END,"
-            f" CASE WHEN {qn('window_start')} = %s THEN {qn('window_count')} ELSE 0 END"
+            f" CASE WHEN {start} = %s THEN {count} ELSE 0 END,"
+            f" CASE WHEN {start} > %s THEN 1 ELSE 0 END"
             f" FROM {qn(Queue._meta.db_table)} WHERE {qn('name')} = %s{driver.row_lock}"
         )
 
+    adapted = driver.adapt(window)
     with driver.hot_cursor() as cursor:
-        cursor.execute(driver.text("lock_queue", build), [driver.adapt(window), queue])
+        cursor.execute(driver.text("lock_queue", build), [adapted, adapted, queue])
         found = cursor.fetchone()
     if found is None:
         return None
-    paused, used = found
-    return QueueRow(bool(paused), int(used))
+    paused, used, behind = found
+    return QueueRow(bool(paused), int(used), bool(behind))
 
 
 def running_by_key(driver: Driver, request: ClaimRequest) -> Counter[str | None]:

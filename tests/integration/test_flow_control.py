@@ -229,6 +229,22 @@ def test_a_rate_limit_caps_the_starts_in_each_window() -> None:
     assert len(claim(limits=limits, now=window + timedelta(seconds=60))) == 2
 
 
+def test_a_claim_whose_time_is_behind_a_later_windows_claim_takes_nothing() -> None:
+    """Claims read their time, then wait for the queue's lock: one labelled with the window
+    before a claim that committed first must neither reset the window nor count in it."""
+    limits = QueueLimits(rate=Rate(3, 60))
+    window = Rate(3, 60).window_start(START)
+    later = window + timedelta(seconds=60)
+    for _ in range(8):
+        schedule_job("tests.ok", {}, run_at=START)
+    assert len(claim(limits=limits, now=window + timedelta(seconds=1), limit=1)) == 1
+    assert len(claim(limits=limits, now=later, limit=3)) == 3  # the next window, full
+    assert claim(limits=limits, now=later - timedelta(seconds=1)) == []  # stale: nothing
+    assert claim(limits=limits, now=later + timedelta(seconds=1)) == []  # still full
+    assert Attempt.objects.filter(started_at__lt=later).count() == 1
+    assert Attempt.objects.filter(started_at__gte=later).count() == 3
+
+
 def test_settings_give_a_queue_its_limits() -> None:
     queues = {"default": {"workers": 2, "global_limit": 2, "rate_limit": "100/m"}}
     with override_settings(DJANGO_JOBS={"QUEUES": queues}):

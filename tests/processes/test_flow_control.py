@@ -94,3 +94,23 @@ def test_a_worker_killed_mid_job_frees_its_key_when_its_lease_lapses(runjobs_pro
     assert wait_until(lambda: runs_of([waiting.pk]), timeout=40), "the key's slot leaked"
     [run] = runs_of([waiting.pk])
     assert killed_at is not None and run.started_at >= killed_at  # not before the lease lapsed
+
+
+def test_a_rate_limit_holds_in_every_window_across_processes(runjobs_process) -> None:
+    """Eight processes claim across many window boundaries: however their claims' times and
+    the queue's lock interleave, no window's attempts (by their ``started_at``, the claim's
+    time) outnumber the limit."""
+    jobs = schedule_jobs([{"job": "example.record", "payload": {"sleep": 0}}] * 150)
+    env = {"JOBS_POLL_SECONDS": "0.01", "JOBS_DEFAULT_RATE_LIMIT": "20/s"}
+    workers = [
+        runjobs_process.start("--burst", "--queue", "default", "--workers", "4", env=env)
+        for _ in range(8)
+    ]
+    for process in workers:
+        assert process.wait(240) == 0, runjobs_process.log(process)
+    ids = [job.pk for job in jobs]
+    assert Job.objects.filter(pk__in=ids, status=JobStatus.SUCCEEDED).count() == 150
+    starts = Attempt.objects.filter(job_id__in=ids).values_list("started_at", flat=True)
+    per_window = Counter(int(started.timestamp()) for started in starts)
+    assert max(per_window.values()) <= 20, sorted(per_window.items())
+    assert len(per_window) >= 8  # 150 jobs at 20 a second: the claims crossed boundaries
