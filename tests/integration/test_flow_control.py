@@ -354,3 +354,29 @@ def test_an_outcome_written_apart_in_a_limited_queue_wakes_it(listener, worker) 
     drained(listener)
     w.write_outcomes([Outcome(claimed, HandlerResult(AttemptOutcome.SUCCEEDED))])
     assert heard(listener, "keyed")  # a success is not due again: only its slot wakes it
+
+
+# -- names compare exactly, trailing spaces too ---------------------------------------------
+
+
+def test_a_queue_name_with_a_trailing_space_is_another_queue() -> None:
+    """MariaDB's PAD SPACE collations took ``'snz'`` and ``'snz '`` for one name."""
+    spaced = schedule_job("tests.ok", {}, queue="snz ", run_at=START)
+    plain = schedule_job("tests.ok", {}, queue="snz", run_at=START)
+    assert claim(queue="snz") == [plain.pk]
+    assert pause_queue("snz ") is True
+    assert Queue.objects.get(name="snz ").paused_at is not None
+    assert not Queue.objects.filter(name="snz", paused_at__isnull=False).exists()
+    assert claim(queue="snz ") == []  # paused
+    resume_queue("snz ")
+    assert claim(queue="snz ") == [spaced.pk]
+
+
+def test_keys_that_differ_by_a_trailing_space_are_two_keys() -> None:
+    first, second = (
+        schedule_job("tests.keyed", {}, run_at=START, concurrency_key=key) for key in ("k", "k ")
+    )
+    assert sorted(claim(queue="keyed", limits=KEYED)) == sorted([first.pk, second.pk])
+    one = schedule_job("tests.ok", {}, unique_key="u")
+    other = schedule_job("tests.ok", {}, unique_key="u ")
+    assert one.pk != other.pk
