@@ -151,25 +151,35 @@ def expired_ids(driver: Driver, status: JobStatus, cutoff: datetime, batch: int)
     """Up to ``batch`` ids of ``status`` jobs finished before ``cutoff``, oldest first.
 
     The status and ``finished_at`` range is what the partial index
-    ``django_jobs_finished_idx`` holds, in its order: a seek, no sort. On
-    PostgreSQL the rows are locked, passing the ones another session holds.
+    ``django_jobs_finished_idx`` holds, in its order: a seek, no sort. A plain
+    read: see :func:`locked`.
     """
     rows = Job.objects.using(driver.using).filter(
         InFinishedIndex(), status=status, finished_at__lt=cutoff
     )
-    if driver.supports_skip_locked:
-        rows = rows.select_for_update(skip_locked=True)
     return rows.order_by("finished_at").values_list("id", flat=True)[:batch]
+
+
+def locked(driver: Driver, ids: list[int], status: JobStatus, cutoff: datetime) -> list[int]:
+    """Of ``ids``, those still expired whose rows this transaction could lock, passing the
+    ones another session holds. Locked by their ids, after a plain read found them: where
+    the planner scans the table (InnoDB on a small one), a locking read of the expired rows
+    locks, for a moment, every row it passes, due jobs too, and a claim's ``SKIP LOCKED``
+    read in that moment passes them."""
+    rows = Job.objects.using(driver.using).filter(pk__in=ids, status=status, finished_at__lt=cutoff)
+    return list(rows.select_for_update(skip_locked=True).values_list("id", flat=True))
 
 
 def prune_batch(driver: Driver, status: JobStatus, cutoff: datetime, batch: int) -> tuple[int, int]:
     """Delete one batch, in one transaction: (ids picked, jobs deleted).
 
-    Nothing can change the picked rows before they are deleted: PostgreSQL
-    holds their row locks, SQLite's write transaction the database's lock.
+    Nothing can change the picked rows before they are deleted: PostgreSQL and
+    MariaDB hold their row locks, SQLite's write transaction the database's lock.
     """
     with driver.write_transaction():
         ids = list(expired_ids(driver, status, cutoff, batch))
+        if ids and driver.supports_skip_locked:
+            ids = locked(driver, ids, status, cutoff)
         if not ids:
             return 0, 0
         # The cascade deletes the attempts first, then the jobs.

@@ -42,6 +42,7 @@ from .leadership import Leadership
 from .maintainer import Maintainer
 from .recording import OutcomeWriter
 from .settler import Outcome, Settler
+from .waker import Doorbells
 
 T = TypeVar("T")
 
@@ -64,6 +65,7 @@ class Parts:
     claimer: Claimer
     executor: Executor
     writer: OutcomeWriter
+    doorbells: Doorbells
     inflight: InFlight
     settler: Settler
     maintainer: Maintainer
@@ -145,6 +147,7 @@ class Worker:
             beat,
             renew=driver_renewal(self.driver, self.owner, self.lease_seconds, beat, self.deadline),
         )
+        self.doorbells = Doorbells(self.queues)
         self.writer = OutcomeWriter(
             self.driver,
             self.owner,
@@ -155,6 +158,7 @@ class Worker:
             lease_seconds=self.lease_seconds,
             policy=RetryPolicy.from_settings(),
             rng=rng,
+            doorbells=self.doorbells,
         )
         # What the heartbeat writes itself: a timed-out job's outcome, the hand-back at a stop.
         self.inflight.record = self.writer.record
@@ -260,6 +264,7 @@ class Worker:
             claimer=self.claimer,
             executor=self.executor,
             writer=self.writer,
+            doorbells=self.doorbells,
             inflight=self.inflight,
             settler=self.settler,
             maintainer=self.maintainer,

@@ -34,6 +34,7 @@ from .clock import Clock
 from .deadlines import Deadlines
 from .inflight import InFlight
 from .settler import Outcome
+from .waker import Doorbells
 
 logger = logging.getLogger(__name__)
 
@@ -68,8 +69,10 @@ class OutcomeWriter:
         lease_seconds: float,
         policy: RetryPolicy,
         rng: random.Random | None = None,
+        doorbells: Doorbells | None = None,
     ) -> None:
         self.driver = driver
+        self.doorbells = doorbells or Doorbells(queues)
         self.owner = owner
         self.queues = list(queues)
         self.clock = clock
@@ -258,10 +261,13 @@ class OutcomeWriter:
 
     def wake(self, queues: Sequence[str]) -> None:
         """Wake the workers of ``queues``: a job there is due again at once (handed back at a
-        stop, or retried with no backoff), so another worker need not wait for its poll.
-        Best effort: a lost wake-up costs only that poll."""
+        stop, or retried with no backoff), or a limited queue's slot is free, so no worker
+        need wait for its poll: this process's dispatchers at once (no database wake-up
+        reaches them without LISTEN), the others through the database. Best effort: a lost
+        wake-up costs only that poll."""
         if not queues:
             return
+        self.doorbells.ring(queues)
         try:
             with self.deadline("waking the queues"):
                 self.driver.wake(queues)

@@ -81,7 +81,8 @@ class QueueState:
     busy: int = 0  # jobs handed over and not done: running, or waiting in the inbox
     inbox: deque[Waiting] = field(default_factory=deque)  # oldest first
     changed: threading.Condition = field(default_factory=threading.Condition)
-    woken: threading.Event = field(default_factory=threading.Event)  # new jobs, says the waker
+    # Rung by the waker (new jobs) and the outcome writer (a slot freed, a job due again).
+    woken: threading.Event = field(default_factory=threading.Event)
     closed: bool = False  # the dispatcher has stopped: the threads end once the inbox is empty
     limited: bool = False  # claimed under limits: never ahead, and again as a job ends
 
@@ -100,7 +101,13 @@ class Server:
         self.parts = parts
         ahead = float(settings.CLAIM_AHEAD_SECONDS)
         self.states = {
-            name: QueueState(name, count, Pace(ahead), limited=queue_limits(name) is not None)
+            name: QueueState(
+                name,
+                count,
+                Pace(ahead),
+                woken=parts.doorbells[name],
+                limited=queue_limits(name) is not None,
+            )
             for name, count in parts.queues.items()
         }
         self.hold = hold_seconds(parts.inflight.beat_seconds)

@@ -1,9 +1,12 @@
-"""The waker: a thread that wakes a queue's dispatcher when a job is enqueued on it.
+"""Waking a queue's dispatcher before its poll.
 
-It listens through a :class:`~django_jobs.db.notify.Listener` (PostgreSQL's
-LISTEN, on a connection of its own). A notification is only an early look:
-claims, leases and delivery are the same without it, and the dispatchers
-still poll.
+:class:`Doorbells` are one event per queue this process serves, which its
+dispatcher sleeps on. The waker rings them when a job is enqueued (PostgreSQL's
+LISTEN, through a :class:`~django_jobs.db.notify.Listener` on a connection of its
+own); the outcome writer rings them when an outcome it wrote freed a limited
+queue's slot or left a job due again, which no database wake-up tells this
+process without LISTEN. A ring is only an early look: claims, leases and
+delivery are the same without it, and the dispatchers still poll.
 """
 
 from __future__ import annotations
@@ -20,6 +23,23 @@ logger = logging.getLogger(__name__)
 
 # How long one wait of the waker thread lasts: its loop ends this soon after stop().
 WAKER_WAIT_SECONDS = 0.5
+
+
+class Doorbells:
+    """One event per served queue, set when its dispatcher should claim at once."""
+
+    def __init__(self, queues: Iterable[str]) -> None:
+        self.events = {queue: threading.Event() for queue in queues}
+
+    def __getitem__(self, queue: str) -> threading.Event:
+        return self.events[queue]
+
+    def ring(self, queues: Iterable[str]) -> None:
+        """Wake the dispatchers of ``queues`` that this process runs (others: nothing)."""
+        for queue in queues:
+            event = self.events.get(queue)
+            if event is not None:
+                event.set()
 
 
 class Waker:

@@ -342,6 +342,23 @@ def test_a_limited_claim_that_carries_outcomes_wakes_its_queue(listener) -> None
     assert heard(listener, "keyed")
 
 
+def test_an_outcome_written_apart_in_a_limited_queue_rings_this_process_dispatcher(
+    worker,
+) -> None:
+    """The settler may take a limited job's outcome before its dispatcher's claim can carry
+    it: that claim still counts the slot held and sleeps. Without LISTEN no database
+    wake-up follows the write, so the writer wakes this process's dispatcher itself."""
+    from django_jobs.outcomes import HandlerResult
+    from django_jobs.worker.settler import Outcome
+
+    keyed_job("a")
+    w = worker(queues={"keyed": 1})
+    [claimed] = w.claim("keyed", START, 1)
+    w.doorbells["keyed"].clear()
+    w.write_outcomes([Outcome(claimed, HandlerResult(AttemptOutcome.SUCCEEDED))])
+    assert w.doorbells["keyed"].is_set()
+
+
 @pytest.mark.listen_notify
 def test_an_outcome_written_apart_in_a_limited_queue_wakes_it(listener, worker) -> None:
     from django_jobs.outcomes import HandlerResult
