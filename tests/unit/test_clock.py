@@ -84,6 +84,23 @@ def test_clock_first_reading_measures_the_offset():
     assert clock.offset == timedelta(seconds=7)
 
 
+def test_clock_a_reading_is_placed_halfway_through_its_round_trip():
+    host = Host()
+    database = Database(host, timedelta(seconds=7))
+
+    def answered_midway():  # 0.2 s to get there, 0.2 s to come back
+        host.advance(0.2)
+        reading = database.now()
+        host.advance(0.2)
+        return reading
+
+    clock = DatabaseClock(
+        host=host.wall, refresh_seconds=60, read=answered_midway, monotonic=host.monotonic
+    )
+    assert clock.now() == database.now()
+    assert clock.offset == timedelta(seconds=7)
+
+
 def test_clock_keeps_its_offset_when_a_re_measure_fails():
     host = Host()
     database = Database(host, timedelta(seconds=7))
