@@ -1,16 +1,22 @@
 """Clocks. Services take a :class:`Clock`; pure functions take ``now``.
 
 Lease expiry must not depend on hosts' clocks agreeing, so the worker's
-production clock follows the database server's clock: it reads the database
-time now and then and corrects the host clock by the measured offset. Host
-time goes through :func:`django.utils.timezone.now`, so freezegun works.
+production clock follows the database server's clock. Nor may it depend on
+this host's clock staying put: a step of the host's wall clock (an NTP
+``makestep``, a virtual machine resumed, a ``date`` by hand) must not move
+it. So it reads the database time now and then, and between readings it
+advances on this host's monotonic clock, which no step of the wall clock
+moves. Host time goes through :func:`django.utils.timezone.now`, so freezegun
+works; the monotonic source is an argument, so tests step one and not the other.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from typing import Protocol, runtime_checkable
@@ -20,9 +26,12 @@ from django.utils import timezone
 logger = logging.getLogger(__name__)
 
 #: A re-measure whose round trip is longer (and longer than the kept one's) is not taken:
-#: it could move the offset by half of it.
+#: it could move the clock by half of it.
 MAX_ROUND_TRIP_SECONDS = 0.5
-MAX_ROUND_TRIP = timedelta(seconds=MAX_ROUND_TRIP_SECONDS)
+
+#: A re-measure that moves the clock further than this (the database's clock was
+#: stepped, or this host's monotonic clock drifted that far) is logged.
+LOGGED_CORRECTION = timedelta(seconds=1)
 
 
 @runtime_checkable
@@ -39,15 +48,36 @@ class SystemClock:
         return timezone.now()
 
 
-class DatabaseClock:
-    """The host's clock corrected by its measured offset from the database's.
+@dataclass(frozen=True)
+class Anchor:
+    """One measure: the database's time halfway through its round trip, and this
+    host's monotonic reading then."""
 
-    The offset is measured on first use, on the calling thread. After that,
-    :meth:`now` never waits for the database: every ``refresh_seconds`` it
-    starts a re-measure on a thread of its own and goes on with the last
-    offset, which it also keeps when a re-measure fails or times out (the
-    heartbeat reads this clock, and a database outage must not stop it).
-    On SQLite the database's clock is this host's system clock.
+    database_at: datetime
+    monotonic: float
+    round_trip: float  # seconds, on the monotonic clock
+
+    def at(self, monotonic: float) -> datetime:
+        """The database's time at ``monotonic``, as this measure tells it."""
+        return self.database_at + timedelta(seconds=monotonic - self.monotonic)
+
+
+class DatabaseClock:
+    """The database's time, carried forward on this host's monotonic clock.
+
+    The database's clock is measured on first use, on the calling thread.
+    After that, :meth:`now` never waits for the database: every
+    ``refresh_seconds`` (of monotonic time) it starts a re-measure on a thread
+    of its own and goes on with the last measure, which it also keeps when a
+    re-measure fails or times out (the heartbeat reads this clock, and a
+    database outage must not stop it). A step of this host's wall clock moves
+    nothing; a re-measure corrects the drift between the two machines' clocks.
+
+    It never goes backwards: when a re-measure puts it earlier than a time it
+    has returned (the database's clock was stepped back, or this host's
+    monotonic clock ran fast), it stands still until the database's time
+    catches up. On SQLite the database's clock is this host's wall clock: a
+    step of it is taken at the next re-measure.
     """
 
     def __init__(
@@ -57,34 +87,41 @@ class DatabaseClock:
         host: Clock | None = None,
         timeout_seconds: float = 5.0,
         read: Callable[[], datetime | None] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.using = using
         self.host: Clock = host or SystemClock()
         self.read = read or self._read_database
+        self.monotonic = monotonic
         self.refresh_seconds = refresh_seconds
         self.timeout_seconds = timeout_seconds
-        self._offset: timedelta | None = None
-        self._round_trip = timedelta(0)  # the kept measure's
-        self._measured_at: datetime | None = None
+        self._anchor: Anchor | None = None
+        self._offset: timedelta | None = None  # the kept measure's, from the host's wall clock
+        self._latest: datetime | None = None  # the latest time returned: none is earlier
+        self._measured_at: float | None = None  # monotonic: when the last measure was tried
         self._measuring: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def now(self) -> datetime:
-        host_now = self.host.now()
-        if self._offset is None:
+        if self._anchor is None:
             self.measure()
-            host_now = self.host.now()
-        elif self._is_stale(host_now):
+        elif self._is_stale():
             self._remeasure_in_background()
-        assert self._offset is not None
-        return host_now + self._offset
+        with self._lock:
+            assert self._anchor is not None
+            now = self._anchor.at(self.monotonic())
+            if self._latest is not None and now < self._latest:
+                return self._latest
+            self._latest = now
+            return now
 
-    def _is_stale(self, host_now: datetime) -> bool:
+    def _is_stale(self) -> bool:
         with self._lock:
             if self._measuring is not None and self._measuring.is_alive():
                 return False
-            return self._measured_at is None or (
-                abs((host_now - self._measured_at).total_seconds()) > self.refresh_seconds
+            return (
+                self._measured_at is None
+                or self.monotonic() - self._measured_at > self.refresh_seconds
             )
 
     def _remeasure_in_background(self) -> None:
@@ -103,9 +140,9 @@ class DatabaseClock:
             self.measure()
         except Exception as exc:
             with self._lock:  # try again after another refresh period
-                self._measured_at = self.host.now()
+                self._measured_at = self.monotonic()
             logger.warning(
-                "could not read the database clock (%s: %s); keeping the last offset",
+                "could not read the database clock (%s: %s); keeping the last measure",
                 type(exc).__name__,
                 exc,
                 extra={"event": "clock_measure_failed"},
@@ -121,35 +158,54 @@ class DatabaseClock:
             return get_driver(self.using).database_now()
 
     def measure(self) -> timedelta:
-        """Read the database's clock and store its offset from this host's.
+        """Read the database's clock; return its offset from this host's wall clock.
 
-        The reading is taken to fall halfway through its round trip, so a
-        measure is wrong by up to half of it. A re-measure whose round trip
-        is longer than both :data:`MAX_ROUND_TRIP_SECONDS` and the kept
-        measure's (a slow answer, a stalled thread) keeps the last offset.
+        The reading is taken to fall halfway through its round trip, timed on
+        the monotonic clock, so a measure is wrong by up to half of it. A
+        re-measure whose round trip is longer than both
+        :data:`MAX_ROUND_TRIP_SECONDS` and the kept measure's (a slow answer, a
+        stalled thread) keeps the last measure. The offset is for the record:
+        :meth:`now` does not read the wall clock.
         """
-        before = self.host.now()
+        before, host_before = self.monotonic(), self.host.now()
         db_now = self.read()
-        after = self.host.now()
-        round_trip = after - before
-        if db_now is None:
-            offset = timedelta(0)
-        else:
-            if timezone.is_naive(db_now):
-                db_now = timezone.make_aware(db_now, dt_timezone.utc)
-            offset = db_now - (before + round_trip / 2)
+        after, host_after = self.monotonic(), self.host.now()
+        host_midpoint = host_before + (host_after - host_before) / 2
+        if db_now is None:  # a database without a clock to read: the host's
+            db_now = host_midpoint
+        elif timezone.is_naive(db_now):
+            db_now = timezone.make_aware(db_now, dt_timezone.utc)
+        measured = Anchor(db_now, before + (after - before) / 2, after - before)
         with self._lock:
             self._measured_at = after
-            if self._offset is not None and round_trip > max(MAX_ROUND_TRIP, self._round_trip):
+            kept = self._anchor
+            if kept is not None and measured.round_trip > max(
+                MAX_ROUND_TRIP_SECONDS, kept.round_trip
+            ):
                 logger.info(
-                    "database clock re-measure kept the last offset: its round trip took %.2fs",
-                    round_trip.total_seconds(),
+                    "database clock re-measure kept the last measure: its round trip took %.2fs",
+                    measured.round_trip,
                     extra={"event": "clock_measure_slow"},
                 )
+                assert self._offset is not None
                 return self._offset
-            self._offset, self._round_trip = offset, round_trip
-        return offset
+            self._anchor, self._offset = measured, db_now - host_midpoint
+        if kept is not None:
+            log_correction(measured.database_at - kept.at(measured.monotonic))
+        return db_now - host_midpoint
 
     @property
     def offset(self) -> timedelta | None:
+        """The kept measure's offset of the database's clock from this host's wall clock."""
         return self._offset
+
+
+def log_correction(correction: timedelta) -> None:
+    """Log a re-measure that moved the clock far (forwards at once; backwards, the
+    clock stands still until the database's time catches up)."""
+    if abs(correction) > LOGGED_CORRECTION:
+        logger.warning(
+            "database clock re-measure moved the clock by %+.3fs",
+            correction.total_seconds(),
+            extra={"event": "clock_corrected"},
+        )

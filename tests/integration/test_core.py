@@ -115,7 +115,12 @@ def test_worker_a_clock_re_measure_failing_as_a_handler_starts_costs_no_attempt(
             raise ConnectionError("database unreachable")
         return host.now()
 
-    clock = DatabaseClock(host=host, refresh_seconds=60, read=read_database)
+    clock = DatabaseClock(
+        host=host,
+        refresh_seconds=60,
+        read=read_database,
+        monotonic=lambda: host.now().timestamp(),  # the host's clocks move together here
+    )
     w = Worker({"default": 1}, clock=clock, owner="blip")
     make_job()
     [claimed] = w.claim_now("default", 1)
