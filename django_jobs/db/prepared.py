@@ -5,16 +5,20 @@ prepares them (``DJANGO_JOBS["PREPARED_STATEMENTS"]``, on by default); psycopg
 names them ``_pg3_0``, ``_pg3_1``... on each connection. Behind a pooler in
 transaction mode that cannot keep them (PgBouncer before 1.21), a client's
 transactions land on server connections that other clients prepared statements
-on under the same names (42P05, ``already exists``), or that lack the ones it
-prepared (26000, ``does not exist``).
+on under the same names (42P05, ``already exists``; or, psycopg having
+prepared its own under that name elsewhere, 08P01 when the numbers of
+parameters differ), or that lack the ones it prepared (26000, ``does not
+exist``).
 
-So a statement is prepared only where it can be run again after such a
-failure: on its own (autocommit), or in a transaction of the driver's own
-(:func:`own_transaction`: a savepoint inside the caller's), never in the
-caller's transaction, which a failed statement aborts. The first such failure
-stops the preparing on that alias for the process, with one warning
-(``prepared_statements_off``), and the statement is sent again unprepared, or
-the driver's transaction, rolled back, runs again.
+So, behind a pooler, a statement is prepared only where it can be run again
+after such a failure: on its own (autocommit), or in a transaction of the
+driver's own (:func:`own_transaction`: a savepoint inside the caller's), never
+in the caller's transaction, which a failed statement aborts. Straight to the
+server, a connection keeps its session, and statements are prepared in the
+caller's transaction too (:func:`behind_pooler` tells the two apart, once per
+alias). The first such failure stops the preparing on that alias for the
+process, with one warning (``prepared_statements_off``), and the statement is
+sent again unprepared, or the driver's transaction, rolled back, runs again.
 """
 
 from __future__ import annotations
@@ -47,6 +51,10 @@ OWN_TRANSACTION = "_django_jobs_own_transaction"
 #: The SQLSTATEs of a prepared statement the server has under another client's text
 #: (42P05, duplicate_prepared_statement) or has not (26000, invalid_sql_statement_name).
 LOST_PREPARED_STATEMENT = frozenset({"42P05", "26000"})
+#: Another client's statement under the name psycopg gave its own, with another number of
+#: parameters: protocol_violation, ``bind message supplies 9 parameters, but prepared
+#: statement "_pg3_0" requires 10``.
+OTHER_PREPARED_STATEMENT = "08P01"
 
 
 class HotCursor(NamedTuple):
@@ -62,7 +70,10 @@ def lost_prepared_statement(error: BaseException) -> bool:
     """Whether ``error`` (psycopg's, or Django's around it) says the server's prepared
     statements are not those psycopg prepared on this connection."""
     cause = error if hasattr(error, "sqlstate") else error.__cause__
-    return getattr(cause, "sqlstate", None) in LOST_PREPARED_STATEMENT
+    sqlstate = getattr(cause, "sqlstate", None)
+    if sqlstate == OTHER_PREPARED_STATEMENT:
+        return "prepared statement" in str(cause)
+    return sqlstate in LOST_PREPARED_STATEMENT
 
 
 @contextmanager
@@ -146,9 +157,27 @@ def run(
 
 def prepares_now(driver: PostgresDriver, connection: Any) -> bool:
     """Whether the next hot statement on ``connection`` is prepared: where it can be run
-    again, on its own (autocommit) or in a transaction of the driver's own; never in the
-    caller's transaction, which a failed statement would abort."""
-    return driver.prepare and (connection.autocommit or getattr(connection, OWN_TRANSACTION, False))
+    again, on its own (autocommit) or in a transaction of the driver's own; in the
+    caller's transaction, which a failed statement would abort, only straight to the
+    server."""
+    return driver.prepare and (
+        connection.autocommit
+        or getattr(connection, OWN_TRANSACTION, False)
+        or not behind_pooler(driver, connection)
+    )
+
+
+def behind_pooler(driver: PostgresDriver, connection: Any) -> bool:
+    """Whether the driver's alias reaches the server through a pooler, as the first of its
+    connections in this process to ask finds: the session its statements run in is not
+    the one the connection was told of at its start (a pooler gives a key of its own, and
+    hands the client's transactions to whichever server connection it has free). One
+    round trip, once."""
+    if driver.behind_pooler is None:
+        raw = connection.connection
+        (pid,) = raw.execute("SELECT pg_backend_pid()", prepare=False).fetchone()
+        driver.behind_pooler = pid != raw.info.backend_pid
+    return bool(driver.behind_pooler)
 
 
 def stop_preparing(driver: PostgresDriver, error: BaseException) -> None:

@@ -23,9 +23,9 @@ def signup(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 def record(request: HttpRequest) -> HttpResponse:
-    """Enqueue two ``example.record`` jobs: one on its own (autocommit), and one in a
-    transaction of the view's, as ``signup`` does."""
-    alone = schedule_job("example.record", {"from": "view"})
+    """Enqueue two ``example.record`` jobs: one in a transaction of the view's, as
+    ``signup`` does, then one on its own (autocommit)."""
     with transaction.atomic():
         inside = schedule_job("example.record", {"from": "view, in its transaction"})
-    return JsonResponse({"job_ids": [alone.pk, inside.pk]}, status=202)
+    alone = schedule_job("example.record", {"from": "view"})
+    return JsonResponse({"job_ids": [inside.pk, alone.pk]}, status=202)

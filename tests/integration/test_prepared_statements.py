@@ -60,13 +60,17 @@ def take_next_names(count: int = 20) -> None:
                 cursor.execute(f"PREPARE _pg3_{n} AS SELECT {n}")
 
 
-def drop_prepared_statements() -> None:
+def replace_prepared_statements(other: bool) -> None:
     """Deallocate this session's prepared statements one by one, which psycopg does not
-    see: as the next server connection a pooler hands out lacks them."""
+    see: as the next server connection a pooler hands out lacks them; ``other``: then
+    prepare another statement, of one parameter, under each name, as another client of
+    that server connection has."""
     with connection.cursor() as cursor:
         cursor.execute("SELECT name FROM pg_prepared_statements")
         for (name,) in cursor.fetchall():
             cursor.execute(f"DEALLOCATE {connection.ops.quote_name(name)}")
+            if other:
+                cursor.execute(f"PREPARE {connection.ops.quote_name(name)} (int) AS SELECT $1")
 
 
 def request(limits: QueueLimits | None = None) -> ClaimRequest:
@@ -97,7 +101,10 @@ def test_prepared_insert_that_clashes_in_autocommit_is_sent_again_unprepared(dri
     assert_turned_off_once(driver, caplog)
 
 
-def test_prepared_inserts_in_the_callers_transaction_are_never_prepared(driver, caplog):
+def test_prepared_inserts_in_the_callers_transaction_behind_a_pooler_are_not_prepared(
+    driver, caplog
+):
+    driver.behind_pooler = True  # as found through PgBouncer
     take_next_names()
     with transaction.atomic():
         one = schedule_job("tests.ok")
@@ -106,6 +113,21 @@ def test_prepared_inserts_in_the_callers_transaction_are_never_prepared(driver, 
     assert statuses(one.pk, *(job.pk for job in many)) == [JobStatus.PENDING] * 3
     assert turned_off(caplog) == []  # nothing prepared, nothing clashed
     assert driver.prepare
+
+
+def test_prepared_inserts_in_the_callers_transaction_straight_to_the_server_are_prepared(
+    driver, caplog
+):
+    with transaction.atomic():
+        schedule_job("tests.ok")
+    assert driver.behind_pooler is False
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+            ['%INSERT INTO "django_jobs_job"%'],
+        )
+        assert cursor.fetchone() == (1,)
+    assert turned_off(caplog) == []
 
 
 def test_prepared_claim_that_clashes_in_autocommit_is_sent_again_unprepared(
@@ -133,10 +155,13 @@ def test_prepared_settle_that_clashes_in_autocommit_is_sent_again_unprepared(
     assert_turned_off_once(driver, caplog)
 
 
-def test_prepared_statement_the_server_lacks_is_sent_again_unprepared(driver, caplog, make_job):
+@pytest.mark.parametrize("other", [False, True], ids=["lacks it", "has another"])
+def test_prepared_statement_the_server_lacks_is_sent_again_unprepared(
+    driver, caplog, make_job, other
+):
     first, second = make_job(), make_job()
     assert len(driver.claim(ClaimRequest("default", "w1", START, LEASE, 1))) == 1
-    drop_prepared_statements()
+    replace_prepared_statements(other)
     assert [claimed.id for claimed in driver.claim(request())] == [second.pk]
     assert statuses(first.pk, second.pk) == [JobStatus.RUNNING] * 2
     assert_turned_off_once(driver, caplog)
