@@ -79,7 +79,7 @@ class Sender:
         elif not self.sqlite:
             import psycopg
 
-            from django_jobs.db.postgresql import NEVER_BY_COUNT
+            from django_jobs.db.prepared import NEVER_BY_COUNT
 
             if raw.prepare_threshold is None:  # else psycopg prepares nothing, as the driver knows
                 raw.prepare_threshold = NEVER_BY_COUNT

@@ -113,9 +113,12 @@ if env("JOBS_GLOBAL_LIMIT"):  # a queue "limited": at most that many of its jobs
 
 # Behind PgBouncer in transaction mode (the tests' pooled suite, scripts/pgbouncer.py):
 # no server-side cursors nor prepared statements, and LISTEN on a direct connection.
+# JOBS_KEEP_PREPARED_STATEMENTS leaves DJANGO_JOBS["PREPARED_STATEMENTS"] at its default,
+# as a project that missed the scaling guide's line does.
 if env.bool("JOBS_PGBOUNCER", default=False):
     DATABASES["default"]["DISABLE_SERVER_SIDE_CURSORS"] = True
-    DJANGO_JOBS["PREPARED_STATEMENTS"] = False
+    if not env.bool("JOBS_KEEP_PREPARED_STATEMENTS", default=False):
+        DJANGO_JOBS["PREPARED_STATEMENTS"] = False
 if env.str("LISTEN_DATABASE_URL", default=""):
     DATABASES["listen"] = {**env.db("LISTEN_DATABASE_URL"), "TEST": {"MIRROR": "default"}}
     DJANGO_JOBS["LISTEN_DATABASE"] = "listen"

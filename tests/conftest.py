@@ -71,6 +71,11 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
             pytest.skip("needs LISTEN/NOTIFY")
         if wants_no_listen and has:
             pytest.skip("needs a database without LISTEN/NOTIFY")
+    if item.get_closest_marker("prepared_statements"):
+        from django_jobs.db import driver_class
+
+        if not driver_class("default").prepares_statements:
+            pytest.skip("needs a driver that prepares its statements on the server")
     if item.get_closest_marker("journal_modes"):
         from django_jobs.db import driver_class
 

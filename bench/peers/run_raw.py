@@ -98,7 +98,7 @@ class PostgresLimit:
         import psycopg
         from django.db import connection
 
-        from django_jobs.db.postgresql import NEVER_BY_COUNT
+        from django_jobs.db.prepared import NEVER_BY_COUNT
 
         params = connection.get_connection_params()
         params.pop("cursor_factory", None)

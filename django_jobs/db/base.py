@@ -22,7 +22,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from django.core.checks import CheckMessage
 from django.db import DataError, IntegrityError, connections, transaction
@@ -46,6 +46,8 @@ from .records import (
 )
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 # Errors that concern the data of one row, not the database: the claim skips that row.
 ROW_ERRORS = (IntegrityError, DataError)
@@ -134,6 +136,8 @@ class Driver:
     #: The database is a file with a journal mode (SQLite's): django-jobs puts it in WAL
     #: mode, so that readers and the one writer do not wait for each other.
     has_journal_modes = False
+    #: The hot-path statements may be prepared on the server (``PREPARED_STATEMENTS``).
+    prepares_statements = False
 
     def __init__(self, using: str = "default") -> None:
         self.using = using
@@ -178,6 +182,13 @@ class Driver:
         """A transaction for a group of writes on the jobs tables."""
         with transaction.atomic(using=self.using):
             yield
+
+    def own_transaction(self, work: Callable[[], T]) -> T:
+        """``work`` in a transaction of the driver's own (a savepoint inside the caller's),
+        in which nothing but the driver's statements run: a driver may run it again
+        (PostgreSQL's, when the server lost its prepared statements)."""
+        with self.write_transaction():
+            return work()
 
     def hot_cursor(self) -> Any:
         """The cursor for hot-path statements (a driver may prepare them)."""

@@ -35,6 +35,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from ..models import Queue
@@ -145,21 +146,33 @@ def claim_limited(
     one_by_one = False
     for _ in range(3):  # at most: a refused row (again one by one), a row deleted meanwhile
         try:
-            with driver.write_transaction():
-                if settlements:
-                    settled, settlements = driver.settle_rows(settlements), ()
-                    # Their slots are free: the queue's other workers hear it on commit.
-                    driver.wake([request.queue])
-                claimed = claim_in_queue(driver, request, one_by_one)
+            written, claimed = driver.own_transaction(
+                partial(settle_and_claim, driver, request, settlements, one_by_one)
+            )
         except ROW_ERRORS:
             if settlements or one_by_one:
                 raise  # with outcomes: the caller settles apart, then claims again
             one_by_one = True  # a refused row: again, each row in a savepoint, that one skipped
             continue
+        if settlements:
+            settled, settlements = written, ()
         if claimed is not None:
             return claimed, settled
         make_queue_row(driver, request.queue)  # deleted since this process made it
     return [], settled
+
+
+def settle_and_claim(
+    driver: Driver, request: ClaimRequest, settlements: Sequence[Settlement], one_by_one: bool
+) -> tuple[Settled, list[ClaimedJob] | None]:
+    """A limited claim's transaction: ``settlements`` written, then the claim's statements
+    under the queue's lock (None if the queue has no row to lock)."""
+    settled = Settled([])
+    if settlements:
+        settled = driver.settle_rows(settlements)
+        # Their slots are free: the queue's other workers hear it on commit.
+        driver.wake([request.queue])
+    return settled, claim_in_queue(driver, request, one_by_one)
 
 
 def claim_in_queue(

@@ -15,7 +15,8 @@
   costs more than running them. Django leaves its own statements
   unprepared, for the sake of transaction-mode poolers; turn this off
   behind a pooler that cannot keep prepared statements (PgBouncer before
-  1.21, or without ``max_prepared_statements``).
+  1.21, or without ``max_prepared_statements``). Where a statement is
+  prepared, and what happens when the server loses it: :mod:`.prepared`.
 - ``notify`` sends ``pg_notify`` on the caller's connection: inside a
   transaction it is delivered only on commit.
 """
@@ -23,17 +24,15 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+import threading
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from functools import partial
-from typing import Any, NamedTuple
-
-from django.db import transaction
+from typing import Any, NamedTuple, TypeVar
 
 from ..conf import settings
 from ..models import Job, JobStatus
-from . import limits
+from . import limits, prepared
 from .base import INSERTED_COLUMNS, Driver, inserted_values
 from .notify import CHANNEL
 from .records import (
@@ -45,21 +44,7 @@ from .records import (
     Settlement,
 )
 
-#: psycopg's ``prepare_threshold`` on a connection whose hot-path statements are prepared:
-#: the number of runs after which psycopg would prepare any other statement itself.
-NEVER_BY_COUNT = 2**62
-
-#: The attribute of a Django connection that keeps its :class:`HotCursor`.
-HOT_CURSOR = "_django_jobs_hot_cursor"
-
-
-class HotCursor(NamedTuple):
-    """The hot-path cursor kept on one Django connection, and what it was made for."""
-
-    raw_connection: Any
-    logged: bool
-    prepare: bool
-    cursor: Any
+T = TypeVar("T")
 
 
 class ClaimedRow(NamedTuple):
@@ -110,11 +95,16 @@ class PostgresDriver(Driver):
     cuts_off_calls = True
     has_row_estimates = True
     has_connect_timeout = True
+    prepares_statements = True
     lock_suffix = " FOR UPDATE SKIP LOCKED"
 
     def __init__(self, using: str = "default") -> None:
         super().__init__(using)
+        # On until the server loses a prepared statement (:func:`.prepared.stop_preparing`).
         self.prepare = bool(settings.PREPARED_STATEMENTS)
+        self.stopping = threading.Lock()
+        # Found on the first statement in a caller's transaction (.prepared.behind_pooler).
+        self.behind_pooler: bool | None = None
         self.idle_bound_ms: int | None = None
 
     def bound_session(self, seconds: float) -> None:
@@ -146,47 +136,12 @@ class PostgresDriver(Driver):
             rows = [SettledRow._make(row) for row in cursor.fetchall()]
         return self.settled(settlements, [(r.id, r.attempt, r.new_status) for r in rows])
 
-    @contextmanager
-    def hot_cursor(self) -> Iterator[Any]:
-        """A Django cursor whose statements are bound, and prepared, on the server.
+    def hot_cursor(self) -> Any:
+        """The cursor for hot-path statements, prepared where it is safe (:mod:`.prepared`)."""
+        return prepared.hot_cursor(self)
 
-        Wrapped like Django's own cursors, so query logging and
-        ``execute_wrapper`` see its statements. One is kept per connection and
-        used again (making and wrapping one costs as much CPU as the
-        statement's own round trip): it is made anew when the connection was
-        opened again or query logging was switched on or off.
-        """
-        connection = self.connection
-        connection.ensure_connection()
-        kept: HotCursor | None = getattr(connection, HOT_CURSOR, None)
-        if (
-            kept is None
-            or kept.raw_connection is not connection.connection
-            or kept.logged != connection.queries_logged
-            or kept.prepare != self.prepare
-        ):
-            kept = self.make_hot_cursor(connection)
-            setattr(connection, HOT_CURSOR, kept)
-        yield kept.cursor
-
-    def make_hot_cursor(self, connection: Any) -> HotCursor:
-        from django.db.backends.postgresql import base as backend
-
-        raw: Any = backend.ServerBindingCursor(connection.connection)  # type: ignore[call-arg]
-        # A logged connection (DEBUG, assertNumQueries) runs them unprepared, even those
-        # prepared before: psycopg keeps no text of a prepared statement's run for the log.
-        prepare = self.prepare and not connection.queries_logged
-        raw.execute = partial(raw.execute, prepare=prepare)
-        if prepare and connection.connection.prepare_threshold is None:
-            # Django's default, under which psycopg prepares nothing, even when asked.
-            # A threshold no statement reaches: only the hot path's are prepared.
-            connection.connection.prepare_threshold = NEVER_BY_COUNT
-        return HotCursor(
-            connection.connection,
-            connection.queries_logged,
-            self.prepare,
-            connection._prepare_cursor(raw),
-        )
+    def own_transaction(self, work: Callable[[], T]) -> T:
+        return prepared.own_transaction(self, work)
 
     def database_now(self) -> datetime | None:
         # CURRENT_TIMESTAMP is the start of the transaction; clock_timestamp() is now.
@@ -208,9 +163,10 @@ class PostgresDriver(Driver):
         """Run one hot-path statement; a savepoint inside a transaction, so a refused row
         leaves the caller's transaction usable; else its own transaction: one round trip."""
         if self.connection.in_atomic_block:
-            with transaction.atomic(using=self.using), self.hot_cursor() as cursor:
-                cursor.execute(sql, params)
-                return list(cursor.fetchall())
+            return self.own_transaction(partial(self.fetch_all, sql, params))
+        return self.fetch_all(sql, params)
+
+    def fetch_all(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         with self.hot_cursor() as cursor:
             cursor.execute(sql, params)
             return list(cursor.fetchall())

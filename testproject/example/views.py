@@ -19,3 +19,13 @@ def signup(request: HttpRequest) -> HttpResponse:
         # ... create the user here; the job commits or rolls back with it.
         job = schedule_job(send_welcome, {"email": email}, unique_key=f"welcome:{email}")
     return JsonResponse({"job_id": job.pk}, status=202)
+
+
+@require_POST
+def record(request: HttpRequest) -> HttpResponse:
+    """Enqueue two ``example.record`` jobs: one in a transaction of the view's, as
+    ``signup`` does, then one on its own (autocommit)."""
+    with transaction.atomic():
+        inside = schedule_job("example.record", {"from": "view, in its transaction"})
+    alone = schedule_job("example.record", {"from": "view"})
+    return JsonResponse({"job_ids": [inside.pk, alone.pk]}, status=202)

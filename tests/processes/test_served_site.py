@@ -8,50 +8,16 @@ one does.
 
 from __future__ import annotations
 
-import http.cookiejar
 import re
-import socket
-import urllib.parse
-import urllib.request
 
 import pytest
 from django.contrib.auth import get_user_model
 
 from django_jobs.models import Job, JobStatus, Leader
 from tests.conftest import RunjobsProcesses, wait_until
+from tests.served import Browser, free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-class Browser:
-    """Cookies, and the CSRF token Django's forms need, over urllib."""
-
-    def __init__(self, base: str) -> None:
-        self.base = base
-        self.cookies = http.cookiejar.CookieJar()
-        self.opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(self.cookies))
-
-    def get(self, path: str) -> tuple[int, str]:
-        with self.opener.open(self.base + path, timeout=20) as response:
-            return response.status, response.read().decode()
-
-    def post(self, path: str, data: dict[str, str]) -> tuple[int, str]:
-        token = next((c.value for c in self.cookies if c.name == "csrftoken"), "")
-        body = urllib.parse.urlencode({**data, "csrfmiddlewaretoken": token}).encode()
-        request = urllib.request.Request(  # noqa: S310 - 127.0.0.1 only
-            self.base + path, data=body, headers={"Referer": self.base + path}
-        )
-        try:
-            with self.opener.open(request, timeout=20) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
 
 
 def test_a_served_site_enqueues_from_a_view_and_its_admin_shows_the_leader(
@@ -63,13 +29,7 @@ def test_a_served_site_enqueues_from_a_view_and_its_admin_shows_the_leader(
     worker = runjobs_process.start("--queue", "default", "--queue", "emails")
     browser = Browser(f"http://127.0.0.1:{port}")
 
-    def up() -> bool:
-        try:
-            return browser.get("/admin/login/")[0] == 200
-        except OSError:
-            return False
-
-    wait_until(up, timeout=30)
+    wait_until(browser.up, timeout=30)
     # The signup view is a plain POST with its CSRF token: it needs the cookie first.
     status, body = browser.post("/signup/", {"email": "ada@example.com"})
     assert status == 202, body

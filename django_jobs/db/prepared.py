@@ -1,0 +1,220 @@
+"""PostgreSQL's hot cursor: its statements prepared on the server, where it is safe.
+
+Planning a hot-path statement costs more than running it, so the driver
+prepares them (``DJANGO_JOBS["PREPARED_STATEMENTS"]``, on by default); psycopg
+names them ``_pg3_0``, ``_pg3_1``... on each connection. Behind a pooler in
+transaction mode that cannot keep them (PgBouncer before 1.21), a client's
+transactions land on server connections that other clients prepared statements
+on under the same names (42P05, ``already exists``; or, psycopg having
+prepared its own under that name elsewhere, 08P01 when the numbers of
+parameters differ), or that lack the ones it prepared (26000, ``does not
+exist``).
+
+So, behind a pooler, a statement is prepared only where it can be run again
+after such a failure: on its own (autocommit), or in a transaction of the
+driver's own (:func:`own_transaction`: a savepoint inside the caller's), never
+in the caller's transaction, which a failed statement aborts. Straight to the
+server, a connection keeps its session, and statements are prepared in the
+caller's transaction too (:func:`behind_pooler` tells the two apart, once per
+alias). The first such failure stops the preparing on that alias for the
+process, with one warning (``prepared_statements_off``), and the statement is
+sent again unprepared, or the driver's transaction, rolled back, runs again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+from django.db import DatabaseError
+
+if TYPE_CHECKING:
+    from .postgresql import PostgresDriver
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: psycopg's ``prepare_threshold`` on a connection whose hot-path statements are prepared:
+#: the number of runs after which psycopg would prepare any other statement itself.
+NEVER_BY_COUNT = 2**62
+
+#: The attribute of a Django connection that keeps its :class:`HotCursor`.
+HOT_CURSOR = "_django_jobs_hot_cursor"
+
+#: The attribute of a Django connection set while it runs a transaction of the driver's own.
+OWN_TRANSACTION = "_django_jobs_own_transaction"
+
+#: The SQLSTATEs of a prepared statement the server has under another client's text
+#: (42P05, duplicate_prepared_statement) or has not (26000, invalid_sql_statement_name).
+LOST_PREPARED_STATEMENT = frozenset({"42P05", "26000"})
+#: Another client's statement under the name psycopg gave its own, with another number of
+#: parameters: protocol_violation, ``bind message supplies 9 parameters, but prepared
+#: statement "_pg3_0" requires 10``.
+OTHER_PREPARED_STATEMENT = "08P01"
+
+
+class HotCursor(NamedTuple):
+    """The hot-path cursor kept on one Django connection, and what it was made for."""
+
+    raw_connection: Any
+    logged: bool
+    prepare: bool
+    cursor: Any
+
+
+def lost_prepared_statement(error: BaseException) -> bool:
+    """Whether ``error`` (psycopg's, or Django's around it) says the server's prepared
+    statements are not those psycopg prepared on this connection."""
+    cause = error if hasattr(error, "sqlstate") else error.__cause__
+    sqlstate = getattr(cause, "sqlstate", None)
+    if sqlstate == OTHER_PREPARED_STATEMENT:
+        return "prepared statement" in str(cause)
+    return sqlstate in LOST_PREPARED_STATEMENT
+
+
+@contextmanager
+def hot_cursor(driver: PostgresDriver) -> Iterator[Any]:
+    """A Django cursor whose statements are bound, and prepared, on the server.
+
+    Wrapped like Django's own cursors, so query logging and
+    ``execute_wrapper`` see its statements. One is kept per connection and
+    used again (making and wrapping one costs as much CPU as the
+    statement's own round trip): it is made anew when the connection was
+    opened again, query logging was switched on or off, or preparing stopped.
+    """
+    connection = driver.connection
+    connection.ensure_connection()
+    kept: HotCursor | None = getattr(connection, HOT_CURSOR, None)
+    if (
+        kept is None
+        or kept.raw_connection is not connection.connection
+        or kept.logged != connection.queries_logged
+        or kept.prepare != driver.prepare
+    ):
+        kept = make_hot_cursor(driver, connection)
+        setattr(connection, HOT_CURSOR, kept)
+    yield kept.cursor
+
+
+def make_hot_cursor(driver: PostgresDriver, connection: Any) -> HotCursor:
+    from django.db.backends.postgresql import base as backend
+
+    raw: Any = backend.ServerBindingCursor(connection.connection)  # type: ignore[call-arg]
+    # A logged connection (DEBUG, assertNumQueries) runs them unprepared, even those
+    # prepared before: psycopg keeps no text of a prepared statement's run for the log.
+    if driver.prepare and not connection.queries_logged:
+        raw.execute = partial(run, driver, connection, raw, raw.execute)
+        if connection.connection.prepare_threshold is None:
+            # Django's default, under which psycopg prepares nothing, even when asked.
+            # A threshold no statement reaches: only the hot path's are prepared.
+            connection.connection.prepare_threshold = NEVER_BY_COUNT
+    else:
+        raw.execute = partial(raw.execute, prepare=False)
+    return HotCursor(
+        connection.connection,
+        connection.queries_logged,
+        driver.prepare,
+        connection._prepare_cursor(raw),
+    )
+
+
+def run(
+    driver: PostgresDriver,
+    connection: Any,
+    raw: Any,
+    execute: Callable[..., Any],
+    query: Any,
+    params: Any = None,
+) -> Any:
+    """Run one statement of the hot cursor ``raw`` (``execute``: its psycopg method),
+    prepared where it can be run again (:func:`prepares_now`).
+
+    If the server's prepared statements are not psycopg's, preparing stops and
+    the statement is sent again unprepared; in a transaction of the driver's
+    own, which the failure aborted, the error goes on to :func:`own_transaction`,
+    which runs it again.
+    """
+    if not prepares_now(driver, connection):
+        return execute(query, params, prepare=False)
+    try:
+        return execute(query, params, prepare=True)
+    except Exception as error:  # psycopg's own: Django wraps it further out
+        if not lost_prepared_statement(error):
+            raise
+        stop_preparing(driver, error)
+        if not connection.autocommit:
+            raise
+        if raw.pgresult is not None:
+            # It ran: what failed is the DEALLOCATE of an old statement that psycopg
+            # sends after one (past its ``prepared_max``). Not again.
+            return raw
+    return execute(query, params, prepare=False)
+
+
+def prepares_now(driver: PostgresDriver, connection: Any) -> bool:
+    """Whether the next hot statement on ``connection`` is prepared: where it can be run
+    again, on its own (autocommit) or in a transaction of the driver's own; in the
+    caller's transaction, which a failed statement would abort, only straight to the
+    server."""
+    return driver.prepare and (
+        connection.autocommit
+        or getattr(connection, OWN_TRANSACTION, False)
+        or not behind_pooler(driver, connection)
+    )
+
+
+def behind_pooler(driver: PostgresDriver, connection: Any) -> bool:
+    """Whether the driver's alias reaches the server through a pooler, as the first of its
+    connections in this process to ask finds: the session its statements run in is not
+    the one the connection was told of at its start (a pooler gives a key of its own, and
+    hands the client's transactions to whichever server connection it has free). One
+    round trip, once."""
+    if driver.behind_pooler is None:
+        raw = connection.connection
+        (pid,) = raw.execute("SELECT pg_backend_pid()", prepare=False).fetchone()
+        driver.behind_pooler = pid != raw.info.backend_pid
+    return bool(driver.behind_pooler)
+
+
+def stop_preparing(driver: PostgresDriver, error: BaseException) -> None:
+    """Prepare nothing more on the driver's alias in this process, and say so, once."""
+    with driver.stopping:
+        if not driver.prepare:
+            return
+        driver.prepare = False
+    logger.warning(
+        "database %r: prepared statements do not hold on its connections (%s), as behind"
+        " a pooler in transaction mode: django-jobs prepares none there from now on, in"
+        ' this process. Set DJANGO_JOBS["PREPARED_STATEMENTS"] = False behind such a pooler.',
+        driver.using,
+        str(error).strip(),
+        extra={"event": "prepared_statements_off", "database": driver.using},
+    )
+
+
+def own_transaction(driver: PostgresDriver, work: Callable[[], T]) -> T:
+    """``work`` in a transaction of the driver's own (a savepoint inside the caller's),
+    its hot statements prepared; run once more, unprepared, if the server's prepared
+    statements were not psycopg's (the failure rolled it back)."""
+    try:
+        return in_own_transaction(driver, work)
+    except DatabaseError as error:
+        if not lost_prepared_statement(error):
+            raise
+        stop_preparing(driver, error)
+    return in_own_transaction(driver, work)
+
+
+def in_own_transaction(driver: PostgresDriver, work: Callable[[], T]) -> T:
+    connection = driver.connection
+    outer = getattr(connection, OWN_TRANSACTION, False)
+    with driver.write_transaction():
+        setattr(connection, OWN_TRANSACTION, True)
+        try:
+            return work()
+        finally:
+            setattr(connection, OWN_TRANSACTION, outer)
