@@ -103,7 +103,7 @@ class PostgresDriver(Driver):
         # On until the server loses a prepared statement (:func:`.prepared.stop_preparing`).
         self.prepare = bool(settings.PREPARED_STATEMENTS)
         self.stopping = threading.Lock()
-        # Found on the first statement in a caller's transaction (.prepared.behind_pooler).
+        # Found on the first hot statement (.prepared.behind_pooler): none is prepared then.
         self.behind_pooler: bool | None = None
         self.idle_bound_ms: int | None = None
 

@@ -10,15 +10,22 @@ prepared its own under that name elsewhere, 08P01 when the numbers of
 parameters differ), or that lack the ones it prepared (26000, ``does not
 exist``).
 
-So, behind a pooler, a statement is prepared only where it can be run again
-after such a failure: on its own (autocommit), or in a transaction of the
-driver's own (:func:`own_transaction`: a savepoint inside the caller's), never
-in the caller's transaction, which a failed statement aborts. Straight to the
-server, a connection keeps its session, and statements are prepared in the
-caller's transaction too (:func:`behind_pooler` tells the two apart, once per
-alias). The first such failure stops the preparing on that alias for the
-process, with one warning (``prepared_statements_off``), and the statement is
-sent again unprepared, or the driver's transaction, rolled back, runs again.
+Worse, a name can meet another client's statement with as many parameters of
+the same types: the server runs that one, and nothing fails. So behind a
+pooler nothing is prepared: the first hot statement on an alias asks whether
+its session is the one its connection was given (:func:`behind_pooler`, once
+per alias and process), and if not, preparing stops there, with one warning
+(``prepared_statements_off``) that names the setting.
+
+Straight to the server a connection keeps its session, and the hot statements
+are prepared. Should the server's prepared statements still not be psycopg's,
+the first such failure stops the preparing on that alias for the process, with
+the same warning, and the statement is sent again unprepared: on its own
+(autocommit) at once, and in a transaction of the driver's own
+(:func:`own_transaction`: a savepoint inside the caller's) by running that
+transaction again. Only a failure inside the caller's transaction, which it
+aborts, cannot be undone: behind a pooler, where they happen, nothing is
+prepared.
 """
 
 from __future__ import annotations
@@ -44,9 +51,6 @@ NEVER_BY_COUNT = 2**62
 
 #: The attribute of a Django connection that keeps its :class:`HotCursor`.
 HOT_CURSOR = "_django_jobs_hot_cursor"
-
-#: The attribute of a Django connection set while it runs a transaction of the driver's own.
-OWN_TRANSACTION = "_django_jobs_own_transaction"
 
 #: The SQLSTATEs of a prepared statement the server has under another client's text
 #: (42P05, duplicate_prepared_statement) or has not (26000, invalid_sql_statement_name).
@@ -156,15 +160,9 @@ def run(
 
 
 def prepares_now(driver: PostgresDriver, connection: Any) -> bool:
-    """Whether the next hot statement on ``connection`` is prepared: where it can be run
-    again, on its own (autocommit) or in a transaction of the driver's own; in the
-    caller's transaction, which a failed statement would abort, only straight to the
-    server."""
-    return driver.prepare and (
-        connection.autocommit
-        or getattr(connection, OWN_TRANSACTION, False)
-        or not behind_pooler(driver, connection)
-    )
+    """Whether the next hot statement on ``connection`` is prepared: only straight to the
+    server (a pooler found stops the preparing, :func:`behind_pooler`)."""
+    return driver.prepare and not behind_pooler(driver, connection)
 
 
 def behind_pooler(driver: PostgresDriver, connection: Any) -> bool:
@@ -172,26 +170,28 @@ def behind_pooler(driver: PostgresDriver, connection: Any) -> bool:
     connections in this process to ask finds: the session its statements run in is not
     the one the connection was told of at its start (a pooler gives a key of its own, and
     hands the client's transactions to whichever server connection it has free). One
-    round trip, once."""
+    round trip, once; a pooler found stops the preparing, saying so."""
     if driver.behind_pooler is None:
         raw = connection.connection
         (pid,) = raw.execute("SELECT pg_backend_pid()", prepare=False).fetchone()
         driver.behind_pooler = pid != raw.info.backend_pid
+        if driver.behind_pooler:
+            stop_preparing(driver, "its connections reach the server through a pooler")
     return bool(driver.behind_pooler)
 
 
-def stop_preparing(driver: PostgresDriver, error: BaseException) -> None:
+def stop_preparing(driver: PostgresDriver, why: BaseException | str) -> None:
     """Prepare nothing more on the driver's alias in this process, and say so, once."""
     with driver.stopping:
         if not driver.prepare:
             return
         driver.prepare = False
     logger.warning(
-        "database %r: prepared statements do not hold on its connections (%s), as behind"
-        " a pooler in transaction mode: django-jobs prepares none there from now on, in"
-        ' this process. Set DJANGO_JOBS["PREPARED_STATEMENTS"] = False behind such a pooler.',
+        "database %r: %s, where prepared statements do not hold (a pooler in transaction"
+        " mode hands them to other clients): django-jobs prepares none there from now on,"
+        ' in this process. Set DJANGO_JOBS["PREPARED_STATEMENTS"] = False behind a pooler.',
         driver.using,
-        str(error).strip(),
+        why if isinstance(why, str) else f"its server lost a prepared statement ({why})".strip(),
         extra={"event": "prepared_statements_off", "database": driver.using},
     )
 
@@ -201,20 +201,11 @@ def own_transaction(driver: PostgresDriver, work: Callable[[], T]) -> T:
     its hot statements prepared; run once more, unprepared, if the server's prepared
     statements were not psycopg's (the failure rolled it back)."""
     try:
-        return in_own_transaction(driver, work)
+        with driver.write_transaction():
+            return work()
     except DatabaseError as error:
         if not lost_prepared_statement(error):
             raise
         stop_preparing(driver, error)
-    return in_own_transaction(driver, work)
-
-
-def in_own_transaction(driver: PostgresDriver, work: Callable[[], T]) -> T:
-    connection = driver.connection
-    outer = getattr(connection, OWN_TRANSACTION, False)
     with driver.write_transaction():
-        setattr(connection, OWN_TRANSACTION, True)
-        try:
-            return work()
-        finally:
-            setattr(connection, OWN_TRANSACTION, outer)
+        return work()

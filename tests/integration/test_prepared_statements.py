@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 
 from django_jobs import schedule_job, schedule_jobs
 from django_jobs.db import ClaimRequest, get_driver
@@ -101,18 +102,29 @@ def test_prepared_insert_that_clashes_in_autocommit_is_sent_again_unprepared(dri
     assert_turned_off_once(driver, caplog)
 
 
-def test_prepared_inserts_in_the_callers_transaction_behind_a_pooler_are_not_prepared(
-    driver, caplog
-):
+def prepared_here() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_prepared_statements")
+        (count,) = cursor.fetchone()
+    return int(count)
+
+
+def test_nothing_is_prepared_behind_a_pooler_in_or_out_of_the_callers_transaction(driver, caplog):
+    """Behind a pooler a prepared statement's name can meet another client's statement of
+    as many parameters, which the server would run without an error: none is prepared."""
     driver.behind_pooler = True  # as found through PgBouncer
     take_next_names()
+    taken = prepared_here()
     with transaction.atomic():
         one = schedule_job("tests.ok")
         many = schedule_jobs([{"job": "tests.ok"}, {"job": "tests.ok"}])
         assert Job.objects.count() == 3  # the caller's transaction goes on
-    assert statuses(one.pk, *(job.pk for job in many)) == [JobStatus.PENDING] * 3
+    alone = schedule_job("tests.ok")
+    now = timezone.now()
+    assert len(driver.claim(ClaimRequest("default", "w1", now, LEASE, 10, None))) == 4
+    assert statuses(one.pk, alone.pk, *(job.pk for job in many)) == [JobStatus.RUNNING] * 4
+    assert prepared_here() == taken
     assert turned_off(caplog) == []  # nothing prepared, nothing clashed
-    assert driver.prepare
 
 
 def test_prepared_inserts_in_the_callers_transaction_straight_to_the_server_are_prepared(
