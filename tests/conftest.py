@@ -76,6 +76,16 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 
         if not driver_class("default").prepares_statements:
             pytest.skip("needs a driver that prepares its statements on the server")
+    wants_host_clock = item.get_closest_marker("host_clock")
+    wants_own_clock = item.get_closest_marker("database_clock")
+    if wants_host_clock or wants_own_clock:
+        from django_jobs.db import driver_class
+
+        hosts = driver_class("default").clock_is_hosts
+        if wants_host_clock and not hosts:
+            pytest.skip("needs a database whose clock is this host's (SQLite)")
+        if wants_own_clock and hosts:
+            pytest.skip("needs a database with a clock of its own, apart from this host's")
     if item.get_closest_marker("journal_modes"):
         from django_jobs.db import driver_class
 

@@ -138,6 +138,9 @@ class Driver:
     has_journal_modes = False
     #: The hot-path statements may be prepared on the server (``PREPARED_STATEMENTS``).
     prepares_statements = False
+    #: The database's clock is this host's (SQLite's): the worker's clock reads the host's
+    #: itself, to the microsecond, not the database's reading of it (:meth:`database_now`).
+    clock_is_hosts = False
 
     def __init__(self, using: str = "default") -> None:
         self.using = using
@@ -233,7 +236,8 @@ class Driver:
         return False
 
     def database_now(self) -> datetime | None:
-        """The database server's clock (None if it cannot be read)."""
+        """The database server's clock (None if it cannot be read); not asked where the
+        database's clock is this host's (:attr:`clock_is_hosts`)."""
         raise NotImplementedError
 
     def wake(self, queues: Iterable[str]) -> None:

@@ -17,7 +17,7 @@ import logging
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from django.core.checks import CheckMessage, Error, Warning
@@ -60,6 +60,10 @@ def wanted_options(options: Mapping[str, Any]) -> dict[str, Any]:
 class SQLiteDriver(Driver):
     row_lock = ""  # the claim's write transaction (BEGIN IMMEDIATE) holds the database
     has_journal_modes = True
+    # SQLite reads this host's clock, and to the millisecond only (strftime's '%f'): taken as
+    # the database's time, it put the worker's clock up to a millisecond behind the clock
+    # that stamped a job's run_at, and a job enqueued in that millisecond was not yet due.
+    clock_is_hosts = True
 
     @contextmanager
     def write_transaction(self) -> Iterator[None]:
@@ -188,13 +192,6 @@ class SQLiteDriver(Driver):
         if str(mode).lower() != "wal":
             raise OperationalError(f"SQLite kept the journal mode {mode!r}")
         return True
-
-    def database_now(self) -> datetime | None:
-        # SQLite reads this host's clock, at millisecond resolution.
-        with self.connection.cursor() as cursor:
-            cursor.execute("SELECT strftime('%Y-%m-%d %H:%M:%f', 'now')")
-            (value,) = cursor.fetchone()
-        return datetime.strptime(value, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=timezone.utc)
 
     def insert_jobs(self, rows: Sequence[Job], now: datetime) -> None:
         """One row (``schedule_job()``) in one statement whose text is built once; more

@@ -1,6 +1,7 @@
 """When a burst worker (``runjobs --burst``) is done, and what it says while it waits.
 
-A burst worker exits once no job on its queues is due or running. While
+A burst worker exits once no job on its queues is due (or due within a second)
+or running. While
 nothing is due but jobs still run (here, or on another worker whose lease
 may have to run out first), it says once which jobs it waits for and until
 when their leases hold; when it exits, it names the jobs it leaves for a
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from ..display import format_age, format_time
@@ -22,6 +23,10 @@ logger = logging.getLogger(__name__)
 
 #: Jobs a line names one by one; the rest are counted.
 NAMED = 5
+#: A job due this soon is waited for, not left for a later run: its ``run_at`` was stamped
+#: by the enqueuing host's clock, which may run a moment ahead of the worker's (the
+#: database's).
+DUE_SOON = timedelta(seconds=1)
 
 
 def job_list(ids: Sequence[int]) -> str:
@@ -49,9 +54,10 @@ class BurstCheck:
         return Job.objects.using(p.using).filter(queue__in=list(p.queues))
 
     def due(self, now: datetime) -> Any:
-        """The due jobs a claim could take: none of a paused queue's."""
+        """The jobs a claim could take now or within :data:`DUE_SOON`: none of a paused
+        queue's."""
         paused = Queue.objects.using(self.parts.using).paused().values("name")
-        return self.jobs().due(now).exclude(queue__in=paused)
+        return self.jobs().due(now + DUE_SOON).exclude(queue__in=paused)
 
     def drained(self, busy: bool) -> bool:
         """True when no job on the worker's queues is due or running (``busy``: a handler

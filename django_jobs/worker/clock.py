@@ -154,8 +154,11 @@ class DatabaseClock:
         from ..db import get_driver
         from .deadlines import deadline
 
+        driver = get_driver(self.using)
+        if driver.clock_is_hosts:
+            return None  # the host's own clock: see measure()
         with deadline(self.timeout_seconds, self.using, "reading the database clock"):
-            return get_driver(self.using).database_now()
+            return driver.database_now()
 
     def measure(self) -> timedelta:
         """Read the database's clock; return its offset from this host's wall clock.
@@ -171,7 +174,7 @@ class DatabaseClock:
         db_now = self.read()
         after, host_after = self.monotonic(), self.host.now()
         host_midpoint = host_before + (host_after - host_before) / 2
-        if db_now is None:  # a database without a clock to read: the host's
+        if db_now is None:  # the database's clock is the host's, or cannot be read
             db_now = host_midpoint
         elif timezone.is_naive(db_now):
             db_now = timezone.make_aware(db_now, dt_timezone.utc)

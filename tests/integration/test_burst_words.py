@@ -183,3 +183,38 @@ def test_a_keyed_job_waiting_for_its_key_starts_as_the_running_one_ends(settings
     assert first.finished_at is not None and second.started_at is not None
     gap = (second.started_at - first.finished_at).total_seconds()
     assert gap < 1, f"the second job started {gap:.1f} s after the first ended: a poll"
+
+
+@pytest.mark.host_clock
+def test_a_job_enqueued_just_before_a_tick_is_due_at_it():
+    """Where the database's clock is this host's, the worker's clock reads it to the
+    microsecond: SQLite's own reading, to the millisecond, put the worker up to a
+    millisecond behind the clock that stamped ``run_at``, and a tick in that millisecond
+    left the job pending (``run_until_empty()`` returned with it ``READY``)."""
+    from django_jobs.testing import run_until_empty
+    from django_jobs.worker.clock import DatabaseClock
+
+    worker = Worker(queues={"default": 1}, clock=DatabaseClock())
+    worker.clock.now()  # measured before the jobs are enqueued, as a running worker's is
+    for _ in range(100):
+        stamped = timezone.now()
+        assert worker.clock.now() >= stamped
+    for _ in range(20):
+        job = schedule_job("tests.ok")
+        assert run_until_empty(worker).succeeded == 1
+        assert Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED
+    worker.inflight.close()
+
+
+def test_burst_waits_for_a_job_due_within_a_second(settings, caplog):
+    """Its ``run_at`` was stamped by the enqueuing host's clock, which may run a moment
+    ahead of the worker's: a burst worker runs it rather than leave it for a later run."""
+    settings.DJANGO_JOBS = FAST
+    job = schedule_job("tests.ok", run_at=timezone.now() + timedelta(seconds=0.5))
+    caplog.set_level(logging.INFO, logger="django_jobs")
+    _, thread = burst_worker()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED
+    [exit_line] = said(caplog, "burst_drained")
+    assert exit_line.due_later == 0

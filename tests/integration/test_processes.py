@@ -71,6 +71,7 @@ class SkewedHostClock:
         return SystemClock().now() + timedelta(hours=1)
 
 
+@pytest.mark.database_clock  # SQLite's clock is the host's: no host is wrong against it
 @pytest.mark.django_db
 def test_database_clock_corrects_a_wrong_host_clock(make_job):
     clock = DatabaseClock(host=SkewedHostClock())
@@ -78,6 +79,7 @@ def test_database_clock_corrects_a_wrong_host_clock(make_job):
     assert abs(clock.offset + timedelta(hours=1)) < timedelta(seconds=5)
 
 
+@pytest.mark.database_clock
 @pytest.mark.django_db
 def test_worker_with_a_fast_host_clock_does_not_take_a_live_lease(make_job, settings):
     settings.DJANGO_JOBS = {"LEASE_SECONDS": 30}
