@@ -50,47 +50,42 @@ def execute_held_on_a_thread(w: Any, claimed: Any, statuses: list[Any]) -> threa
     return thread
 
 
+#: marker -> (the driver's capability, the value the test needs, why it skips otherwise)
+CAPABILITY_MARKERS = {
+    "skip_locked": ("supports_skip_locked", True, "needs SELECT ... FOR UPDATE SKIP LOCKED"),
+    "guarded_update": ("supports_skip_locked", False, "needs the guarded-update claimer"),
+    "listen_notify": ("supports_listen", True, "needs LISTEN/NOTIFY"),
+    "without_listen_notify": (
+        "supports_listen",
+        False,
+        "needs a database without LISTEN/NOTIFY",
+    ),
+    "prepared_statements": (
+        "prepares_statements",
+        True,
+        "needs a driver that prepares its statements on the server",
+    ),
+    "host_clock": ("clock_is_hosts", True, "needs a database whose clock is this host's (SQLite)"),
+    "database_clock": (
+        "clock_is_hosts",
+        False,
+        "needs a database with a clock of its own, apart from this host's",
+    ),
+    "journal_modes": (
+        "has_journal_modes",
+        True,
+        "needs a database file with journal modes (SQLite's WAL)",
+    ),
+}
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    wants_skip_locked = item.get_closest_marker("skip_locked")
-    wants_guarded = item.get_closest_marker("guarded_update")
-    if wants_skip_locked or wants_guarded:
-        from django_jobs.db import driver_class
+    for marker, (capability, wanted, why) in CAPABILITY_MARKERS.items():
+        if item.get_closest_marker(marker):
+            from django_jobs.db import driver_class
 
-        has = driver_class("default").supports_skip_locked
-        if wants_skip_locked and not has:
-            pytest.skip("needs SELECT ... FOR UPDATE SKIP LOCKED")
-        if wants_guarded and has:
-            pytest.skip("needs the guarded-update claimer")
-    wants_listen = item.get_closest_marker("listen_notify")
-    wants_no_listen = item.get_closest_marker("without_listen_notify")
-    if wants_listen or wants_no_listen:
-        from django_jobs.db import driver_class
-
-        has = driver_class("default").supports_listen
-        if wants_listen and not has:
-            pytest.skip("needs LISTEN/NOTIFY")
-        if wants_no_listen and has:
-            pytest.skip("needs a database without LISTEN/NOTIFY")
-    if item.get_closest_marker("prepared_statements"):
-        from django_jobs.db import driver_class
-
-        if not driver_class("default").prepares_statements:
-            pytest.skip("needs a driver that prepares its statements on the server")
-    wants_host_clock = item.get_closest_marker("host_clock")
-    wants_own_clock = item.get_closest_marker("database_clock")
-    if wants_host_clock or wants_own_clock:
-        from django_jobs.db import driver_class
-
-        hosts = driver_class("default").clock_is_hosts
-        if wants_host_clock and not hosts:
-            pytest.skip("needs a database whose clock is this host's (SQLite)")
-        if wants_own_clock and hosts:
-            pytest.skip("needs a database with a clock of its own, apart from this host's")
-    if item.get_closest_marker("journal_modes"):
-        from django_jobs.db import driver_class
-
-        if not driver_class("default").has_journal_modes:
-            pytest.skip("needs a database file with journal modes (SQLite's WAL)")
+            if bool(getattr(driver_class("default"), capability)) != wanted:
+                pytest.skip(why)
     if item.get_closest_marker("rolled_back_ddl"):
         from django.db import connection
 
