@@ -187,6 +187,14 @@ LEASE_EVENTS: dict[str, tuple[int, str]] = {
         logging.WARNING,
         "its progress report cannot be stored (%(error)s); dropped",
     ),
+    "job_outcome_refused": (
+        logging.ERROR,
+        "its outcome (%(outcome)s) %(why)s (%(error)s); recorded as a failed attempt",
+    ),
+    "job_outcome_unrecorded": (
+        logging.ERROR,
+        "not even its failure could be recorded (%(error)s); its lease will run out",
+    ),
 }
 #: The event name a lease event is logged under, where it differs from its key.
 LOGGED_AS = {"job_lease_given_up": "job_lease_lost", "job_cancelled_at_stop": "job_cancelled"}

@@ -136,16 +136,13 @@ class OutcomeWriter:
         """``outcome`` as its attempt's failure, decided under the default retry policy (which
         cannot fail), logged with why."""
         claimed = outcome.claimed
-        logger.error(
-            "job %s #%s attempt %s: its outcome (%s) %s, so it is recorded as failed: %s: %s",
-            claimed.name,
-            claimed.id,
-            claimed.attempt,
-            outcome.result.outcome,
-            why,
-            type(exc).__name__,
-            exc,
-            extra={"event": "outcome_refused", "job_id": claimed.id, "attempt": claimed.attempt},
+        error = f"{type(exc).__name__}: {exc}"
+        report_lease(
+            "job_outcome_refused",
+            *claimed.pair,
+            outcome=outcome.result.outcome,
+            why=why,
+            error=error,
         )
         failure = replace(outcome, result=unrecorded(claimed, outcome.result, why, exc))
         return Decided(failure, decide(claimed, failure.result, now, RetryPolicy(), self.rng))
@@ -174,15 +171,8 @@ class OutcomeWriter:
                 try:
                     settled = self.settle([one.settlement], patience)
                 except ROW_ERRORS as again:
-                    logger.error(
-                        "job #%s attempt %s: not even its failure could be recorded (%s: %s); "
-                        "its lease will run out",
-                        one.settlement.job_id,
-                        one.settlement.attempt,
-                        type(again).__name__,
-                        again,
-                        extra={"event": "worker_error", "job_id": one.settlement.job_id},
-                    )
+                    error = f"{type(again).__name__}: {again}"
+                    report_lease("job_outcome_unrecorded", *one.settlement.pair, error=error)
                     settled = Settled([one.settlement])
             final.append(one)
             lost += settled.lost
