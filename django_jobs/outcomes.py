@@ -1,9 +1,12 @@
-"""What the end of an attempt means for its job: one pure function, no database.
+"""How a job's attempt ends, whoever ends it: pure functions, no database.
 
 :func:`decide` turns a claimed job and its handler's result into a
 :class:`Settlement`: the job's next status, when it runs again, what is
 recorded on the attempt. The database driver only writes what was decided
 (:meth:`django_jobs.db.base.Driver.settle`), fenced by owner and attempt.
+:func:`released` is an attempt handed back at a stop; :func:`lapsed` one whose
+lease the rescuer took back; :func:`exhausted` what a pending job with no
+attempt left is written with.
 """
 
 from __future__ import annotations
@@ -12,9 +15,10 @@ import random
 import traceback
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from functools import partial
 
 from .conf import MAX_DELAY_SECONDS
-from .db.records import ClaimedJob, Settlement
+from .db.records import ClaimedJob, Settlement, UnleasedRow
 from .models import AttemptOutcome, JobStatus
 from .payloads import decode_payload
 from .redaction import masker
@@ -26,6 +30,7 @@ ERROR_LIMIT = 2000
 #: raised is (see :func:`~django_jobs.text.keep_end`).
 TRACEBACK_LIMIT = 10_000
 RELEASED_ERROR = "Released: the worker stopped before the handler finished"
+EXHAUSTED_ERROR = "NoAttemptsLeft: pending with no attempt left"
 
 
 def error_text(exc: BaseException, limit: int | None = ERROR_LIMIT) -> str:
@@ -175,3 +180,51 @@ def released(job_id: int, owner: str, attempt: int, now: datetime) -> Settlement
         run_at=now,
         give_back=True,
     )
+
+
+def lapsed(row: UnleasedRow, now: datetime) -> Settlement:
+    """A running job whose lease lapsed (its worker died, or was cut off), taken back at
+    ``now``: a failed attempt, outcome ``lease_expired``.
+
+    The job is due again at once, dead-lettered when no attempt is left, or cancelled when
+    ``cancel_job()`` asked (it does not run again). ``owner`` is ``""`` for a row that
+    had none.
+    """
+    error = lease_lost_error(row)[:ERROR_LIMIT]
+    ended = partial(
+        Settlement,
+        row.id,
+        row.lease_owner or "",
+        row.attempt,
+        AttemptOutcome.LEASE_EXPIRED,
+        ended_at=now,
+        error=error,
+        last_error=error,
+    )
+    if row.cancel_requested_at is not None:
+        return ended(JobStatus.CANCELLED, finished_at=now)
+    if row.attempts_used >= row.max_attempts:
+        return ended(JobStatus.DEAD_LETTERED, finished_at=now)
+    return ended(JobStatus.PENDING, run_at=now)
+
+
+def lease_lost_error(row: UnleasedRow) -> str:
+    """Why ``row``'s attempt ended: whose lease was lost, or that it had none."""
+    if not row.lease_owner:
+        return f"LeaseExpired: running with no lease owner on attempt {row.attempt}"
+    held = f"worker {row.lease_owner}"
+    if row.lease_expires_at is None:
+        return f"LeaseExpired: {held} held attempt {row.attempt} with no lease expiry"
+    return f"LeaseExpired: {held} lost its lease on attempt {row.attempt}"
+
+
+def exhausted(now: datetime) -> dict[str, object]:
+    """The columns a pending job with no attempt left (a row written by hand, say) is
+    dead-lettered with at ``now``: no attempt ends, none could start."""
+    return {
+        "status": JobStatus.DEAD_LETTERED,
+        "finished_at": now,
+        "last_error": EXHAUSTED_ERROR,
+        "lease_owner": None,
+        "lease_expires_at": None,
+    }

@@ -134,6 +134,30 @@ class Settlement:
         return (self.job_id, self.attempt)
 
 
+class UnleasedRow(NamedTuple):
+    """A running row without a live lease, as the rescuer read it: what its write is fenced
+    by (``lease_owner``, ``lease_expires_at``, ``attempt``) and what decides its end."""
+
+    id: int
+    name: str
+    queue: str
+    lease_owner: str | None
+    lease_expires_at: datetime | None
+    attempt: int
+    attempts_used: int
+    max_attempts: int
+    cancel_requested_at: datetime | None
+
+
+class ExhaustedRow(NamedTuple):
+    """A pending row with no attempt left, as the maintenance pass read it."""
+
+    id: int
+    name: str
+    queue: str
+    attempt: int
+
+
 @dataclass(frozen=True)
 class Settled:
     """What a settle wrote: the settlements fenced out, and those ended ``cancelled``.
