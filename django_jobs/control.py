@@ -16,10 +16,9 @@ from django.utils import timezone
 
 from .conf import require_queue_name
 from .db import get_driver
-from .events import send
+from .events import report_cancelled
 from .exceptions import JobNotCancellable, JobNotWaiting
 from .models import Job, JobStatus
-from .signals import job_cancelled
 
 logger = logging.getLogger(__name__)
 
@@ -127,16 +126,8 @@ def cancel_job(job_id: int, *, now: datetime | None = None, using: str | None = 
             )
         if cancelled:  # committed: say so
             job = jobs.get(id=job_id)
-            logger.info(
-                "job #%s cancelled", job_id, extra={"event": "job_cancelled", "job_id": job_id}
-            )
-            # Once it commits, as every signal: inside the caller's transaction, not before.
-            transaction.on_commit(
-                partial(
-                    send, job_cancelled, job_id=job.pk, name=job.name, queue=job.queue, attempt=None
-                ),
-                using=driver.using,
-            )
+            # Once it commits, as every report: inside the caller's transaction, not before.
+            transaction.on_commit(partial(report_cancelled, job), using=driver.using)
             return job
         if requested:
             logger.info(

@@ -21,7 +21,7 @@ from . import signals
 from .models import AttemptOutcome, Job, JobStatus
 
 if TYPE_CHECKING:
-    from .db.records import ClaimedJob, Settlement
+    from .db.records import ClaimedJob, ExhaustedRow, Settlement, UnleasedRow
     from .outcomes import HandlerResult
 
 logger = logging.getLogger(__name__)
@@ -149,16 +149,75 @@ def report_outcome(claimed: ClaimedJob, result: HandlerResult, settled: Settleme
                 "job_name": claimed.name,
             },
         )
+    _send_all(report, claimed.id, claimed.name, claimed.queue, claimed.attempt, settled.error)
+
+
+def _send_all(report: Report, job_id: int, name: str, queue: str, attempt: int, error: str) -> None:
+    """The signals of ``report``, with the arguments common to every outcome."""
     for signal, added in report.signals:
-        send(
-            signal,
-            job_id=claimed.id,
-            name=claimed.name,
-            queue=claimed.queue,
-            attempt=claimed.attempt,
-            error=settled.error,
-            **added,
+        send(signal, job_id=job_id, name=name, queue=queue, attempt=attempt, error=error, **added)
+
+
+# -- ends decided off the worker: the rescuer, the maintenance pass, cancel_job() ------
+
+#: How a lease taken back by the rescuer is logged, by the kind of end: level and words.
+#: Its signals are those of the same kind of end written by a worker (:data:`OUTCOMES`).
+LAPSED: dict[str, tuple[int, str]] = {
+    "failed": (logging.WARNING, "due again"),
+    "dead_lettered": (logging.ERROR, "dead-lettered"),
+    "cancelled": (logging.WARNING, "cancelled"),
+}
+
+
+def report_lapsed(row: UnleasedRow, settled: Settlement) -> None:
+    """A lease the rescuer took back (``settled``, from :func:`~django_jobs.outcomes.lapsed`),
+    once its write has committed: logged as ``job_lease_expired``, and sent as a worker's
+    failed attempt is (``job_failed``, then ``job_dead_lettered`` for the last one), or as
+    its cancel (``job_cancelled``)."""
+    kind = outcome_kind(settled.status, settled.outcome)
+    level, words = LAPSED[kind]
+    if logger.isEnabledFor(level):
+        logger.log(
+            level,
+            "job #%s: %s; %s",
+            row.id,
+            settled.error,
+            words,
+            extra={
+                "event": "job_lease_expired",
+                "job_id": row.id,
+                "attempt": row.attempt,
+                "job_name": row.name,
+            },
         )
+    _send_all(OUTCOMES[kind], row.id, row.name, row.queue, row.attempt, settled.error)
+
+
+def report_exhausted(row: ExhaustedRow, error: str) -> None:
+    """A pending job dead-lettered with no attempt left (``error``), once that committed:
+    no attempt ended, so ``job_dead_lettered`` alone."""
+    logger.error(
+        "job %s #%s dead-lettered: %s",
+        row.name,
+        row.id,
+        error,
+        extra={"event": "job_dead_lettered", "job_id": row.id, "job_name": row.name},
+    )
+    send(
+        signals.job_dead_lettered,
+        job_id=row.id,
+        name=row.name,
+        queue=row.queue,
+        attempt=row.attempt,
+        error=error,
+    )
+
+
+def report_cancelled(job: Job) -> None:
+    """A pending job ``cancel_job()`` cancelled, once that committed: it never ran, so
+    ``job_cancelled`` has no ``error`` and its ``attempt`` is None."""
+    logger.info("job #%s cancelled", job.pk, extra={"event": "job_cancelled", "job_id": job.pk})
+    send(signals.job_cancelled, job_id=job.pk, name=job.name, queue=job.queue, attempt=None)
 
 
 # -- lease events ----------------------------------------------------------------------

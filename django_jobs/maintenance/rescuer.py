@@ -1,10 +1,12 @@
 """The rescuer: takes back the jobs of workers that stopped renewing their leases.
 
 A running job whose lease expired (its worker was killed, or cut off from
-the database) is due again at once, or dead-lettered when it has no attempt
-left; its open attempt is closed as ``lease_expired``. Every write is fenced
-by the state the row was read in. Off the hot path: ORM code, on the
-maintenance interval.
+the database) ends as :func:`~django_jobs.outcomes.lapsed` decides: due again
+at once, dead-lettered when it has no attempt left, cancelled when a cancel was
+requested; its open attempt is closed as ``lease_expired``. Every write is
+fenced by the state the row was read in, and reported by
+:mod:`django_jobs.events` once it has committed. Off the hot path: ORM code, on
+the maintenance interval.
 """
 
 from __future__ import annotations
@@ -17,12 +19,16 @@ from django.db import router
 from django.db.models import Q
 
 from ..db import ROW_ERRORS, Driver, get_driver
-from ..models import Attempt, AttemptOutcome, Job, JobStatus
-from ..outcomes import ERROR_LIMIT
+from ..db.records import ExhaustedRow, Settlement, UnleasedRow
+from ..events import report_exhausted, report_lapsed
+from ..models import Attempt, Job
+from ..outcomes import exhausted, lapsed
 
 logger = logging.getLogger(__name__)
 
 RECLAIM_BATCH = 100
+#: Pending jobs with no attempt left that one maintenance pass dead-letters (and reports).
+EXHAUSTED_BATCH = 1000
 
 
 def reclaim_expired_leases(
@@ -58,20 +64,9 @@ def _without_live_lease(driver: Driver, now: datetime) -> Any:
     return Job.objects.using(driver.using).unleased(now)
 
 
-UNLEASED_FIELDS = (
-    "id",
-    "lease_owner",
-    "lease_expires_at",
-    "attempt",
-    "attempts_used",
-    "max_attempts",
-    "cancel_requested_at",
-)
-
-
-def unleased_rows(driver: Driver, now: datetime, limit: int) -> list[Any]:
-    """Up to ``limit`` running rows without a live lease, with the fields of ``UNLEASED_FIELDS``."""
-    return list(unleased_read(driver, now, limit))
+def unleased_rows(driver: Driver, now: datetime, limit: int) -> list[UnleasedRow]:
+    """Up to ``limit`` running rows without a live lease."""
+    return [UnleasedRow(*row) for row in unleased_read(driver, now, limit)]
 
 
 def unleased_read(driver: Driver, now: datetime, limit: int) -> Any:
@@ -80,46 +75,37 @@ def unleased_read(driver: Driver, now: datetime, limit: int) -> Any:
     In no set order: ordering by id would lead SQLite's planner to walk the
     whole table, where the status alone finds the few running rows.
     """
-    return (
-        _without_live_lease(driver, now)
-        .order_by()
-        .values_list(*UNLEASED_FIELDS, named=True)[:limit]
-    )
+    return _without_live_lease(driver, now).order_by().values_list(*UnleasedRow._fields)[:limit]
 
 
-def _close_attempt(
-    driver: Driver, job_id: int, number: int, outcome: str, now: datetime, error: str = ""
-) -> None:
+def _close_attempt(driver: Driver, settled: Settlement) -> None:
     Attempt.objects.using(driver.using).filter(
-        job_id=job_id, number=number, outcome__isnull=True
-    ).update(outcome=outcome, finished_at=now, error=error[:ERROR_LIMIT])
+        job_id=settled.job_id, number=settled.attempt, outcome__isnull=True
+    ).update(outcome=settled.outcome, finished_at=settled.ended_at, error=settled.error)
 
 
-def _lease_lost_error(row: Any) -> str:
-    if not row.lease_owner:
-        return f"LeaseExpired: running with no lease owner on attempt {row.attempt}"
-    held = f"worker {row.lease_owner}"
-    if row.lease_expires_at is None:
-        return f"LeaseExpired: {held} held attempt {row.attempt} with no lease expiry"
-    return f"LeaseExpired: {held} lost its lease on attempt {row.attempt}"
+def _job_columns(settled: Settlement) -> dict[str, Any]:
+    """The job's columns ``settled`` writes (None keeps a column), its lease cleared."""
+    kept = {"run_at": settled.run_at, "finished_at": settled.finished_at}
+    return {
+        "status": settled.status,
+        "last_error": settled.last_error,
+        **{column: value for column, value in kept.items() if value is not None},
+        "lease_owner": None,
+        "lease_expires_at": None,
+    }
 
 
-def reclaim_row(driver: Driver, row: Any, now: datetime) -> bool:
+def reclaim_row(driver: Driver, row: UnleasedRow, now: datetime) -> bool:
     """Take back one row read by :func:`unleased_rows`, fenced by the state it was read in.
 
     The update matches only while the row is still running with the same
     owner (or none) and attempt, and still without a live lease at ``now``.
-    Its open attempt, if it has one, is closed as ``lease_expired``.
+    It writes what :func:`~django_jobs.outcomes.lapsed` decides; its open
+    attempt, if it has one, is closed as ``lease_expired``. Once that has
+    committed, the end is reported (:func:`~django_jobs.events.report_lapsed`).
     """
-    exhausted = row.attempts_used >= row.max_attempts
-    error = _lease_lost_error(row)
-    values: dict[str, Any] = (
-        {"status": JobStatus.DEAD_LETTERED, "finished_at": now, "last_error": error}
-        if exhausted
-        else {"status": JobStatus.PENDING, "run_at": now, "last_error": error}
-    )
-    if row.cancel_requested_at is not None:  # cancel_job() asked: it does not run again
-        values = {"status": JobStatus.CANCELLED, "finished_at": now, "last_error": error}
+    settled = lapsed(row, now)
     owned = (
         Q(lease_owner__isnull=True) if row.lease_owner is None else Q(lease_owner=row.lease_owner)
     )
@@ -131,11 +117,9 @@ def reclaim_row(driver: Driver, row: Any, now: datetime) -> bool:
             locked = not driver.supports_skip_locked or (
                 fenced.select_for_update(skip_locked=True).exists()
             )
-            changed = locked and fenced.update(**values, lease_owner=None, lease_expires_at=None)
+            changed = locked and fenced.update(**_job_columns(settled))
             if changed:
-                _close_attempt(
-                    driver, row.id, row.attempt, AttemptOutcome.LEASE_EXPIRED, now, error
-                )
+                _close_attempt(driver, settled)
     except ROW_ERRORS as exc:
         logger.warning(
             "job #%s: lease could not be taken back, skipped: %s: %s",
@@ -146,22 +130,15 @@ def reclaim_row(driver: Driver, row: Any, now: datetime) -> bool:
         )
         return False
     if changed:
-        logger.warning(
-            "job #%s: %s; %s",
-            row.id,
-            error,
-            "cancelled"
-            if row.cancel_requested_at is not None
-            else "dead-lettered"
-            if exhausted
-            else "due again",
-            extra={"event": "job_lease_expired", "job_id": row.id, "attempt": row.attempt},
-        )
+        report_lapsed(row, settled)
     return bool(changed)
 
 
-def dead_letter_exhausted(now: datetime, *, using: str | None = None) -> int:
-    """Dead-letter pending jobs with no attempt left (rows written by hand, say).
+def dead_letter_exhausted(
+    now: datetime, *, using: str | None = None, batch: int = EXHAUSTED_BATCH
+) -> int:
+    """Dead-letter up to ``batch`` pending jobs with no attempt left (rows written by hand,
+    say), and report each once that has committed; the next pass takes the rest.
 
     Where rows are locked one by one, the rows are locked first, passing any a
     claim holds: InnoDB's scan locks each pending row's index entry before the
@@ -169,17 +146,14 @@ def dead_letter_exhausted(now: datetime, *, using: str | None = None) -> int:
     Such a row is claimable, so not exhausted: passing it loses nothing.
     """
     driver = get_driver(using or router.db_for_write(Job))
+    columns = exhausted(now)
     with driver.write_transaction():
         rows = Job.objects.using(driver.using).exhausted()
-        if driver.supports_skip_locked:
-            ids = list(rows.select_for_update(skip_locked=True).values_list("id", flat=True))
-            if not ids:
-                return 0
-            rows = rows.filter(id__in=ids)
-        return rows.update(
-            status=JobStatus.DEAD_LETTERED,
-            finished_at=now,
-            last_error="NoAttemptsLeft: pending with no attempt left",
-            lease_owner=None,
-            lease_expires_at=None,
-        )
+        read = rows.select_for_update(skip_locked=True) if driver.supports_skip_locked else rows
+        found = [ExhaustedRow(*row) for row in read.values_list(*ExhaustedRow._fields)[:batch]]
+        if not found:
+            return 0
+        dead_lettered = rows.filter(id__in=[row.id for row in found]).update(**columns)
+    for row in found:
+        report_exhausted(row, str(columns["last_error"]))
+    return dead_lettered
