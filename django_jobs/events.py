@@ -2,8 +2,10 @@
 signal here, and a signal's receiver that raises is logged here.
 
 A written outcome is reported by the job's new status (:data:`OUTCOMES`: log level, event
-name, signal, line); the worker's lease events (a lease given up, a time-out, a cancel
-request heard, a late result, a dropped progress report) by name (:data:`LEASE_EVENTS`).
+name, signal, line), and so is an end written off the worker (a lapsed lease the rescuer
+took back, a pending job with no attempt left, a pending job cancelled); the lease events (a
+lease given up, a time-out, a cancel request heard, a late result, a dropped progress
+report, a lease the rescuer could not take back) by name (:data:`LEASE_EVENTS`).
 Every line carries ``extra={"event": ..., "job_id": ...}``; event names match the signal
 names. Metrics and traces plug in here.
 """
@@ -253,6 +255,10 @@ LEASE_EVENTS: dict[str, tuple[int, str]] = {
     "job_outcome_unrecorded": (
         logging.ERROR,
         "not even its failure could be recorded (%(error)s); its lease will run out",
+    ),
+    "job_reclaim_failed": (  # the rescuer's write failed: the next pass tries again
+        logging.WARNING,
+        "lapsed lease could not be taken back, skipped: %(error)s",
     ),
 }
 #: The event name a lease event is logged under, where it differs from its key.

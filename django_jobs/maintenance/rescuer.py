@@ -11,7 +11,6 @@ the maintenance interval.
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 from typing import Any
 
@@ -20,11 +19,9 @@ from django.db.models import Q
 
 from ..db import ROW_ERRORS, Driver, get_driver
 from ..db.records import ExhaustedRow, Settlement, UnleasedRow
-from ..events import report_exhausted, report_lapsed
+from ..events import report_exhausted, report_lapsed, report_lease
 from ..models import Attempt, Job
-from ..outcomes import exhausted, lapsed
-
-logger = logging.getLogger(__name__)
+from ..outcomes import error_text, exhausted, lapsed
 
 RECLAIM_BATCH = 100
 #: Pending jobs with no attempt left that one maintenance pass dead-letters (and reports).
@@ -121,13 +118,7 @@ def reclaim_row(driver: Driver, row: UnleasedRow, now: datetime) -> bool:
             if changed:
                 _close_attempt(driver, settled)
     except ROW_ERRORS as exc:
-        logger.warning(
-            "job #%s: lease could not be taken back, skipped: %s: %s",
-            row.id,
-            type(exc).__name__,
-            exc,
-            extra={"event": "job_reclaim_failed", "job_id": row.id},
-        )
+        report_lease("job_reclaim_failed", row.id, row.attempt, error=error_text(exc))
         return False
     if changed:
         report_lapsed(row, settled)

@@ -159,7 +159,7 @@ def test_reclaim_skips_a_row_it_cannot_write_and_takes_back_the_rest(refuse_upda
     stuck = running(lease_owner=None, lease_expires_at=LONG_AGO)
     others = [running(lease_owner="gone", lease_expires_at=LONG_AGO) for _ in range(3)]
     refuse_updates_of(stuck.pk)
-    with caplog.at_level("WARNING", logger="django_jobs.maintenance.rescuer"):
+    with caplog.at_level("WARNING", logger="django_jobs.events"):
         assert reclaim_expired_leases(START, batch=1) == 3
     failed = [r.job_id for r in caplog.records if getattr(r, "event", "") == "job_reclaim_failed"]
     assert failed == [stuck.pk]
