@@ -33,6 +33,7 @@ from .tasks.framework import (
     task_enqueued,
 )
 from .tasks.options import TaskOptions, job_options, max_attempts_of, options_of
+from .text import is_number_text
 
 # Nothing here imports django_jobs' models at load: a project without "django_jobs" in
 # INSTALLED_APPS gets the check's error (django_jobs.E031), not a RuntimeError.
@@ -150,7 +151,7 @@ class JobsBackend(BaseTaskBackend):
 
     def get_result(self, result_id: str) -> TaskResult:
         """The task's result as it is now; ``TaskResultDoesNotExist`` for an unknown id."""
-        if not isinstance(result_id, str) or not result_id.isascii() or not result_id.isdigit():
+        if not isinstance(result_id, str) or not is_number_text(result_id):
             raise TaskResultDoesNotExist(f"no task result with id {result_id!r}")
         require_installed(self.alias)
         from .tasks.runner import load_result

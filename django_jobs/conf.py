@@ -20,7 +20,7 @@ from typing import Any, NamedTuple
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
 
-from .text import UNSTORABLE
+from .text import UNSTORABLE, is_number_text
 
 DEFAULTS: dict[str, Any] = {
     # queue name -> options; "workers" is the number of handler threads.
@@ -477,7 +477,7 @@ def parse_rate(rate: Any) -> tuple[int, int]:
     count_text, window = (part.strip().lower() for part in rate.split("/"))
     if window not in RATE_WINDOWS:
         raise ValueError(f"a rate's window is s, m or h (per second, minute, hour), got {rate!r}")
-    if not count_text.isdigit() or not 1 <= int(count_text) <= MAX_LIMIT:
+    if not is_number_text(count_text) or not 1 <= int(count_text) <= MAX_LIMIT:
         raise ValueError(f"a rate's count is a whole number from 1 to {MAX_LIMIT}, got {rate!r}")
     return int(count_text), RATE_WINDOWS[window]
 

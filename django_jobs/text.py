@@ -38,3 +38,9 @@ def storable_text(text: str) -> str:
     if UNSTORABLE.search(text) is None:
         return text
     return UNSTORABLE.sub(lambda found: "\\x00" if found.group() == "\x00" else "\ufffd", text)
+
+
+def is_number_text(text: str) -> bool:
+    """``text`` is a whole number in ASCII digits: ``str.isdigit`` also takes ``'²'``,
+    which ``int()`` refuses, and ``'١٠'``, which it reads as 10."""
+    return text.isascii() and text.isdigit()

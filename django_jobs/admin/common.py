@@ -25,6 +25,7 @@ from ..display import format_span, format_time
 from ..models import FINISHED_STATUSES, LIVE_STATUSES, Attempt, Job, JobStatus
 from ..outcomes import ERROR_LIMIT
 from ..redaction import masked_json
+from ..text import is_number_text
 
 CHANGE_PERMISSION = "django_jobs.change_job"
 #: How many rows a job list counts at most: past it, the list says "10000+".
@@ -286,7 +287,7 @@ class JobSearchMixin(JobAdminBase):
         self, request: HttpRequest, queryset: QuerySet[Any], search_term: str
     ) -> tuple[QuerySet[Any], bool]:
         term = search_term.strip().removeprefix("#")
-        if term.isdigit():
+        if is_number_text(term):
             job_id = int(term)  # past a bigint, no job has it
             return (queryset.filter(id=job_id) if job_id < 2**63 else queryset.none()), False
         return super().get_search_results(request, queryset, search_term)

@@ -10,6 +10,7 @@ from django.http import HttpRequest
 
 from ..models import Job
 from ..registry import registered_names
+from ..text import is_number_text
 from .common import (
     JOB_FIELDS,
     AttemptInline,
@@ -70,7 +71,7 @@ class JobAdmin(
         """An id by primary key; words by the registry's names that contain them, or an
         exact unique key: never a ``LIKE`` over every row of the table."""
         term = search_term.strip()
-        if not term or term.removeprefix("#").isdigit():
+        if not term or is_number_text(term.removeprefix("#")):
             return super().get_search_results(request, queryset, search_term)
         names = [name for name in registered_names() if term.lower() in name.lower()]
         return queryset.filter(Q(name__in=names) | Q(unique_key=term)), False

@@ -797,6 +797,13 @@ def test_job_changelist_search_by_number_finds_that_job(admin_client, make_job, 
     assert [job.pk for job in response.context["cl"].result_list] == [wanted.pk]
 
 
+@pytest.mark.parametrize("term", ["\u00b2", "#\u00b2", "\u0661\u0660"], ids=repr)
+def test_job_changelist_search_by_digits_that_are_not_ascii_is_a_word(admin_client, term):
+    """``'²'.isdigit()`` is true and ``int('²')`` raises: the search failed with a 500."""
+    for url in (reverse(JOBS), reverse(DEAD_LETTERS)):
+        assert admin_client.get(url, {"q": term}).status_code == 200
+
+
 @pytest.mark.parametrize(("term", "match"), [("emails", "by_name"), ("invoice-7", "by_key")])
 def test_job_changelist_search_by_words_looks_at_name_and_unique_key(
     admin_client, make_job, term, match

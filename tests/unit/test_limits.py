@@ -30,6 +30,14 @@ def test_parse_rate_refuses_what_is_not_a_rate(text: object) -> None:
         parse_rate(text)
 
 
+@pytest.mark.parametrize("text", ["\u00b2/s", "\u0661\u0660/s", "\uff11\uff10/m"], ids=repr)
+def test_parse_rate_takes_ascii_digits_only(text: str) -> None:
+    """``str.isdigit`` takes a superscript two, which ``int()`` refuses, and Arabic-Indic
+    or full-width digits, which ``int()`` reads as 10: a count is written 0 to 9."""
+    with pytest.raises(ValueError, match="a rate's count is a whole number from 1 to"):
+        parse_rate(text)
+
+
 def test_windows_are_aligned_on_the_clock_the_same_for_every_worker() -> None:
     assert Rate(100, 60).window_start(NOW) == datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
     assert Rate(1, 3600).window_start(NOW) == datetime(2026, 1, 5, 12, 0, tzinfo=UTC)
