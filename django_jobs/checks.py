@@ -132,7 +132,27 @@ def _listen_database_errors(alias: Any) -> list[CheckMessage]:
                 id="django_jobs.E012",
             )
         ]
-    return []
+    return _listen_beside_other_jobs(where)
+
+
+def _listen_beside_other_jobs(where: str) -> list[CheckMessage]:
+    """W012: a PostgreSQL ``LISTEN_DATABASE`` while the jobs live in another kind of
+    database, whose enqueues send no NOTIFY: the listener would never hear one."""
+    from .models import Job
+
+    jobs = router.db_for_write(Job)
+    vendor = connections[jobs].vendor
+    if vendor == "postgresql":
+        return []
+    return [
+        Warning(
+            f"{where} is a PostgreSQL database, but the jobs are in {jobs!r}, a {vendor} "
+            "database, whose enqueues wake no one: nothing would ever be heard there.",
+            hint="Leave LISTEN_DATABASE out: workers of jobs outside PostgreSQL poll "
+            "every POLL_SECONDS.",
+            id="django_jobs.W012",
+        )
+    ]
 
 
 def _heartbeat_messages(user: Mapping[str, Any]) -> list[CheckMessage]:

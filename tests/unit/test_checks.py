@@ -190,6 +190,32 @@ def test_check_listen_database_must_be_postgresql():
         )
 
 
+def test_check_listen_database_on_postgresql_beside_jobs_elsewhere_is_a_warning(monkeypatch):
+    """Jobs enqueued into SQLite or MariaDB send no NOTIFY: a PostgreSQL LISTEN_DATABASE
+    would wait for nothing, and said nothing of it."""
+    from django.conf import settings as django_settings
+    from django.db import connection
+    from django.db.utils import ConnectionHandler
+
+    from django_jobs import checks
+
+    listen = {"ENGINE": "django.db.backends.postgresql", "NAME": "jobs", "HOST": "127.0.0.1"}
+    monkeypatch.setitem(django_settings.DATABASES, "listen", listen)
+    monkeypatch.setattr(checks, "connections", ConnectionHandler(django_settings.DATABASES))
+    with override_settings(DJANGO_JOBS={"LISTEN_DATABASE": "listen"}):
+        messages = check_settings()
+    if connection.vendor == "postgresql":
+        assert messages == []
+    else:
+        [warning] = messages
+        assert warning.id == "django_jobs.W012"
+        assert warning.msg == (
+            "DJANGO_JOBS['LISTEN_DATABASE'] ('listen') is a PostgreSQL database, but the jobs "
+            f"are in 'default', a {connection.vendor} database, whose enqueues wake no one: "
+            "nothing would ever be heard there."
+        )
+
+
 def test_check_listen_database_defaults_to_none():
     assert settings.LISTEN_DATABASE is None
     with override_settings(DJANGO_JOBS={"LISTEN_DATABASE": None}):
