@@ -53,10 +53,11 @@ def add_missing_rows(using: str) -> None:
     """A row for each configured queue and each queue a pending or running job names, so
     that the list (of rows) shows every queue an operator looks for.
 
-    A write on the page's GET: a row with only its name says what no row says (the queue
-    is served, nothing counted in its rate window), and a claim under limits or a pause
-    would make the same row. Only the missing ones are inserted; one made meanwhile by a
-    worker is left as it is.
+    A write on the page's GET, for staff who may pause queues only (a view-only user's GET
+    writes nothing, and lists the queues that have a row): a row with only its name says
+    what no row says (the queue is served, nothing counted in its rate window), and a claim
+    under limits or a pause would make the same row. Only the missing ones are inserted;
+    one made meanwhile by a worker is left as it is.
     """
     live = Job.objects.using(using).live().order_by().values_list("queue", flat=True).distinct()
     wanted = {name for name in (*settings.QUEUES, *live) if can_be_a_queue(name)}
@@ -143,7 +144,8 @@ class QueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        add_missing_rows(router.db_for_write(Queue))
+        if self.has_control_permission(request):  # a viewer's GET writes nothing
+            add_missing_rows(router.db_for_write(Queue))
         return super().changelist_view(request, extra_context)
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:

@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext, override_settings
 from django.urls import reverse
 from freezegun import freeze_time
 
-from django_jobs import pause_queue
+from django_jobs import pause_queue, schedule_job
 from django_jobs.models import Job, JobStatus, Queue
 from tests.conftest import START
 
@@ -210,7 +210,22 @@ def test_queue_actions_need_the_change_permission(staff_client: Callable[..., Cl
 
     post_action(viewer, "pause_selected", ["default"])
 
-    assert paused_at("default") is None
+    assert not Queue.objects.filter(name="default", paused_at__isnull=False).exists()
+
+
+def test_queue_page_of_a_view_only_user_writes_nothing(
+    staff_client: Callable[..., Client],
+) -> None:
+    """A GET is safe: only staff who may pause queues make the missing rows."""
+    schedule_job("tests.ok", {}, queue="reports")
+    viewer = staff_client("view_queue")
+    with CaptureQueriesContext(connection) as sent:
+        assert changelist(viewer).status_code == 200
+    writes = [q["sql"] for q in sent.captured_queries if not q["sql"].lstrip().startswith("SELECT")]
+    assert [sql for sql in writes if "django_jobs_queue" in sql] == []
+    assert not Queue.objects.filter(name="reports").exists()
+    assert changelist(staff_client("view_queue", "change_queue")).status_code == 200
+    assert Queue.objects.filter(name="reports").exists()
 
 
 def test_queue_actions_are_offered_with_the_change_permission(
