@@ -12,6 +12,12 @@ class JobsError(Exception):
     """Base class of every django-jobs error."""
 
 
+class PermanentFailure(JobsError):
+    """An attempt's failure that no retry can mend in this deployment (a task the project
+    does not declare, say): the job is dead-lettered at once, whatever attempts it has
+    left, with the error saying why."""
+
+
 class UnknownJob(JobsError, LookupError):
     """A job name that no ``@job`` handler is registered under."""
 

@@ -19,6 +19,7 @@ from functools import partial
 
 from .conf import MAX_DELAY_SECONDS
 from .db.records import ClaimedJob, Settlement, UnleasedRow
+from .exceptions import PermanentFailure
 from .models import AttemptOutcome, JobStatus
 from .payloads import decode_payload
 from .redaction import masker
@@ -53,6 +54,7 @@ class HandlerResult:
     result: str | None = None  # a success's return value, as JSON text (None: no value)
     delay: float = 0.0  # snoozed: seconds until the job is due again
     snoozes: int = 0  # snoozed: the job's snoozes before this one
+    permanent: bool = False  # failed in a way no retry can mend: dead-lettered at once
 
     @classmethod
     def from_exception(
@@ -70,7 +72,13 @@ class HandlerResult:
         if not isinstance(trace, str):
             trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         error = mask(error_text(exc, limit=None))[:ERROR_LIMIT]
-        return cls(outcome, error, keep_end(storable_text(mask(trace)), TRACEBACK_LIMIT))
+        permanent = isinstance(exc, PermanentFailure)
+        return cls(
+            outcome,
+            error,
+            keep_end(storable_text(mask(trace)), TRACEBACK_LIMIT),
+            permanent=permanent,
+        )
 
 
 def _stored_payload(raw_payload: object) -> object:
@@ -91,7 +99,8 @@ def decide(
     """What ``result`` means for ``claimed`` at ``now``.
 
     Succeeded finishes the job. A failure or a timeout makes it due again
-    after the policy's backoff, or dead-letters it when no attempt is left.
+    after the policy's backoff, or dead-letters it when no attempt is left, or
+    at once when no retry can mend it (``result.permanent``).
     Released hands it back due now and gives its attempt back. Cancelled
     finishes it without a retry. Snoozed makes it due after its delay and
     gives its attempt back, unless the job has snoozed ``max_snoozes`` times
@@ -129,7 +138,9 @@ def decide(
                 settled(JobStatus.DEAD_LETTERED, finished_at=now, last_error=error), error=error
             )
         return settled(JobStatus.PENDING, run_at=later(now, result.delay), give_back=True)
-    retry_at = next_run_at(claimed.attempts_used, claimed.max_attempts, now, policy, rng)
+    retry_at = None
+    if not result.permanent:
+        retry_at = next_run_at(claimed.attempts_used, claimed.max_attempts, now, policy, rng)
     if retry_at is None:
         return settled(JobStatus.DEAD_LETTERED, finished_at=now, last_error=error)
     return settled(JobStatus.PENDING, run_at=retry_at, last_error=error)

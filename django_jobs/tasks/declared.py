@@ -28,6 +28,7 @@ from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
+from ..exceptions import PermanentFailure
 from .framework import Task, task_backends
 
 #: The module paths of the tasks made for a ``JobsBackend`` in this process.
@@ -79,6 +80,11 @@ def may_name(path: str) -> bool:
     return bool(module) and any(module in allowed_modules(alias) for alias in aliases)
 
 
+class TaskRefused(PermanentFailure, ValueError):
+    """A task whose module the project does not declare: no attempt of its job can pass
+    until a deploy declares it, so the job is dead-lettered at once."""
+
+
 def refusal(path: str, backend: str) -> str:
     module = path.rpartition(".")[0]
     return (
@@ -95,7 +101,7 @@ def resolve_task(path: str, backend: str, queue: str = "default") -> Task:
     import fails gives :func:`stand_in`.
     """
     if not is_declared(path) and path.rpartition(".")[0] not in allowed_modules(backend):
-        raise ValueError(refusal(path, backend))
+        raise TaskRefused(refusal(path, backend))
     try:
         found = import_string(path)
     except Exception as exc:  # ImportError, or whatever the module raised as it was imported

@@ -98,7 +98,7 @@ def task_row(make_job: Any, path: str, *args: Any, **overrides: Any) -> Job:
 def refusal(path: str) -> str:
     module = path.rpartition(".")[0]
     return (
-        f"ValueError: task {path!r} is refused: {module!r} is neither an installed app's tasks "
+        f"TaskRefused: task {path!r} is refused: {module!r} is neither an installed app's tasks "
         "module nor listed in TASKS['default']['OPTIONS']['MODULES'] (define the task in an "
         "installed app's tasks.py, or list its module there)"
     )
@@ -496,7 +496,8 @@ def test_tasks_backend_runner_never_imports_a_module_it_refuses(
     worker, make_job, not_imported, caplog
 ):
     row = task_row(make_job, "tests.import_witness.not_a_task", max_attempts=2)
-    assert worker().run_once().retried == 1  # a failed attempt, as for an unknown job's name
+    # Dead-lettered on its first attempt: no retry in this deployment could pass.
+    assert worker().run_once().dead_lettered == 1
     row.refresh_from_db()
     assert row.last_error == refusal("tests.import_witness.not_a_task")
     with pytest.raises(ValueError, match="is refused: 'tests.import_witness' is neither"):
@@ -564,7 +565,7 @@ def test_tasks_backend_runs_a_declared_task_of_a_module_not_listed(worker, make_
     # Declared, but its module is no longer imported: it is not imported again for a row.
     del sys.modules["tests.lazy_tasks"]
     again = task_row(make_job, "tests.lazy_tasks.double", 6)
-    assert worker().run_once().retried == 1
+    assert worker().run_once().dead_lettered == 1
     assert Job.objects.get(pk=again.pk).last_error == refusal("tests.lazy_tasks.double")
     assert tasks.IMPORTED == ["tests.lazy_tasks"]
 
