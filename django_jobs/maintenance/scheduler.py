@@ -47,6 +47,12 @@ def enqueue_due(now: datetime, *, using: str | None = None, batch: int = 100) ->
         after = (last.next_run_at, last.pk)
 
 
+def next_due_at(after: datetime, using: str) -> datetime | None:
+    """When the next enabled schedule falls due after ``after`` (None: none will)."""
+    due = RecurringJob.objects.using(using).filter(enabled=True, next_run_at__gt=after)
+    return due.order_by("next_run_at").values_list("next_run_at", flat=True).first()
+
+
 def _due_page(
     now: datetime, using: str, batch: int, after: tuple[datetime, int] | None
 ) -> list[RecurringJob]:
