@@ -211,7 +211,7 @@ def test_schedule_jobs_carries_plain_keyed_and_unique_jobs_in_one_insert():
 @pytest.mark.parametrize(
     "options",
     [{"unique_key": "u"}, {"concurrency_key": "k"}, {}],
-    ids=["unique", "keyed", "plain"],
+    ids=["unique", "keyed", "keyed_by_its_name"],
 )
 def test_schedule_job_with_a_key_is_one_insert_by_the_drivers_insert(options, monkeypatch):
     from django_jobs.db import get_driver

@@ -62,7 +62,7 @@ def test_wakeups_a_recurring_occurrence_starts_at_its_time_well_inside_the_poll(
     process = runjobs_process.start("--queue", "default", env={"JOBS_POLL_SECONDS": str(POLL)})
     wait_until(idle_and_listening, timeout=LEAD)
     assert timezone.now() < due - timedelta(seconds=1), "the worker started too late to tell"
-    job = wait_until(lambda: Job.objects.filter(schedule="soon").first(), timeout=POLL * 2)
+    job = wait_until(lambda: Job.objects.filter(schedule="soon").first(), timeout=LEAD + POLL)
     wait_until(lambda: succeeded(job), timeout=POLL * 2, interval=0.005)
     started_at = Job.objects.get(pk=job.pk).started_at
     assert started_at - due < timedelta(seconds=0.5), (due, runjobs_process.log(process))
