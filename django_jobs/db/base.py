@@ -238,8 +238,9 @@ class Driver:
         whose key a live job holds, and wake the workers of the queues of the due rows it
         wrote; the id of each row, None for one passed over."""
         ids: list[int | None] = []
-        for start in range(0, len(rows), self.insert_batch):
-            batch = rows[start : start + self.insert_batch]
+        size = len(rows) if len(rows) == 1 else self.insert_batch
+        for start in range(0, len(rows), size):
+            batch = rows[start : start + size]
             text = partial(self.insert_text, len(batch))
             sql = self.text("insert_jobs", text) if len(batch) == 1 else text()
             params = [value for row in batch for value in inserted_values(row, self.adapt)]
