@@ -1,12 +1,15 @@
 #!/usr/bin/env python
-"""Enqueue benchmark: ``schedule_job()`` against ``task.enqueue()`` and the raw INSERT.
+"""Enqueue benchmark: ``schedule_job()`` (plain, keyed, unique), ``task.enqueue()``, raw INSERT.
 
     python bench/enqueue.py                              # a fresh temporary SQLite file
     DATABASE_URL=postgres://... python bench/enqueue.py  # migrate, then empty the jobs tables
     python bench/enqueue.py --jobs 2000 --rounds 5
 
-Both enqueue one no-op job per call, in the same process, against the same
-database: ``schedule_job("demo.noop", {"n": n})`` and ``example.tasks.noop.enqueue(n)``;
+Each way enqueues one no-op job per call, in the same process, against the same
+database: ``schedule_job("demo.noop", {"n": n})``; a job with a concurrency limit,
+``schedule_job("example.keyed", {"n": n}, concurrency_key=...)``; a unique job,
+``schedule_job("demo.noop", {"n": n}, unique_key=...)`` with a new key each call (so
+each inserts); and ``example.tasks.noop.enqueue(n)``;
 first each call its own transaction (autocommit: the commit, and on a durable
 database its flush to disk, is most of the cost), then all the calls of a round in
 one ``transaction.atomic()`` (what is left is the Python work and the INSERT). The
@@ -18,7 +21,7 @@ per second, its ratio to ``schedule_job()``, and the median CPU time this proces
 spent per call (``time.process_time()``: on SQLite the database's work is in it,
 on PostgreSQL the server's is not), which a busy machine disturbs less.
 
-The third way is the limit: what one ``schedule_job()`` sends (on PostgreSQL
+The last way is the limit: what one ``schedule_job()`` sends (on PostgreSQL
 one statement, the INSERT with its NOTIFY), recorded once in each mode and
 sent again as recorded, on the same connection but past Django (psycopg's own
 cursor, prepared, as the driver's; sqlite3's connection), with its commit as
@@ -73,6 +76,22 @@ def schedule_job_calls(count: int) -> None:
         schedule_job(harness.JOB_NAME, {"n": number})
 
 
+def keyed_calls(count: int) -> None:
+    """A job with a concurrency limit, a key of ten per call (``example.keyed``)."""
+    from django_jobs import schedule_job
+
+    for number in range(count):
+        schedule_job(KEYED, {"n": number}, concurrency_key=f"k{number % 10}")
+
+
+def unique_calls(count: int) -> None:
+    """A job with a unique key, a new one each call: each call inserts."""
+    from django_jobs import schedule_job
+
+    for number in range(count):
+        schedule_job(harness.JOB_NAME, {"n": number}, unique_key=f"u{number}")
+
+
 def task_enqueue_calls(count: int) -> None:
     from testproject.example.tasks import noop
 
@@ -104,8 +123,11 @@ def record_schedule_job(atomic: bool) -> list[Statement]:
     return statements
 
 
+KEYED = "example.keyed"
 WAYS: dict[str, Callable[[int], None]] = {
     "schedule_job()": schedule_job_calls,
+    "schedule_job(concurrency_key=)": keyed_calls,
+    "schedule_job(unique_key=)": unique_calls,
     "task.enqueue() (JobsBackend)": task_enqueue_calls,
 }
 RAW = "raw INSERT (what schedule_job() sends)"

@@ -1,5 +1,5 @@
-"""The one reporter: every outcome and lease event of a job becomes its log line and its
-signal here, and a signal's receiver that raises is logged here.
+"""The one reporter: every new job, outcome and lease event of a job becomes its log line
+and its signal here, and a signal's receiver that raises is logged here.
 
 A written outcome is reported by the job's new status (:data:`OUTCOMES`: log level, event
 name, signal, line), and so is an end written off the worker (a lapsed lease the rescuer
@@ -13,10 +13,11 @@ names. Metrics and traces plug in here.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.db import transaction
 from django.dispatch import Signal
 
 from . import signals
@@ -44,6 +45,31 @@ def send(signal: Signal, sender: Any = Job, **details: Any) -> None:
                 response,
                 extra={"event": "signal_receiver_failed", "job_id": job_id},
             )
+
+
+# -- new jobs -------------------------------------------------------------------------
+
+
+def report_enqueued(jobs: Sequence[Job], using: str) -> None:
+    """The log line of each new job, and its ``job_enqueued`` once the transaction of the
+    caller on ``using`` commits (at once in autocommit; never if it rolls back)."""
+    if logger.isEnabledFor(logging.DEBUG):
+        for job in jobs:
+            logger.debug(
+                "job %s #%s enqueued",
+                job.name,
+                job.pk,
+                extra={"event": "job_enqueued", "job_id": job.pk, "job_name": job.name},
+            )
+    if not jobs or not signals.job_enqueued.has_listeners(Job):
+        return
+    details = [{"job_id": job.pk, "name": job.name, "queue": job.queue} for job in jobs]
+
+    def announce() -> None:
+        for detail in details:
+            send(signals.job_enqueued, **detail)
+
+    transaction.on_commit(announce, using=using)
 
 
 # -- written outcomes ------------------------------------------------------------------

@@ -1,26 +1,27 @@
 """Enqueueing: ``schedule_job()`` and ``schedule_jobs()``.
 
-Both write on the caller's database connection, so inside
-``transaction.atomic()`` a job commits or rolls back with the caller's rows.
-On PostgreSQL they then notify the queues of the jobs that are due, in the
-same transaction, so that idle workers wake when it commits.
+Both, and every other way a job gets in (a task's enqueue, a schedule's Run
+now, a recurring occurrence), validate the job (:func:`build_job`) and hand it
+to :func:`enqueue`: the driver's one insert, on the caller's database
+connection, so inside ``transaction.atomic()`` a job commits or rolls back with
+the caller's rows. The insert wakes the queues of the jobs that are due (on
+PostgreSQL, a NOTIFY delivered when the transaction commits), and each new job
+is announced once it commits.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from typing import Any
 
-from django.db import IntegrityError, router, transaction
+from django.db import router, transaction
 from django.utils import timezone
 
-from . import signals
 from .conf import (
     CONCURRENCY_KEY_MAX_LENGTH,
     SCHEDULE_NAME_MAX_LENGTH,
@@ -33,13 +34,11 @@ from .conf import (
     settings,
 )
 from .db import get_driver
-from .events import send
+from .events import report_enqueued
 from .exceptions import UnknownJob
 from .models import Job
 from .payloads import encode_payload
 from .registry import JobDefinition, get_definition, keyed_queues
-
-logger = logging.getLogger(__name__)
 
 JobRef = str | Callable[..., Any]
 
@@ -173,49 +172,23 @@ def unsaved_job(**values: Any) -> Job:
     return Job(*fields)  # type: ignore[misc]  # the plugin reads one positional as the id
 
 
-def find_live_job(job: Job, using: str) -> Job | None:
-    """The pending or running job of ``job``'s name and unique key, if any."""
-    return (
-        Job.objects.using(using)
-        .live()
-        .filter(name=job.name, unique_key=job.unique_key)
-        .order_by("id")
-        .first()
-    )
+def enqueue(rows: Sequence[Job], using: str) -> list[Job]:
+    """The one way in: every new job, built by :func:`build_job`, is written here.
 
-
-def _insert_unique(job: Job, using: str) -> Job:
-    existing = find_live_job(job, using)
-    if existing is not None:
-        return existing
-    try:
+    The driver's one insert writes ``rows`` (every column, keys included) and wakes
+    the workers of their queues when the caller's transaction commits; each new job
+    is announced (``job_enqueued``, on commit). Returns the rows in order, but where
+    a pending or running job of a row's name holds its unique key: that job, which
+    is not announced again. Many rows are all written or none.
+    """
+    driver = get_driver(using)
+    if len(rows) == 1:
+        result = driver.insert_jobs(rows, timezone.now())
+    else:
         with transaction.atomic(using=using):
-            job.save(using=using, force_insert=True)
-    except IntegrityError:
-        existing = find_live_job(job, using)
-        if existing is None:
-            raise
-        return existing
-    return job
-
-
-def announce_enqueued(rows: Iterable[Job], using: str) -> None:
-    """``job_enqueued`` for each of ``rows``, once the caller's transaction commits."""
-    if not signals.job_enqueued.has_listeners(Job):
-        return
-    details = [{"job_id": row.pk, "name": row.name, "queue": row.queue} for row in rows]
-
-    def announce() -> None:
-        for detail in details:
-            send(signals.job_enqueued, **detail)
-
-    transaction.on_commit(announce, using=using)
-
-
-def notify_due(inserted: Iterable[Job], using: str) -> None:
-    """Wake the workers of the queues of the ``inserted`` jobs that are due now."""
-    now = timezone.now()
-    get_driver(using).wake({row.queue for row in inserted if row.run_at <= now})
+            result = driver.insert_jobs(rows, timezone.now())
+    report_enqueued([job for job, row in zip(result, rows, strict=True) if job is row], using)
+    return result
 
 
 def schedule_job(
@@ -248,27 +221,11 @@ def schedule_job(
         unique_key,
         concurrency_key=concurrency_key,
     )
-    row = build_job(spec)
-    using = router.db_for_write(Job)
-    if row.unique_key is not None:
-        built, row = row, _insert_unique(row, using)
-        notify_due([row] if row is built else [], using)
-        announce_enqueued([row] if row is built else [], using)
-    elif row.concurrency_key is not None:  # the driver's insert writes the plain columns
-        row.save(using=using, force_insert=True)
-        notify_due([row], using)
-        announce_enqueued([row], using)
-    else:
-        get_driver(using).insert_jobs([row], timezone.now())
-        announce_enqueued([row], using)
-    logger.debug(
-        "job %s #%s enqueued", row.name, row.pk, extra={"event": "job_enqueued", "job_id": row.pk}
-    )
-    return row
+    return enqueue([build_job(spec)], router.db_for_write(Job))[0]
 
 
 def schedule_jobs(specs: Iterable[JobSpec | Mapping[str, Any]]) -> list[Job]:
-    """Enqueue many jobs; those without ``unique_key`` go in one INSERT.
+    """Enqueue many jobs, in one INSERT where the database allows.
 
     Every spec is validated before anything is written. Returns the rows in
     the order of ``specs``.
@@ -278,22 +235,4 @@ def schedule_jobs(specs: Iterable[JobSpec | Mapping[str, Any]]) -> list[Job]:
         if not isinstance(spec, JobSpec):
             spec = JobSpec(**spec)
         rows.append(build_job(spec))
-    using = router.db_for_write(Job)
-    plain = [row for row in rows if row.unique_key is None and row.concurrency_key is None]
-    keyed = [row for row in rows if row.unique_key is None and row.concurrency_key is not None]
-    with transaction.atomic(using=using):
-        if plain:
-            get_driver(using).insert_jobs(plain, timezone.now())
-        if keyed:
-            Job.objects.using(using).bulk_create(keyed)
-            notify_due(keyed, using)
-        result = [row if row.unique_key is None else _insert_unique(row, using) for row in rows]
-        inserted = {id(row) for row in result}  # a unique key's existing job is not new
-        notify_due(
-            [row for row in rows if row.unique_key is not None and id(row) in inserted], using
-        )
-        announce_enqueued([row for row in rows if id(row) in inserted], using)
-    logger.debug(
-        "%s jobs enqueued", len(result), extra={"event": "job_enqueued", "count": len(result)}
-    )
-    return result
+    return enqueue(rows, router.db_for_write(Job))

@@ -17,11 +17,11 @@ claimed.
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
 from django.core.checks import CheckMessage
@@ -29,7 +29,8 @@ from django.db import DataError, IntegrityError, connections, transaction
 
 from ..conf import settings
 from ..models import Attempt, Job, JobStatus, Leader
-from . import limits
+from . import inserts, limits
+from .inserts import INSERTED_COLUMNS, WRITTEN_COLUMNS, inserted_values, written_ids
 from .records import (
     CANDIDATE_COLUMNS,
     PROGRESS_COLUMNS,
@@ -74,41 +75,6 @@ class DatabaseBusy(Exception):
 
 def lease_end(now: datetime, lease_seconds: float) -> datetime:
     return now + timedelta(seconds=lease_seconds)
-
-
-#: The columns a driver's insert of new jobs writes, in the order of its values
-#: (:func:`inserted_values`; the text gives the others their constant values).
-INSERTED_COLUMNS = (
-    "name",
-    "queue",
-    "payload",
-    "status",
-    "priority",
-    "run_at",
-    "attempt",
-    "attempts_used",
-    "max_attempts",
-    "last_error",
-    "progress_note",
-    "created_at",
-    "schedule",
-)
-
-
-def inserted_values(row: Job, adapt: Callable[[datetime], Any] = lambda value: value) -> list[Any]:
-    """The values an insert of new jobs binds for ``row``: the columns of
-    :data:`INSERTED_COLUMNS` but its constants (status, attempt, attempts_used,
-    last_error, progress_note); ``adapt`` makes a datetime the database's."""
-    return [
-        row.name,
-        row.queue,
-        None if row.payload is None else json.dumps(row.payload),
-        row.priority,
-        adapt(row.run_at),
-        row.max_attempts,
-        adapt(row.created_at),
-        row.schedule,
-    ]
 
 
 class Driver:
@@ -250,14 +216,55 @@ class Driver:
         """The database's own wake-up statement (drivers with ``supports_listen``)."""
         raise NotImplementedError
 
-    def insert_jobs(self, rows: Sequence[Job], now: datetime) -> None:
-        """Insert new jobs (without a unique key) on the caller's connection; set their ids.
+    def insert_jobs(self, rows: Sequence[Job], now: datetime) -> list[Job]:
+        """The one insert of new jobs, on the caller's connection: ``rows`` in order, each
+        with its id, but where a pending or running job of a row's name holds its unique
+        key, that job (the row is not written). See :mod:`.inserts`.
 
-        The workers of the queues that got a job due at ``now`` are woken when
-        the caller's transaction commits.
+        The workers of the queues that got a job due at ``now`` are woken when the
+        caller's transaction commits.
         """
-        Job.objects.using(self.using).bulk_create(rows)
-        self.wake(row.queue for row in rows if row.run_at <= now)
+        return inserts.insert_jobs(self, rows, now)
+
+    @property
+    def insert_batch(self) -> int:
+        """The most rows one insert statement carries: as many as the parameters the
+        database binds allow (at most one a column)."""
+        most = self.connection.features.max_query_params
+        return 1000 if most is None else max(1, most // len(INSERTED_COLUMNS))
+
+    def write_jobs(self, rows: Sequence[Job], now: datetime) -> list[int | None]:
+        """Write ``rows`` in a statement per :attr:`insert_batch` rows, passing over those
+        whose key a live job holds, and wake the workers of the queues of the due rows it
+        wrote; the id of each row, None for one passed over."""
+        ids: list[int | None] = []
+        size = len(rows) if len(rows) == 1 else self.insert_batch
+        for start in range(0, len(rows), size):
+            batch = rows[start : start + size]
+            text = partial(self.insert_text, len(batch))
+            sql = self.text("insert_jobs", text) if len(batch) == 1 else text()
+            params = [value for row in batch for value in inserted_values(row, self.adapt)]
+            with self.hot_cursor() as cursor:
+                cursor.execute(sql, params)
+                ids += written_ids(batch, cursor.fetchall())
+        written = zip(rows, ids, strict=True)
+        self.wake(row.queue for row, job_id in written if job_id is not None and row.run_at <= now)
+        return ids
+
+    def insert_text(self, count: int) -> str:
+        """An insert of ``count`` new jobs, their values as :func:`.inserted_values` gives
+        them, that passes over a row whose key a live job holds and returns the others."""
+        qn = self.qn
+        columns = ", ".join(qn(column) for column in INSERTED_COLUMNS)
+        one = (
+            f"(%s, %s, %s, '{JobStatus.PENDING.value}', %s, %s, 0, 0, %s, '', '', %s, %s,"
+            " %s, %s, %s)"
+        )
+        returned = ", ".join(qn(column) for column in WRITTEN_COLUMNS)
+        return (
+            f"INSERT INTO {self.job_table} ({columns}) VALUES {', '.join([one] * count)}"
+            f" ON CONFLICT DO NOTHING RETURNING {returned}"
+        )
 
     # -- claiming -------------------------------------------------------------
 

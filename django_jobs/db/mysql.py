@@ -22,7 +22,8 @@ What both servers share, and so what this driver uses (MariaDB 10.6+, MySQL 8.0.
 - No LISTEN: the workers poll (``DJANGO_JOBS["POLL_SECONDS"]``).
 - New jobs: one row is one INSERT (its id from the connection); more rows are
   one INSERT with ``RETURNING`` on MariaDB (10.5+), and an INSERT per row on
-  MySQL, which has no ``RETURNING``.
+  MySQL, which has no ``RETURNING``. With a unique key among them, the INSERT
+  is ``INSERT IGNORE``: it passes over a row whose key a live job holds.
 
 The transaction isolation must be ``READ COMMITTED`` (Django's default for
 this backend): under ``REPEATABLE READ`` a locking range read also locks the
@@ -43,7 +44,8 @@ from django.db import DatabaseError
 
 from ..conf import settings
 from ..models import Job, JobStatus
-from .base import INSERTED_COLUMNS, Driver, MarkedRow, inserted_values, lease_end
+from .base import Driver, MarkedRow, lease_end
+from .inserts import INSERTED_COLUMNS, WRITTEN_COLUMNS, inserted_values, written_ids
 from .records import (
     CANDIDATE_COLUMNS,
     Candidate,
@@ -306,30 +308,33 @@ class MySQLDriver(Driver):
 
     # -- new jobs --------------------------------------------------------------
 
-    def insert_jobs(self, rows: Sequence[Job], now: datetime) -> None:
-        """One INSERT, whose ids come back (one row: from the connection)."""
+    def write_jobs(self, rows: Sequence[Job], now: datetime) -> list[int | None]:
+        """One INSERT, which says the ids it wrote (one row: from the connection). With a
+        unique key among the rows, ``INSERT IGNORE`` passes over a row whose key a live
+        job holds (on the unique index of its ``live_unique_key``, migration 0011); only
+        then, as IGNORE would also let through what strict mode refuses."""
         if not rows:
-            return
+            return []
         if len(rows) > 1 and not self.connection.features.can_return_rows_from_bulk_insert:
-            for row in rows:  # MySQL: no RETURNING, and ids of a multi-row insert are not said
-                self.insert_jobs([row], now)
-            return
+            # MySQL: no RETURNING, and ids of a multi-row insert are not said
+            return [job_id for row in rows for job_id in self.write_jobs([row], now)]
         qn = self.qn
+        ignore = " IGNORE" if any(row.unique_key is not None for row in rows) else ""
         columns = ", ".join(qn(column) for column in INSERTED_COLUMNS)
-        one = f"(%s, %s, %s, '{JobStatus.PENDING.value}', %s, %s, 0, 0, %s, '', '', %s, %s)"
-        sql = f"INSERT INTO {self.job_table} ({columns}) VALUES " + ", ".join([one] * len(rows))
+        one = (
+            f"(%s, %s, %s, '{JobStatus.PENDING.value}', %s, %s, 0, 0, %s, '', '', %s, %s,"
+            " %s, %s, %s)"
+        )
+        values = ", ".join([one] * len(rows))
+        sql = f"INSERT{ignore} INTO {self.job_table} ({columns}) VALUES {values}"
         params = [value for row in rows for value in inserted_values(row, self.adapt)]
         with self.cursor() as cursor:
             if len(rows) == 1:
                 cursor.execute(sql, params)
-                ids = [cursor.lastrowid]
-            else:
-                cursor.execute(sql + f" RETURNING {qn('id')}", params)
-                ids = [job_id for (job_id,) in cursor.fetchall()]
-        for row, job_id in zip(rows, ids, strict=True):
-            row.pk = job_id
-            row._state.adding = False
-            row._state.db = self.using
+                return [cursor.lastrowid if cursor.rowcount else None]
+            written = ", ".join(qn(column) for column in WRITTEN_COLUMNS)
+            cursor.execute(f"{sql} RETURNING {written}", params)
+            return written_ids(rows, cursor.fetchall())
 
     # -- claiming --------------------------------------------------------------
 

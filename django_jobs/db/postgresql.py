@@ -33,7 +33,8 @@ from typing import Any, NamedTuple, TypeVar
 from ..conf import settings
 from ..models import Job, JobStatus
 from . import limits, prepared
-from .base import INSERTED_COLUMNS, Driver, inserted_values
+from .base import Driver
+from .inserts import INSERTED_COLUMNS, WRITTEN_COLUMNS, inserted_values, written_ids
 from .notify import CHANNEL
 from .records import (
     RENEW_FIELDS,
@@ -171,59 +172,63 @@ class PostgresDriver(Driver):
             cursor.execute(sql, params)
             return list(cursor.fetchall())
 
-    def insert_jobs(self, rows: Sequence[Job], now: datetime) -> None:
-        """One statement: the rows in order, and the NOTIFY of the queues with a job due.
+    def write_jobs(self, rows: Sequence[Job], now: datetime) -> list[int | None]:
+        """One statement: the rows in order, passing over those whose key a live job holds,
+        and the NOTIFY of the queues with a due job written.
 
         One row binds its values as they are (``schedule_job()``'s case: no arrays to
         build and dump); more bind one array per column.
         """
         if not rows:
-            return
+            return []
         one = len(rows) == 1
         if one:
-            sql = self.text("insert_jobs:True", lambda: self.insert_text(True))
+            sql = self.text("insert_jobs:True", lambda: self.insert_text(1))
             params = inserted_values(rows[0])
         else:
-            sql = self.text("insert_jobs:False", lambda: self.insert_text(False))
+            sql = self.text("insert_jobs:False", lambda: self.insert_text(0))
             params = [list(column) for column in zip(*map(inserted_values, rows), strict=True)]
         if self.listen:
             params += [now, CHANNEL]
         with self.hot_cursor() as cursor:
             cursor.execute(sql, params)
-            ids = [job_id for (job_id,) in cursor.fetchall() if job_id is not None]
-        for row, job_id in zip(rows, ids, strict=True):
-            row.pk = job_id
-            row._state.adding = False
-            row._state.db = self.using
+            written = [row for row in cursor.fetchall() if row[0] is not None]
+        return written_ids(rows, written)
 
-    def insert_text(self, one: bool) -> str:
-        """The insert of :meth:`insert_jobs`: one row's values bound as they are, or many
-        rows' as one array per column, kept in order."""
+    def insert_text(self, count: int) -> str:
+        """The insert of :meth:`write_jobs`: one row's values bound as they are (``count``
+        1), or many rows' as one array per column (0), kept in order."""
         qn, job = self.qn, self.job_table
         columns = ", ".join(qn(c) for c in INSERTED_COLUMNS)
         pending = f"'{JobStatus.PENDING.value}'"
-        if one:
+        if count == 1:
             source = (
                 f"VALUES (%s, %s, %s::jsonb, {pending}, %s::integer, %s::timestamptz, 0, 0,"
-                " %s::integer, '', '', %s::timestamptz, %s)"
+                " %s::integer, '', '', %s::timestamptz, %s, %s, %s, %s::integer)"
             )
         else:
             source = (
                 f"SELECT v.name, v.queue, v.payload::jsonb, {pending}, v.priority, v.run_at,"
-                " 0, 0, v.max_attempts, '', '', v.created_at, v.schedule"
+                " 0, 0, v.max_attempts, '', '', v.created_at, v.schedule, v.unique_key,"
+                " v.concurrency_key, v.concurrency_limit"
                 " FROM unnest(%s::text[], %s::text[], %s::text[], %s::integer[],"
-                " %s::timestamptz[], %s::integer[], %s::timestamptz[], %s::text[])"
+                " %s::timestamptz[], %s::integer[], %s::timestamptz[], %s::text[], %s::text[],"
+                " %s::text[], %s::integer[])"
                 " WITH ORDINALITY AS v(name, queue, payload, priority, run_at, max_attempts,"
-                " created_at, schedule, n) ORDER BY v.n"
+                " created_at, schedule, unique_key, concurrency_key, concurrency_limit, n)"
+                " ORDER BY v.n"
             )
+        written = ", ".join(qn(c) for c in WRITTEN_COLUMNS)
+        # A row whose name and key a live job holds meets the live key's partial unique
+        # index, the one unique index a new row can meet: passed over, not returned.
         sql = (
-            f"WITH r AS (INSERT INTO {job} ({columns}) {source}"
-            f" RETURNING {qn('id')}, {qn('queue')}, {qn('run_at')}) SELECT {qn('id')} FROM r"
+            f"WITH r AS (INSERT INTO {job} ({columns}) {source} ON CONFLICT DO NOTHING"
+            f" RETURNING {written}, {qn('queue')}, {qn('run_at')}) SELECT {written} FROM r"
         )
         if self.listen:  # a volatile call in a lateral subquery: run once per distinct due queue
             sql += (
-                f" UNION ALL SELECT NULL FROM (SELECT DISTINCT {qn('queue')} AS q FROM r"
-                f" WHERE {qn('run_at')} <= %s) d, LATERAL (SELECT pg_notify(%s, d.q)) n"
+                f" UNION ALL SELECT NULL, NULL, NULL FROM (SELECT DISTINCT {qn('queue')} AS q"
+                f" FROM r WHERE {qn('run_at')} <= %s) d, LATERAL (SELECT pg_notify(%s, d.q)) n"
             )
         return sql
 

@@ -23,8 +23,8 @@ from typing import Any
 from django.core.checks import CheckMessage, Error, Warning
 from django.db import DatabaseError, OperationalError, transaction
 
-from ..models import Job, JobStatus
-from .base import INSERTED_COLUMNS, DatabaseBusy, Driver, inserted_values
+from ..models import Job
+from .base import DatabaseBusy, Driver
 from .records import (
     RENEW_FIELDS,
     ClaimedJob,
@@ -192,31 +192,6 @@ class SQLiteDriver(Driver):
         if str(mode).lower() != "wal":
             raise OperationalError(f"SQLite kept the journal mode {mode!r}")
         return True
-
-    def insert_jobs(self, rows: Sequence[Job], now: datetime) -> None:
-        """One row (``schedule_job()``) in one statement whose text is built once; more
-        through ``bulk_create`` (a statement per batch that SQLite's variable limit allows).
-        """
-        if len(rows) != 1:
-            super().insert_jobs(rows, now)
-            return
-        [row] = rows
-        sql = self.text("insert_one", self.insert_one_text)
-        with self.connection.cursor() as cursor:
-            cursor.execute(sql, inserted_values(row, self.adapt))
-            (row.pk,) = cursor.fetchone()
-        row._state.adding = False
-        row._state.db = self.using
-
-    def insert_one_text(self) -> str:
-        """The insert of one new job, its values as :func:`inserted_values` gives them."""
-        qn = self.qn
-        columns = ", ".join(qn(column) for column in INSERTED_COLUMNS)
-        return (
-            f"INSERT INTO {self.job_table} ({columns}) VALUES (%s, %s, %s,"
-            f" '{JobStatus.PENDING.value}', %s, %s, 0, 0, %s, '', '', %s, %s)"
-            f" RETURNING {qn('id')}"
-        )
 
     def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         try:

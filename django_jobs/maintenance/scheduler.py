@@ -3,9 +3,11 @@
 Each worker process's main loop calls :func:`enqueue_due`. A schedule fires
 by a guarded update that moves ``next_run_at`` forward only if it still
 holds the value that was read, and enqueues the job in the same
-transaction: however many workers race, each occurrence enqueues exactly
-one job. Runs missed while no worker was up collapse into one; the next run
-is computed from now.
+transaction, through the one way in (:func:`~django_jobs.scheduling.enqueue`:
+it wakes the queue and sends ``job_enqueued`` when the transaction commits):
+however many workers race, each occurrence enqueues exactly one job. Runs
+missed while no worker was up collapse into one; the next run is computed
+from now.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from django.db.models import Q
 from ..cron import next_occurrence
 from ..db import get_driver
 from ..models import RecurringJob
-from ..scheduling import JobSpec, build_job, find_live_job
+from ..scheduling import JobSpec, build_job, enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -43,6 +45,12 @@ def enqueue_due(now: datetime, *, using: str | None = None, batch: int = 100) ->
         last = page[-1]
         assert last.next_run_at is not None
         after = (last.next_run_at, last.pk)
+
+
+def next_due_at(after: datetime, using: str) -> datetime | None:
+    """When the next enabled schedule falls due after ``after`` (None: none will)."""
+    due = RecurringJob.objects.using(using).filter(enabled=True, next_run_at__gt=after)
+    return due.order_by("next_run_at").values_list("next_run_at", flat=True).first()
 
 
 def _due_page(
@@ -102,7 +110,7 @@ def fire(schedule: RecurringJob, now: datetime, using: str) -> int:
         )
         if not moved:
             return 0  # another worker fired this occurrence
-        if job.unique_key is not None and find_live_job(job, using) is not None:
+        if enqueue([job], using)[0] is not job:  # its previous run holds the unique key
             logger.info(
                 "recurring job %r: previous run still live; occurrence %s skipped",
                 schedule.name,
@@ -110,7 +118,6 @@ def fire(schedule: RecurringJob, now: datetime, using: str) -> int:
                 extra={"event": "recurring_skipped", "schedule": schedule.name},
             )
             return 0
-        job.save(using=using, force_insert=True)
     logger.info(
         "recurring job %r fired for %s: job #%s",
         schedule.name,

@@ -15,7 +15,7 @@ from datetime import datetime
 from ..db import Driver
 from ..maintenance.cleaner import prune_finished
 from ..maintenance.rescuer import dead_letter_exhausted, reclaim_expired_leases
-from ..maintenance.scheduler import enqueue_due
+from ..maintenance.scheduler import enqueue_due, next_due_at
 from ..maintenance.workers import sweep_workers
 from .deadlines import Deadlines
 from .processes import refresh_worker, register_worker, unregister_worker
@@ -44,6 +44,8 @@ class Maintainer:
         self.lease_seconds = lease_seconds
         self.jobs_run = jobs_run
         self.supervisor = supervisor  # runjobs --processes: the row this process is listed under
+        #: When the next recurring schedule falls due, as the last :meth:`enqueue_due` read it.
+        self.next_due_at: datetime | None = None
 
     def maintain(self, now: datetime) -> int:
         """Take back expired leases; dead-letter pending jobs with no attempt left; prune.
@@ -70,9 +72,13 @@ class Maintainer:
             return prune_finished(now, using=self.using, max_batches=PRUNE_BATCHES)
 
     def enqueue_due(self, now: datetime) -> int:
-        """Fire the recurring schedules due at ``now``."""
+        """Fire the recurring schedules due at ``now``; note when the next falls due after
+        it (:attr:`next_due_at`), so that the leader's loop wakes for it. (One left due,
+        its fire having failed, is tried again after the poll.)"""
         with self.deadline("the recurring scheduler"):
-            return enqueue_due(now, using=self.using)
+            fired = enqueue_due(now, using=self.using)
+            self.next_due_at = next_due_at(now, self.using)
+        return fired
 
     def register(self, now: datetime) -> None:
         with self.deadline("the worker registration"):

@@ -196,6 +196,7 @@ class Server:
             if started >= next_at["registration"]:
                 steps.append(lambda: p.maintainer.refresh_registration(p.clock.now()))
                 next_at["registration"] = started + every["registration"]
+            p.maintainer.next_due_at = None  # read again if this process still leads
             steps.append(self.as_leader(p.maintainer.enqueue_due))
             if not self.run_steps(steps, stop_event):
                 return
@@ -203,7 +204,15 @@ class Server:
             if p.burst and self.guarded(lambda: self.burst.drained(self.is_busy())):
                 self.guarded(self.burst.say_drained)
                 return
-            stop_event.wait(poll)
+            stop_event.wait(self.main_wait(poll))
+
+    def main_wait(self, poll: float) -> float:
+        """The main loop's wait: the poll, or less when the leader's next schedule falls due
+        sooner, so that an occurrence fires at its time (and its job wakes its queue)."""
+        due = self.parts.maintainer.next_due_at
+        if due is None:
+            return poll
+        return min(poll, max(0.0, (due - self.parts.clock.now()).total_seconds()))
 
     def as_leader(self, chore: Callable[[datetime], object]) -> Callable[[], object]:
         """``chore`` as a main-loop step: run at the clock's now if this process leads."""

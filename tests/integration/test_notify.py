@@ -23,9 +23,11 @@ from django.db import connection, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from django_jobs import JobSpec, schedule_job, schedule_jobs
+from django_jobs import JobSpec, add_recurring_job, schedule_job, schedule_jobs
 from django_jobs.db import get_driver
 from django_jobs.db.notify import CHANNEL, Listener
+from django_jobs.maintenance.scheduler import enqueue_due
+from django_jobs.models import RecurringJob
 from django_jobs.worker.waker import Waker
 from tests.conftest import ROOT, wait_until
 
@@ -364,3 +366,22 @@ def test_notify_off_in_the_settings_the_worker_sends_no_wake_up_either(settings,
     with CaptureQueriesContext(connection) as context:
         worker().writer.wake(["default"])
     assert [q for q in context.captured_queries if "pg_notify" in q["sql"]]
+
+
+@pytest.mark.listen_notify
+def test_notify_a_recurring_occurrence_wakes_its_queue(listener):
+    add_recurring_job("woken", "* * * * *", "tests.ok", queue="emails")
+    now = timezone.now()
+    RecurringJob.objects.filter(name="woken").update(next_run_at=now - timedelta(seconds=1))
+    assert enqueue_due(now) == 1
+    assert received(listener) == {"emails"}
+
+
+@pytest.mark.listen_notify
+@pytest.mark.parametrize("options", [{"unique_key": "u"}, {"concurrency_key": "k"}])
+def test_notify_rides_in_the_insert_of_a_unique_or_keyed_job(listener, options):
+    with CaptureQueriesContext(connection) as one:
+        schedule_job("tests.keyed", **options)
+    [insert] = [q["sql"] for q in one.captured_queries if "SAVEPOINT" not in q["sql"]]
+    assert "INSERT" in insert and "pg_notify" in insert
+    assert received(listener) == {"keyed"}

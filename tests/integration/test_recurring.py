@@ -19,6 +19,7 @@ from django_jobs.checks import check_settings
 from django_jobs.maintenance.scheduler import enqueue_due
 from django_jobs.models import Job, JobStatus, RecurringJob
 from django_jobs.recurring import sync_from_settings
+from django_jobs.signals import job_enqueued
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.django_db
@@ -431,3 +432,26 @@ def test_docs_post_migrate_recipe_adds_schedules_on_a_fresh_database(tmp_path):
     with sqlite3.connect(database) as db:
         rows = db.execute("SELECT name, cron, timezone FROM django_jobs_recurringjob").fetchall()
     assert rows == [("nightly-report", "0 2 * * *", "Europe/Paris")]
+
+
+def test_a_recurring_occurrence_is_announced_once_when_it_commits(
+    django_capture_on_commit_callbacks,
+):
+    heard: list[dict[str, Any]] = []
+
+    def receiver(sender: Any, signal: Any, **details: Any) -> None:
+        heard.append(details)
+
+    with freeze_time(T0):
+        add_recurring_job("announced", "* * * * *", "tests.ok", queue="emails", overlap=False)
+    job_enqueued.connect(receiver, sender=Job)
+    try:
+        with django_capture_on_commit_callbacks(execute=True) as callbacks:
+            assert enqueue_due(at(1)) == 1
+            assert enqueue_due(at(1)) == 0  # fired already
+            assert enqueue_due(at(2)) == 0  # its previous run is live: skipped
+    finally:
+        job_enqueued.disconnect(receiver, sender=Job)
+    job = Job.objects.get()
+    assert heard == [{"job_id": job.pk, "name": "tests.ok", "queue": "emails"}]
+    assert len(callbacks) == 1

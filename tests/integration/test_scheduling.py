@@ -185,3 +185,53 @@ def test_schedule_job_stores_the_edges_of_every_limit():
         "k" * 255,
         last,
     )
+
+
+def test_schedule_jobs_carries_plain_keyed_and_unique_jobs_in_one_insert():
+    held = schedule_job(ok, unique_key="held")
+    specs = [
+        JobSpec(ok, 1),
+        JobSpec("tests.keyed_pairs", 2, concurrency_key="k"),
+        JobSpec(ok, 3, unique_key="new"),
+        JobSpec(ok, 4, unique_key="held"),  # a live job holds it: that job
+        JobSpec(ok, 5, unique_key="new"),  # the row before holds it now
+    ]
+    with CaptureQueriesContext(connection) as context:
+        jobs = schedule_jobs(specs)
+    inserts = [q["sql"] for q in context.captured_queries if "INSERT" in q["sql"]]
+    assert len(inserts) == 1, inserts
+    assert jobs[3].pk == held.pk and jobs[4].pk == jobs[2].pk
+    assert len({held.pk, jobs[0].pk, jobs[1].pk, jobs[2].pk}) == 4
+    keyed = Job.objects.get(pk=jobs[1].pk)
+    assert (keyed.concurrency_key, keyed.concurrency_limit, keyed.queue) == ("k", 2, "keyed")
+    assert Job.objects.get(pk=jobs[2].pk).unique_key == "new"
+    assert Job.objects.count() == 4
+
+
+@pytest.mark.parametrize(
+    "options",
+    [{"unique_key": "u"}, {"concurrency_key": "k"}, {}],
+    ids=["unique", "keyed", "keyed_by_its_name"],
+)
+def test_schedule_job_with_a_key_is_one_insert_by_the_drivers_insert(options, monkeypatch):
+    from django_jobs.db import get_driver
+
+    driver = type(get_driver("default"))
+    inserted: list[list[Job]] = []
+    insert_jobs = driver.insert_jobs
+
+    def spy(self, rows, now):  # type: ignore[no-untyped-def]
+        inserted.append(list(rows))
+        return insert_jobs(self, rows, now)
+
+    monkeypatch.setattr(driver, "insert_jobs", spy)
+    with CaptureQueriesContext(connection) as context:
+        job = schedule_job("tests.keyed_pairs", **options)
+    statements = [q["sql"] for q in context.captured_queries if "SAVEPOINT" not in q["sql"]]
+    assert len(statements) == 1 and "INSERT" in statements[0], statements
+    assert inserted == [[job]]
+    stored = Job.objects.get(pk=job.pk)
+    assert (stored.unique_key, stored.concurrency_key) == (
+        options.get("unique_key"),
+        options.get("concurrency_key", "tests.keyed_pairs"),
+    )

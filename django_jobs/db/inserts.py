@@ -1,0 +1,146 @@
+"""New jobs: the one insert every job enters by, whatever it carries.
+
+A driver writes the rows in one statement where its database allows
+(:meth:`~.base.Driver.write_jobs`), every column a new job has, its unique key
+and concurrency key too, and wakes the workers of the queues that got a due
+job when the caller's transaction commits. How a unique key is kept is the
+driver's business: the statement passes over a row whose name and key a
+pending or running job holds (``ON CONFLICT DO NOTHING``; ``INSERT IGNORE`` on
+MariaDB and MySQL), and says which rows it wrote; :func:`insert_jobs` then
+reads the live jobs that hold the keys of the others. A live job that ended
+in between blocks nothing: its rows are written again.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from django.db import IntegrityError
+from django.db.models import Q
+
+from ..models import Job
+
+if TYPE_CHECKING:
+    from .base import Driver
+
+#: The columns a driver's insert of new jobs writes, in the order of its values
+#: (:func:`inserted_values`; the text gives the others their constant values).
+INSERTED_COLUMNS = (
+    "name",
+    "queue",
+    "payload",
+    "status",
+    "priority",
+    "run_at",
+    "attempt",
+    "attempts_used",
+    "max_attempts",
+    "last_error",
+    "progress_note",
+    "created_at",
+    "schedule",
+    "unique_key",
+    "concurrency_key",
+    "concurrency_limit",
+)
+#: What the insert returns of each row it wrote: enough to tell which rows they are.
+WRITTEN_COLUMNS = ("id", "name", "unique_key")
+#: How many times rows whose key a live job held are written again, that job having ended.
+TRIES = 3
+
+
+class WrittenJob(NamedTuple):
+    """A row the insert wrote."""
+
+    id: int
+    name: str
+    unique_key: str | None
+
+
+def inserted_values(row: Job, adapt: Callable[[datetime], Any] = lambda value: value) -> list[Any]:
+    """The values an insert of new jobs binds for ``row``: the columns of
+    :data:`INSERTED_COLUMNS` but its constants (status, attempt, attempts_used,
+    last_error, progress_note); ``adapt`` makes a datetime the database's."""
+    return [
+        row.name,
+        row.queue,
+        None if row.payload is None else json.dumps(row.payload),
+        row.priority,
+        adapt(row.run_at),
+        row.max_attempts,
+        adapt(row.created_at),
+        row.schedule,
+        row.unique_key,
+        row.concurrency_key,
+        row.concurrency_limit,
+    ]
+
+
+def written_ids(rows: Sequence[Job], written: Sequence[Sequence[Any]]) -> list[int | None]:
+    """The id of each of ``rows`` in the rows an insert wrote (:data:`WRITTEN_COLUMNS`),
+    None for a row it passed over. The statement writes the rows in order, so their ids
+    rise in that order, and a row it passed over has a key that a live job holds."""
+    found = iter(sorted(WrittenJob._make(row) for row in written))
+    ids: list[int | None] = []
+    next_written = next(found, None)
+    for row in rows:
+        if next_written is not None and (next_written.name, next_written.unique_key) == (
+            row.name,
+            row.unique_key,
+        ):
+            ids.append(next_written.id)
+            next_written = next(found, None)
+        else:
+            ids.append(None)
+    return ids
+
+
+def insert_jobs(driver: Driver, rows: Sequence[Job], now: datetime) -> list[Job]:
+    """``rows`` inserted, in order, each with its id; where a live job holds a row's key,
+    that job instead (see the module's docstring)."""
+    result = list(rows)
+    waiting = list(range(len(rows)))
+    for _ in range(TRIES):
+        held = write(driver, [rows[i] for i in waiting], waiting, now)
+        live = live_jobs(driver.using, [rows[i] for i in held])
+        waiting = [i for i in held if (rows[i].name, rows[i].unique_key) not in live]
+        for i in held:
+            result[i] = live.get((rows[i].name, rows[i].unique_key), result[i])
+        if not waiting:
+            return result
+    row = rows[waiting[0]]
+    raise IntegrityError(f"job {row.name!r} with unique_key {row.unique_key!r} was not inserted")
+
+
+def write(driver: Driver, rows: Sequence[Job], indexes: list[int], now: datetime) -> list[int]:
+    """Write ``rows`` (at ``indexes``); the indexes of those passed over for their key."""
+    held = []
+    for row, i, job_id in zip(rows, indexes, driver.write_jobs(rows, now), strict=True):
+        if job_id is not None:
+            mark_saved(row, job_id, driver.using)
+        elif row.unique_key is None:  # only a key a live job holds may pass a row over
+            raise IntegrityError(f"job {row.name!r} was not inserted")
+        else:
+            held.append(i)
+    return held
+
+
+def mark_saved(row: Job, job_id: int, using: str) -> None:
+    """``row`` as Django leaves a row it has saved."""
+    row.pk = job_id
+    row._state.adding = False
+    row._state.db = using
+
+
+def live_jobs(using: str, rows: Sequence[Job]) -> dict[tuple[str, str | None], Job]:
+    """The pending or running job of each of ``rows``' name and unique key, where one is."""
+    if not rows:
+        return {}
+    keys = Q()
+    for row in rows:
+        keys |= Q(name=row.name, unique_key=row.unique_key)
+    found = Job.objects.using(using).live().filter(keys).order_by("-id")
+    return {(job.name, job.unique_key): job for job in found}  # the first job wins
