@@ -68,11 +68,13 @@ Spawn = Callable[[int], "subprocess.Popen[bytes]"]
 @dataclass
 class Backoff:
     """The wait before a child is started again: ``first`` doubling to ``cap``, back to
-    ``first`` once a child has lived ``healthy_after`` seconds."""
+    ``first`` once a child has lived ``healthy_after`` seconds. A crash loop dies as it
+    starts, in a second or two; a child that served ten seconds before it was killed is not
+    one, and its slot is not left down for half a minute."""
 
     first: float = 1.0
     cap: float = 30.0
-    healthy_after: float = 60.0
+    healthy_after: float = 10.0
     upcoming: float = 1.0
 
     def __post_init__(self) -> None:

@@ -73,6 +73,15 @@ def test_backoff_doubles_to_its_cap_and_starts_over_after_a_healthy_run():
     assert backoff.after_exit(lived=1) == 2
 
 
+def test_backoff_of_children_killed_after_serving_ten_seconds_stays_at_a_second():
+    """A burst of kills (an OOM killer, an operator) of children that had served: each slot
+    is up again after a second, not down for 30 s as if it were a crash loop."""
+    backoff = Backoff()
+    assert [backoff.after_exit(lived=12) for _ in range(6)] == [1, 1, 1, 1, 1, 1]
+    crashing = Backoff()
+    assert [crashing.after_exit(lived=0.5) for _ in range(7)] == [1, 2, 4, 8, 16, 30, 30]
+
+
 def test_supervisor_restarts_a_dead_child_after_the_backoff_not_before():
     made, started, clock = supervisor()
     started[0].exit(-signal.SIGKILL)
