@@ -9,8 +9,8 @@ from django.core.signals import setting_changed
 from django.db import connections
 from django.dispatch import receiver
 
-from .base import ROW_ERRORS, DatabaseBusy, Driver
-from .records import ClaimedJob, ClaimRequest
+from .base import DatabaseBusy, Driver
+from .records import ROW_ERRORS, ClaimedJob, ClaimRequest
 
 __all__ = [
     "ROW_ERRORS",

@@ -25,7 +25,7 @@ from functools import partial
 from typing import Any, NamedTuple, TypeVar
 
 from django.core.checks import CheckMessage
-from django.db import DataError, IntegrityError, connections, transaction
+from django.db import connections, transaction
 
 from ..conf import settings
 from ..models import Attempt, Job, JobStatus, Leader
@@ -34,6 +34,7 @@ from .inserts import INSERTED_COLUMNS, WRITTEN_COLUMNS, inserted_values, written
 from .records import (
     CANDIDATE_COLUMNS,
     PROGRESS_COLUMNS,
+    ROW_ERRORS,
     Candidate,
     ClaimedJob,
     ClaimRequest,
@@ -49,9 +50,6 @@ from .records import (
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-# Errors that concern the data of one row, not the database: the claim skips that row.
-ROW_ERRORS = (IntegrityError, DataError)
 
 
 class MarkedRow(NamedTuple):

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from ..models import Queue
 from .records import (
     CANDIDATE_COLUMNS,
+    ROW_ERRORS,
     Candidate,
     ClaimedJob,
     ClaimRequest,
@@ -138,8 +139,6 @@ def claim_limited(
     driver: Driver, request: ClaimRequest, settlements: Sequence[Settlement] = ()
 ) -> tuple[list[ClaimedJob], Settled]:
     """Write ``settlements``, then claim under the queue's limits, in one transaction."""
-    from .base import ROW_ERRORS  # .base imports this module
-
     if request.queue not in driver.queue_rows:
         make_queue_row(driver, request.queue)
     settled = Settled([])

@@ -17,8 +17,14 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
 
+from django.db import DataError, IntegrityError
+
 from ..context import Progress
 from ..models import AttemptOutcome, JobStatus
+
+#: Errors that concern the data of one row, not the database: a claim skips that row, a
+#: settle writes the others.
+ROW_ERRORS = (IntegrityError, DataError)
 
 #: (job id, attempt) pairs: the fencing token of each lease.
 Pairs = Sequence[tuple[int, int]]
