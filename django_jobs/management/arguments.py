@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import timedelta
 
-DURATION_PART = re.compile(r"(\d+)([wdhms])")
+DURATION_PART = re.compile(r"([0-9]+)([wdhms])")
 UNIT_SECONDS = {"w": 7 * 86400, "d": 86400, "h": 3600, "m": 60, "s": 1}
 DURATION_EXAMPLES = "e.g. 7d, 12h, 30m, 45s, 2w or 1d12h"
 

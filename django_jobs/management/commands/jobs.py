@@ -45,6 +45,7 @@ from django_jobs.stats import (
     live_workers_and_leader,
     queue_stats,
 )
+from django_jobs.text import is_number_text
 
 JOB_FIELDS = [field.attname for field in Job._meta.concrete_fields]
 ATTEMPT_FIELDS = ["number", "owner", "started_at", "finished_at", "outcome", "error", "traceback"]
@@ -94,13 +95,9 @@ QUEUE_VERBS = {
 
 
 def job_id(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a job id: {text!r}") from None
-    if value < 1:
+    if not is_number_text(text.strip()) or int(text) < 1:
         raise argparse.ArgumentTypeError(f"not a job id: {text!r}")
-    return value
+    return int(text)
 
 
 #: Django's options of every command (``BaseCommand.create_parser``), as each subcommand takes
@@ -123,10 +120,7 @@ def django_options(parser: argparse.ArgumentParser) -> None:
 
 
 def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
+    value = int(text) if is_number_text(text.strip()) else 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be a whole number of at least 1: {text!r}")
     return value

@@ -18,6 +18,7 @@ from django_jobs.conf import processes_problem, settings
 from django_jobs.exceptions import JobsError
 from django_jobs.models import Job
 from django_jobs.recurring import sync_from_settings
+from django_jobs.text import is_number_text
 from django_jobs.worker import Worker, serve
 from django_jobs.worker.core import make_owner
 from django_jobs.worker.deadlines import apply_connect_timeout
@@ -182,7 +183,7 @@ class Command(BaseCommand):
         it is gone."""
         stop_event, force_event = threading.Event(), threading.Event()
         with stop_signals(stop_event, force_event):
-            if os.environ.get(PIPE_ENV, "").isdigit():
+            if is_number_text(os.environ.get(PIPE_ENV, "")):
                 watch_supervisor(int(os.environ[PIPE_ENV]), stop_event)
             forced = self.run_worker(options, stop_event, force_event, supervisor)
         if forced:
@@ -305,12 +306,9 @@ def processes_option(text: str) -> int | str:
     """``--processes``: a whole number from 1, or ``auto``."""
     value: int | str = text
     if text != "auto":
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"must be a whole number or 'auto', got {text!r}"
-            ) from None
+        if not is_number_text(text.strip()):
+            raise argparse.ArgumentTypeError(f"must be a whole number or 'auto', got {text!r}")
+        value = int(text)
     problem = processes_problem(value)
     if problem:
         raise argparse.ArgumentTypeError(f"{problem}, got {text!r}")
