@@ -72,6 +72,52 @@ def report_enqueued(jobs: Sequence[Job], using: str) -> None:
     transaction.on_commit(announce, using=using)
 
 
+# -- a job's plain events: claimed, refused, retried, made due, a cancel requested ------
+
+#: name -> (log level, line); the line is formatted with ``job_id`` and the details.
+JOB_EVENTS: dict[str, tuple[int, str]] = {
+    "job_claimed": (logging.DEBUG, "job %(name)s #%(job_id)s claimed, attempt %(attempt)s"),
+    "job_claim_failed": (  # the database refused the row: the claim takes the others
+        logging.WARNING,
+        "job #%(job_id)s cannot be claimed, skipped: %(error)s",
+    ),
+    "job_retried": (logging.INFO, "job #%(job_id)s retried"),
+    "job_retry_refused": (
+        logging.WARNING,
+        "job #%(job_id)s not retried: a live job with the same unique_key exists",
+    ),
+    "job_run_now": (logging.INFO, "job #%(job_id)s made due now"),
+    "job_cancel_requested": (  # cancel_job() on a running job; its worker's line is a lease event
+        logging.INFO,
+        "job #%(job_id)s: cancel requested; its worker stops it at its next heartbeat",
+    ),
+}
+
+
+def report(event: str, job_id: int, **details: Any) -> None:
+    """One event of job ``job_id`` (see :data:`JOB_EVENTS`); an ``attempt`` among the
+    details is in the record's ``extra`` too."""
+    level, line = JOB_EVENTS[event]
+    if not logger.isEnabledFor(level):
+        return
+    extra: dict[str, Any] = {"event": event, "job_id": job_id}
+    if "attempt" in details:
+        extra["attempt"] = details["attempt"]
+    logger.log(level, line, {"job_id": job_id, **details}, extra=extra)
+
+
+def report_claimed(jobs: Sequence[ClaimedJob]) -> None:
+    """The line of each job a claim took (at DEBUG: nothing to do at the default level)."""
+    if logger.isEnabledFor(logging.DEBUG):
+        for job in jobs:
+            report("job_claimed", job.id, name=job.name, attempt=job.attempt)
+
+
+def report_claim_refused(job_id: int, error: BaseException) -> None:
+    """A due row the database refused to claim (the driver skipped it)."""
+    report("job_claim_failed", job_id, error=f"{type(error).__name__}: {error}")
+
+
 # -- written outcomes ------------------------------------------------------------------
 
 Line = Callable[["ClaimedJob", "HandlerResult", "Settlement"], tuple[Any, ...]]
