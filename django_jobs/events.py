@@ -26,6 +26,7 @@ from .models import AttemptOutcome, Job, JobStatus
 if TYPE_CHECKING:
     from .db.records import ClaimedJob, ExhaustedRow, Settlement, UnleasedRow
     from .outcomes import HandlerResult
+    from .tasks.framework import TaskResult
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,48 @@ def send(signal: Signal, sender: Any = Job, **details: Any) -> None:
                 response,
                 extra={"event": "signal_receiver_failed", "job_id": job_id},
             )
+
+
+# -- an attempt starting, and Django's task signals ------------------------------------
+
+
+def report_started(claimed: ClaimedJob) -> None:
+    """``job_started``, on the worker's thread as the handler is called."""
+    send(
+        signals.job_started,
+        job_id=claimed.id,
+        name=claimed.name,
+        queue=claimed.queue,
+        attempt=claimed.attempt,
+    )
+
+
+def report_task(signal: Signal, result: TaskResult, raised: BaseException | None = None) -> None:
+    """One of Django's task signals about ``result``, sent as its backends send it (by the
+    backend's class); a backend no longer configured sends nothing, and says so. With
+    ``raised`` (the task's error), sent while it is being handled, as ``ImmediateBackend``
+    sends ``task_finished`` from its ``except`` block: ``sys.exc_info()`` in a receiver is it."""
+    from .tasks.framework import task_backends  # only a project that runs tasks loads them
+
+    try:
+        sender = type(task_backends[result.backend])
+    except Exception as exc:
+        logger.warning(
+            "task %s #%s: no signal sent, its backend %r is not configured (%s)",
+            result.task.module_path,
+            result.id,
+            result.backend,
+            exc,
+            extra={"event": "task_signal_skipped", "job_id": result.id},
+        )
+        return
+    if raised is None:
+        send(signal, sender=sender, task_result=result)
+        return
+    try:
+        raise raised
+    except BaseException:
+        send(signal, sender=sender, task_result=result)
 
 
 # -- new jobs -------------------------------------------------------------------------
