@@ -376,8 +376,16 @@ LEASE_EVENTS: dict[str, tuple[int, str]] = {
         "lapsed lease could not be taken back, skipped: %(error)s",
     ),
 }
-#: The event name a lease event is logged under, where it differs from its key.
-LOGGED_AS = {"job_lease_given_up": "job_lease_lost", "job_cancelled_at_stop": "job_cancelled"}
+#: The event name a lease, leader or recurring event is logged under, where it differs
+#: from its key.
+LOGGED_AS = {
+    "job_lease_given_up": "job_lease_lost",
+    "job_cancelled_at_stop": "job_cancelled",
+    "leader_stops_acting": "leader_lost",
+    "recurring_not_fired": "recurring_error",
+    "recurring_passed": "recurring_error",
+    "recurring_broken": "recurring_error",
+}
 
 
 def report_lease(event: str, job_id: int, attempt: int, **details: Any) -> None:
@@ -392,3 +400,83 @@ def report_lease(event: str, job_id: int, attempt: int, **details: Any) -> None:
             line % details if details else line,
             extra={"event": LOGGED_AS.get(event, event), "job_id": job_id, "attempt": attempt},
         )
+
+
+# -- the leader lease ------------------------------------------------------------------
+
+#: name -> (log level, line), formatted with the worker (``owner``), the lease's ``epoch``
+#: and the details.
+LEADER_EVENTS: dict[str, tuple[int, str]] = {
+    "leader_elected": (
+        logging.INFO,
+        "worker %(owner)s leads (epoch %(epoch)s): it takes back expired leases, fires the "
+        "recurring schedules and prunes finished jobs for every worker",
+    ),
+    "leader_lost": (  # another process took the lease
+        logging.WARNING,
+        "worker %(owner)s no longer leads: the leader lease (epoch %(epoch)s) is held by "
+        "%(holder)s, epoch %(held)s",
+    ),
+    "leader_stops_acting": (  # not renewed: too little of the lease left to act on
+        logging.WARNING,
+        "worker %(owner)s stops acting as leader: it could not renew the leader lease "
+        "(epoch %(epoch)s), which lapses at %(lapses)s",
+    ),
+    "leader_resigned": (
+        logging.INFO,
+        "worker %(owner)s hands over the leader lease (epoch %(epoch)s)",
+    ),
+}
+
+
+def report_leader(event: str, owner: str, epoch: int, **details: Any) -> None:
+    """One event of worker ``owner``'s leader lease (see :data:`LEADER_EVENTS`)."""
+    level, line = LEADER_EVENTS[event]
+    logger.log(
+        level,
+        line,
+        {"owner": owner, "epoch": epoch, **details},
+        extra={"event": LOGGED_AS.get(event, event), "owner": owner, "epoch": epoch},
+    )
+
+
+# -- recurring schedules ---------------------------------------------------------------
+
+#: name -> (log level, line), formatted with the ``schedule``'s name and the details.
+RECURRING_EVENTS: dict[str, tuple[int, str]] = {
+    "recurring_fired": (
+        logging.INFO,
+        "recurring job %(schedule)r fired for %(occurrence)s: job #%(job_id)s",
+    ),
+    "recurring_skipped": (  # its previous run holds the unique key
+        logging.INFO,
+        "recurring job %(schedule)r: previous run still live; occurrence %(occurrence)s skipped",
+    ),
+    "recurring_not_fired": (logging.ERROR, "recurring job %(schedule)r not fired: %(error)s"),
+    "recurring_passed": (  # the row cannot make a job: tried again at its next occurrence
+        logging.ERROR,
+        "recurring job %(schedule)r not fired for %(occurrence)s: %(error)s; occurrence "
+        "skipped, next try at %(following)s",
+    ),
+    "recurring_broken": (  # no next occurrence: nothing to wait for
+        logging.ERROR,
+        "recurring job %(schedule)r not fired for %(occurrence)s: %(error)s; schedule "
+        "disabled: fix its cron or time zone and enable it again",
+    ),
+    "recurring_disabled": (
+        logging.WARNING,
+        "%(count)s recurring job(s) removed from DJANGO_JOBS['RECURRING'] were disabled",
+    ),
+}
+
+
+def report_recurring(event: str, schedule: str | None = None, **details: Any) -> None:
+    """One event of recurring ``schedule`` (see :data:`RECURRING_EVENTS`); its name, and
+    the ``job_id`` of a fired occurrence, are in the record's ``extra``."""
+    level, line = RECURRING_EVENTS[event]
+    extra: dict[str, Any] = {"event": LOGGED_AS.get(event, event)}
+    if schedule is not None:
+        extra["schedule"] = schedule
+    if "job_id" in details:
+        extra["job_id"] = details["job_id"]
+    logger.log(level, line, {"schedule": schedule, **details}, extra=extra)
