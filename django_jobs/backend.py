@@ -113,9 +113,9 @@ class JobsBackend(BaseTaskBackend):
         once it commits."""
         self.validate_task(task)
         require_installed(self.alias)
+        from .events import report_task
         from .models import Job
         from .scheduling import schedule_job
-        from .tasks.runner import send
 
         args, kwargs = json_arguments(args, kwargs)
         payload = {
@@ -146,7 +146,9 @@ class JobsBackend(BaseTaskBackend):
             errors=[],
             worker_ids=[],
         )
-        transaction.on_commit(lambda: send(task_enqueued, result), using=router.db_for_write(Job))
+        transaction.on_commit(
+            lambda: report_task(task_enqueued, result), using=router.db_for_write(Job)
+        )
         return result
 
     def get_result(self, result_id: str) -> TaskResult:

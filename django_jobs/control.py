@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from .conf import require_queue_name
 from .db import get_driver
-from .events import report_cancelled
+from .events import report, report_cancelled
 from .exceptions import JobNotCancellable, JobNotWaiting
 from .models import Job, JobStatus
 
@@ -56,14 +56,10 @@ def retry_job(job_id: int, *, now: datetime | None = None, using: str | None = N
             if changed and queue is not None:
                 driver.wake([queue])
     except IntegrityError:
-        logger.warning(
-            "job #%s not retried: a live job with the same unique_key exists",
-            job_id,
-            extra={"event": "job_retry_refused", "job_id": job_id},
-        )
+        report("job_retry_refused", job_id)
         return False
     if changed:
-        logger.info("job #%s retried", job_id, extra={"event": "job_retried", "job_id": job_id})
+        report("job_retried", job_id)
     return bool(changed)
 
 
@@ -85,9 +81,7 @@ def run_job_now(job_id: int, *, now: datetime | None = None, using: str | None =
         if queue is not None and waiting.update(run_at=now):
             driver.wake([queue])
             job = jobs.get(id=job_id)
-            logger.info(
-                "job #%s made due now", job_id, extra={"event": "job_run_now", "job_id": job_id}
-            )
+            report("job_run_now", job_id)
             return job
     job = jobs.get(id=job_id)
     if job.status == JobStatus.PENDING:
@@ -130,11 +124,7 @@ def cancel_job(job_id: int, *, now: datetime | None = None, using: str | None = 
             transaction.on_commit(partial(report_cancelled, job), using=driver.using)
             return job
         if requested:
-            logger.info(
-                "job #%s: cancel requested; its worker stops it at its next heartbeat",
-                job_id,
-                extra={"event": "job_cancel_requested", "job_id": job_id},
-            )
+            report("job_cancel_requested", job_id)
             return jobs.get(id=job_id)
         job = jobs.get(id=job_id)
         if job.status not in (JobStatus.PENDING, JobStatus.RUNNING):

@@ -26,6 +26,7 @@ from .models import AttemptOutcome, Job, JobStatus
 if TYPE_CHECKING:
     from .db.records import ClaimedJob, ExhaustedRow, Settlement, UnleasedRow
     from .outcomes import HandlerResult
+    from .tasks.framework import TaskResult
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +46,48 @@ def send(signal: Signal, sender: Any = Job, **details: Any) -> None:
                 response,
                 extra={"event": "signal_receiver_failed", "job_id": job_id},
             )
+
+
+# -- an attempt starting, and Django's task signals ------------------------------------
+
+
+def report_started(claimed: ClaimedJob) -> None:
+    """``job_started``, on the worker's thread as the handler is called."""
+    send(
+        signals.job_started,
+        job_id=claimed.id,
+        name=claimed.name,
+        queue=claimed.queue,
+        attempt=claimed.attempt,
+    )
+
+
+def report_task(signal: Signal, result: TaskResult, raised: BaseException | None = None) -> None:
+    """One of Django's task signals about ``result``, sent as its backends send it (by the
+    backend's class); a backend no longer configured sends nothing, and says so. With
+    ``raised`` (the task's error), sent while it is being handled, as ``ImmediateBackend``
+    sends ``task_finished`` from its ``except`` block: ``sys.exc_info()`` in a receiver is it."""
+    from .tasks.framework import task_backends  # only a project that runs tasks loads them
+
+    try:
+        sender = type(task_backends[result.backend])
+    except Exception as exc:
+        logger.warning(
+            "task %s #%s: no signal sent, its backend %r is not configured (%s)",
+            result.task.module_path,
+            result.id,
+            result.backend,
+            exc,
+            extra={"event": "task_signal_skipped", "job_id": result.id},
+        )
+        return
+    if raised is None:
+        send(signal, sender=sender, task_result=result)
+        return
+    try:
+        raise raised
+    except BaseException:
+        send(signal, sender=sender, task_result=result)
 
 
 # -- new jobs -------------------------------------------------------------------------
@@ -70,6 +113,52 @@ def report_enqueued(jobs: Sequence[Job], using: str) -> None:
             send(signals.job_enqueued, **detail)
 
     transaction.on_commit(announce, using=using)
+
+
+# -- a job's plain events: claimed, refused, retried, made due, a cancel requested ------
+
+#: name -> (log level, line); the line is formatted with ``job_id`` and the details.
+JOB_EVENTS: dict[str, tuple[int, str]] = {
+    "job_claimed": (logging.DEBUG, "job %(name)s #%(job_id)s claimed, attempt %(attempt)s"),
+    "job_claim_failed": (  # the database refused the row: the claim takes the others
+        logging.WARNING,
+        "job #%(job_id)s cannot be claimed, skipped: %(error)s",
+    ),
+    "job_retried": (logging.INFO, "job #%(job_id)s retried"),
+    "job_retry_refused": (
+        logging.WARNING,
+        "job #%(job_id)s not retried: a live job with the same unique_key exists",
+    ),
+    "job_run_now": (logging.INFO, "job #%(job_id)s made due now"),
+    "job_cancel_requested": (  # cancel_job() on a running job; its worker's line is a lease event
+        logging.INFO,
+        "job #%(job_id)s: cancel requested; its worker stops it at its next heartbeat",
+    ),
+}
+
+
+def report(event: str, job_id: int, **details: Any) -> None:
+    """One event of job ``job_id`` (see :data:`JOB_EVENTS`); an ``attempt`` among the
+    details is in the record's ``extra`` too."""
+    level, line = JOB_EVENTS[event]
+    if not logger.isEnabledFor(level):
+        return
+    extra: dict[str, Any] = {"event": event, "job_id": job_id}
+    if "attempt" in details:
+        extra["attempt"] = details["attempt"]
+    logger.log(level, line, {"job_id": job_id, **details}, extra=extra)
+
+
+def report_claimed(jobs: Sequence[ClaimedJob]) -> None:
+    """The line of each job a claim took (at DEBUG: nothing to do at the default level)."""
+    if logger.isEnabledFor(logging.DEBUG):
+        for job in jobs:
+            report("job_claimed", job.id, name=job.name, attempt=job.attempt)
+
+
+def report_claim_refused(job_id: int, error: BaseException) -> None:
+    """A due row the database refused to claim (the driver skipped it)."""
+    report("job_claim_failed", job_id, error=f"{type(error).__name__}: {error}")
 
 
 # -- written outcomes ------------------------------------------------------------------
@@ -287,8 +376,16 @@ LEASE_EVENTS: dict[str, tuple[int, str]] = {
         "lapsed lease could not be taken back, skipped: %(error)s",
     ),
 }
-#: The event name a lease event is logged under, where it differs from its key.
-LOGGED_AS = {"job_lease_given_up": "job_lease_lost", "job_cancelled_at_stop": "job_cancelled"}
+#: The event name a lease, leader or recurring event is logged under, where it differs
+#: from its key.
+LOGGED_AS = {
+    "job_lease_given_up": "job_lease_lost",
+    "job_cancelled_at_stop": "job_cancelled",
+    "leader_stops_acting": "leader_lost",
+    "recurring_not_fired": "recurring_error",
+    "recurring_passed": "recurring_error",
+    "recurring_broken": "recurring_error",
+}
 
 
 def report_lease(event: str, job_id: int, attempt: int, **details: Any) -> None:
@@ -303,3 +400,83 @@ def report_lease(event: str, job_id: int, attempt: int, **details: Any) -> None:
             line % details if details else line,
             extra={"event": LOGGED_AS.get(event, event), "job_id": job_id, "attempt": attempt},
         )
+
+
+# -- the leader lease ------------------------------------------------------------------
+
+#: name -> (log level, line), formatted with the worker (``owner``), the lease's ``epoch``
+#: and the details.
+LEADER_EVENTS: dict[str, tuple[int, str]] = {
+    "leader_elected": (
+        logging.INFO,
+        "worker %(owner)s leads (epoch %(epoch)s): it takes back expired leases, fires the "
+        "recurring schedules and prunes finished jobs for every worker",
+    ),
+    "leader_lost": (  # another process took the lease
+        logging.WARNING,
+        "worker %(owner)s no longer leads: the leader lease (epoch %(epoch)s) is held by "
+        "%(holder)s, epoch %(held)s",
+    ),
+    "leader_stops_acting": (  # not renewed: too little of the lease left to act on
+        logging.WARNING,
+        "worker %(owner)s stops acting as leader: it could not renew the leader lease "
+        "(epoch %(epoch)s), which lapses at %(lapses)s",
+    ),
+    "leader_resigned": (
+        logging.INFO,
+        "worker %(owner)s hands over the leader lease (epoch %(epoch)s)",
+    ),
+}
+
+
+def report_leader(event: str, owner: str, epoch: int, **details: Any) -> None:
+    """One event of worker ``owner``'s leader lease (see :data:`LEADER_EVENTS`)."""
+    level, line = LEADER_EVENTS[event]
+    logger.log(
+        level,
+        line,
+        {"owner": owner, "epoch": epoch, **details},
+        extra={"event": LOGGED_AS.get(event, event), "owner": owner, "epoch": epoch},
+    )
+
+
+# -- recurring schedules ---------------------------------------------------------------
+
+#: name -> (log level, line), formatted with the ``schedule``'s name and the details.
+RECURRING_EVENTS: dict[str, tuple[int, str]] = {
+    "recurring_fired": (
+        logging.INFO,
+        "recurring job %(schedule)r fired for %(occurrence)s: job #%(job_id)s",
+    ),
+    "recurring_skipped": (  # its previous run holds the unique key
+        logging.INFO,
+        "recurring job %(schedule)r: previous run still live; occurrence %(occurrence)s skipped",
+    ),
+    "recurring_not_fired": (logging.ERROR, "recurring job %(schedule)r not fired: %(error)s"),
+    "recurring_passed": (  # the row cannot make a job: tried again at its next occurrence
+        logging.ERROR,
+        "recurring job %(schedule)r not fired for %(occurrence)s: %(error)s; occurrence "
+        "skipped, next try at %(following)s",
+    ),
+    "recurring_broken": (  # no next occurrence: nothing to wait for
+        logging.ERROR,
+        "recurring job %(schedule)r not fired for %(occurrence)s: %(error)s; schedule "
+        "disabled: fix its cron or time zone and enable it again",
+    ),
+    "recurring_disabled": (
+        logging.WARNING,
+        "%(count)s recurring job(s) removed from DJANGO_JOBS['RECURRING'] were disabled",
+    ),
+}
+
+
+def report_recurring(event: str, schedule: str | None = None, **details: Any) -> None:
+    """One event of recurring ``schedule`` (see :data:`RECURRING_EVENTS`); its name, and
+    the ``job_id`` of a fired occurrence, are in the record's ``extra``."""
+    level, line = RECURRING_EVENTS[event]
+    extra: dict[str, Any] = {"event": LOGGED_AS.get(event, event)}
+    if schedule is not None:
+        extra["schedule"] = schedule
+    if "job_id" in details:
+        extra["job_id"] = details["job_id"]
+    logger.log(level, line, {"schedule": schedule, **details}, extra=extra)

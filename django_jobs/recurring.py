@@ -6,7 +6,6 @@ scheduler's (:mod:`django_jobs.maintenance.scheduler`).
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from datetime import datetime
@@ -25,13 +24,12 @@ from django.utils import timezone as dj_timezone
 
 from .conf import SCHEDULE_NAME_MAX_LENGTH, require_text, require_use_tz, settings
 from .cron import get_zone, next_occurrence, validate_cron
+from .events import report_recurring
 from .exceptions import JobsError, NotMigrated, ScheduleError
 from .models import RecurringJob, ScheduleSource
 from .payloads import encode_payload
 from .registry import get_definition
 from .scheduling import check_job_options
-
-logger = logging.getLogger(__name__)
 
 SCHEDULE_KEYS = {
     "cron",
@@ -315,8 +313,4 @@ def sync_from_settings() -> None:
         .update(enabled=False, source=ScheduleSource.SETTINGS_REMOVED)
     )
     if removed:
-        logger.warning(
-            "%s recurring job(s) removed from DJANGO_JOBS['RECURRING'] were disabled",
-            removed,
-            extra={"event": "recurring_disabled"},
-        )
+        report_recurring("recurring_disabled", count=removed)

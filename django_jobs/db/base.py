@@ -17,7 +17,6 @@ claimed.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
@@ -46,8 +45,6 @@ from .records import (
     Settled,
     Settlement,
 )
-
-logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -389,18 +386,14 @@ class Driver:
         return claimed
 
     def take_one(self, row: Candidate, request: ClaimRequest) -> list[ClaimedJob]:
-        """Claim one row in a savepoint; log and skip it if the database refuses."""
+        """Claim one row in a savepoint; skip it if the database refuses, and tell the
+        request's ``refused`` (the caller reports it: ``db/`` imports nothing above it)."""
         try:
             with transaction.atomic(using=self.using):
                 return self.take([row], request)
         except ROW_ERRORS as exc:
-            logger.warning(
-                "job #%s cannot be claimed, skipped: %s: %s",
-                row.id,
-                type(exc).__name__,
-                exc,
-                extra={"event": "job_claim_failed", "job_id": row.id},
-            )
+            if request.refused is not None:
+                request.refused(row.id, exc)
             return []
 
     def take(self, rows: Sequence[Candidate], request: ClaimRequest) -> list[ClaimedJob]:

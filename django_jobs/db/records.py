@@ -12,7 +12,7 @@ never by position.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple
@@ -60,7 +60,8 @@ class QueueLimits:
 @dataclass(frozen=True)
 class ClaimRequest:
     """A claim: up to ``limit`` due jobs of ``queue`` at ``now``, leased to ``owner``;
-    ``limits``, when the queue has any."""
+    ``limits``, when the queue has any. A row the database refuses to claim is skipped and
+    told to ``refused`` (its id and the error), if given: the driver reports nothing."""
 
     queue: str
     owner: str
@@ -68,6 +69,7 @@ class ClaimRequest:
     lease_seconds: float
     limit: int = 1
     limits: QueueLimits | None = None
+    refused: Callable[[int, BaseException], None] | None = None
 
     @property
     def expires_at(self) -> datetime:

@@ -12,7 +12,6 @@ from now.
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 
 from django.db import router
@@ -20,10 +19,9 @@ from django.db.models import Q
 
 from ..cron import next_occurrence
 from ..db import get_driver
+from ..events import report_recurring
 from ..models import RecurringJob
 from ..scheduling import JobSpec, build_job, enqueue
-
-logger = logging.getLogger(__name__)
 
 
 def enqueue_due(now: datetime, *, using: str | None = None, batch: int = 100) -> int:
@@ -66,13 +64,7 @@ def _fire_logged(schedule: RecurringJob, now: datetime, using: str) -> int:
     try:
         return fire(schedule, now, using)
     except Exception as exc:
-        logger.error(
-            "recurring job %r not fired: %s: %s",
-            schedule.name,
-            type(exc).__name__,
-            exc,
-            extra={"event": "recurring_error", "schedule": schedule.name},
-        )
+        report_recurring("recurring_not_fired", schedule.name, error=f"{type(exc).__name__}: {exc}")
         return 0
 
 
@@ -111,19 +103,10 @@ def fire(schedule: RecurringJob, now: datetime, using: str) -> int:
         if not moved:
             return 0  # another worker fired this occurrence
         if enqueue([job], using)[0] is not job:  # its previous run holds the unique key
-            logger.info(
-                "recurring job %r: previous run still live; occurrence %s skipped",
-                schedule.name,
-                occurrence.isoformat(),
-                extra={"event": "recurring_skipped", "schedule": schedule.name},
-            )
+            report_recurring("recurring_skipped", schedule.name, occurrence=occurrence.isoformat())
             return 0
-    logger.info(
-        "recurring job %r fired for %s: job #%s",
-        schedule.name,
-        occurrence.isoformat(),
-        job.pk,
-        extra={"event": "recurring_fired", "schedule": schedule.name, "job_id": job.pk},
+    report_recurring(
+        "recurring_fired", schedule.name, occurrence=occurrence.isoformat(), job_id=job.pk
     )
     return 1
 
@@ -144,26 +127,12 @@ def _move_past(
     guard = RecurringJob.objects.using(using).filter(
         pk=schedule.pk, enabled=True, next_run_at=occurrence
     )
-    extra = {"event": "recurring_error", "schedule": schedule.name}
+    said = {"error": problem, "occurrence": occurrence.isoformat()}
     try:
         following = next_occurrence(schedule.cron, schedule.timezone, max(now, occurrence))
     except Exception:
         if guard.update(enabled=False):
-            logger.error(
-                "recurring job %r not fired for %s: %s; schedule disabled: fix its cron or "
-                "time zone and enable it again",
-                schedule.name,
-                occurrence.isoformat(),
-                problem,
-                extra=extra,
-            )
+            report_recurring("recurring_broken", schedule.name, **said)
         return
     if guard.update(next_run_at=following):
-        logger.error(
-            "recurring job %r not fired for %s: %s; occurrence skipped, next try at %s",
-            schedule.name,
-            occurrence.isoformat(),
-            problem,
-            following.isoformat(),
-            extra=extra,
-        )
+        report_recurring("recurring_passed", schedule.name, following=following.isoformat(), **said)

@@ -22,7 +22,6 @@ failure it is sent while the task's exception is being handled, as
 from __future__ import annotations
 
 import inspect
-import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -66,8 +65,6 @@ from .results import (
     task_named,
     task_of,
 )
-
-logger = logging.getLogger(__name__)
 
 ATTEMPT_FIELDS = ("number", "owner", "started_at", "outcome", "error", "traceback")
 
@@ -113,7 +110,7 @@ def run_task(ctx: JobContext, payload: Any) -> Any:
     result = load_result(ctx.job_id)
     object.__setattr__(result, "status", TaskResultStatus.RUNNING)
     task = result.task
-    send(task_started, result)
+    events.report_task(task_started, result)
     try:
         if task.takes_context:
             value = task.call(TaskContext(task_result=result), *result.args, **result.kwargs)
@@ -178,23 +175,6 @@ def _take(job_id: int, attempt: int | None) -> Ending | None:
         return _ending.pop((job_id, attempt), None)
 
 
-def send(signal: Signal, result: TaskResult) -> None:
-    """Send one of Django's task signals as its backends do; a receiver that raises is logged."""
-    try:
-        sender = type(task_backends[result.backend])
-    except Exception as exc:
-        logger.warning(
-            "task %s #%s: no signal sent, its backend %r is not configured (%s)",
-            result.task.module_path,
-            result.id,
-            result.backend,
-            exc,
-            extra={"event": "task_signal_skipped", "job_id": result.id},
-        )
-        return
-    events.send(signal, sender=sender, task_result=result)
-
-
 FINISHED_STATUS = {
     signals.job_succeeded: TaskResultStatus.SUCCESSFUL,
     signals.job_failed: TaskResultStatus.READY,  # a retry is due
@@ -224,19 +204,7 @@ def announce_finished(
     object.__setattr__(result, "status", status)
     if status != TaskResultStatus.READY and result.finished_at is None:
         object.__setattr__(result, "finished_at", timezone.now())
-    send_finished(result, error)
-
-
-def send_finished(result: TaskResult, error: BaseException | None) -> None:
-    """``task_finished``; with ``error`` being handled, as ``ImmediateBackend`` sends it
-    from its ``except`` block, so ``sys.exc_info()`` in a receiver is the task's error."""
-    if error is None:
-        send(task_finished, result)
-        return
-    try:
-        raise error
-    except BaseException:
-        send(task_finished, result)
+    events.report_task(task_finished, result, raised=error)
 
 
 for _signal in FINISHED_STATUS:

@@ -9,17 +9,15 @@ batch of outcomes and the next batch of jobs.
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime
 
 from ..db import ROW_ERRORS, ClaimedJob, ClaimRequest, DatabaseBusy, Driver
+from ..events import report_claim_refused, report_claimed
 from ..registry import queue_limits
 from .clock import Clock
 from .deadlines import Deadlines
 from .recording import OutcomeWriter
 from .settler import Settler
-
-logger = logging.getLogger(__name__)
 
 
 class Claimer:
@@ -46,21 +44,15 @@ class Claimer:
 
     def request(self, queue: str, now: datetime, limit: int) -> ClaimRequest:
         limits = queue_limits(queue)
-        return ClaimRequest(queue, self.owner, now, self.lease_seconds, limit, limits)
+        return ClaimRequest(
+            queue, self.owner, now, self.lease_seconds, limit, limits, report_claim_refused
+        )
 
     def claim(self, queue: str, now: datetime, limit: int) -> list[ClaimedJob]:
         """Up to ``limit`` due jobs of ``queue`` at ``now``, claimed and committed."""
         with self.deadline("the claim"):
             claimed = self.driver.claim(self.request(queue, now, limit))
-        if claimed and logger.isEnabledFor(logging.DEBUG):
-            for job in claimed:
-                logger.debug(
-                    "job %s #%s claimed, attempt %s",
-                    job.name,
-                    job.id,
-                    job.attempt,
-                    extra={"event": "job_claimed", "job_id": job.id, "attempt": job.attempt},
-                )
+        report_claimed(claimed)
         return claimed
 
     def claim_and_settle(self, queue: str, limit: int) -> list[ClaimedJob]:

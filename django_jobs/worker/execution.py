@@ -15,11 +15,10 @@ from typing import Any
 
 from django.db import router
 
-from .. import signals
 from ..conf import settings
 from ..context import JobContext
 from ..db import ClaimedJob
-from ..events import send
+from ..events import report_started
 from ..exceptions import JobCancelled, PayloadError, ResultError, Snooze, UnknownJob
 from ..models import Attempt, AttemptOutcome
 from ..outcomes import HandlerResult, Settlement, cancelled, snoozed
@@ -115,13 +114,7 @@ def run_handler(claimed: ClaimedJob, ctx: JobContext) -> HandlerResult:
     event, never by a handler's exception. An unknown name or an undecodable
     payload is a failure too.
     """
-    send(
-        signals.job_started,
-        job_id=claimed.id,
-        name=claimed.name,
-        queue=claimed.queue,
-        attempt=claimed.attempt,
-    )
+    report_started(claimed)
     try:
         definition = get_definition(claimed.name)
         ctx.payload = decode_payload(claimed.raw_payload)

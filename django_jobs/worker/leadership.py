@@ -24,17 +24,15 @@ not run fifty times the same queries.
 
 from __future__ import annotations
 
-import logging
 from datetime import datetime, timedelta
 
 from ..db import Driver
 from ..db.records import LeaderRow
 from ..display import format_time
+from ..events import report_leader
 from ..models import Leader
 from .clock import Clock
 from .deadlines import Deadlines
-
-logger = logging.getLogger(__name__)
 
 #: The one lease a database has today.
 NAME = Leader.DEFAULT
@@ -83,14 +81,8 @@ class Leadership:
         if self.leads(now):
             return True
         if self.term is not None:
-            logger.warning(
-                "worker %s stops acting as leader: it could not renew the leader lease "
-                "(epoch %s), which lapses at %s",
-                self.owner,
-                self.term.epoch,
-                format_time(self.holds_until) if self.holds_until else "once",
-                extra={"event": "leader_lost", "owner": self.owner, "epoch": self.term.epoch},
-            )
+            lapses = format_time(self.holds_until) if self.holds_until else "once"
+            report_leader("leader_stops_acting", self.owner, self.term.epoch, lapses=lapses)
             self.term = None
             self.holds_until = None
         return False
@@ -120,27 +112,15 @@ class Leadership:
 
     def took(self, row: LeaderRow, now: datetime) -> None:
         if self.term is None or self.term.epoch != row.epoch:
-            logger.info(
-                "worker %s leads (epoch %s): it takes back expired leases, fires the "
-                "recurring schedules and prunes finished jobs for every worker",
-                self.owner,
-                row.epoch,
-                extra={"event": "leader_elected", "owner": self.owner, "epoch": row.epoch},
-            )
+            report_leader("leader_elected", self.owner, row.epoch)
         self.term = row
         self.holds_until = now + self.lease
 
     def lost(self, row: LeaderRow) -> None:
         """Another process holds the lease: if this one led, it no longer does."""
         if self.term is not None:
-            logger.warning(
-                "worker %s no longer leads: the leader lease (epoch %s) is held by %s, epoch %s",
-                self.owner,
-                self.term.epoch,
-                row.owner or "nobody",
-                row.epoch,
-                extra={"event": "leader_lost", "owner": self.owner, "epoch": self.term.epoch},
-            )
+            holder = row.owner or "nobody"
+            report_leader("leader_lost", self.owner, self.term.epoch, holder=holder, held=row.epoch)
         self.term = None
         self.holds_until = None
 
@@ -155,9 +135,4 @@ class Leadership:
         with self.deadline("handing over the leader lease"):
             ended = self.driver.resign(NAME, self.owner, term.epoch, now)
         if ended:
-            logger.info(
-                "worker %s hands over the leader lease (epoch %s)",
-                self.owner,
-                term.epoch,
-                extra={"event": "leader_resigned", "owner": self.owner, "epoch": term.epoch},
-            )
+            report_leader("leader_resigned", self.owner, term.epoch)

@@ -10,7 +10,7 @@ from django.db import connection, connections
 from django.test.utils import CaptureQueriesContext, override_settings
 
 from django_jobs import schedule_job
-from django_jobs.db import ClaimRequest, get_driver
+from django_jobs.db import ROW_ERRORS, ClaimRequest, get_driver
 from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import START
 from tests.plans import explain, scans, sorts
@@ -276,25 +276,37 @@ def test_claim_skips_a_row_that_cannot_be_claimed_and_takes_the_others(
     bad = make_job(priority=10)  # first in claim order
     good = [make_job() for _ in range(3)]
     refuse_attempts(bad.pk)
-    with caplog.at_level("WARNING", logger="django_jobs.db.base"):
-        assert [c.id for c in claim(limit=1)] == [good[0].pk]
-        assert [c.id for c in claim(limit=5)] == [good[1].pk, good[2].pk]
-    failed = [r.job_id for r in caplog.records if getattr(r, "event", "") == "job_claim_failed"]
-    assert failed == [bad.pk, bad.pk]
+    refused: list[tuple[int, bool]] = []
+
+    def claim_telling(limit):
+        told = dataclasses.replace(
+            request(limit), refused=lambda i, e: refused.append((i, isinstance(e, ROW_ERRORS)))
+        )
+        return [c.id for c in get_driver().claim(told)]
+
+    with caplog.at_level("DEBUG", logger="django_jobs"):
+        assert claim_telling(1) == [good[0].pk]
+        assert claim_telling(5) == [good[1].pk, good[2].pk]
+    assert refused == [(bad.pk, True), (bad.pk, True)]
+    assert [r for r in caplog.records if r.levelname != "DEBUG"] == []  # the caller reports it
     bad.refresh_from_db()
     assert (bad.status, bad.attempt, bad.attempts_used) == ("pending", 0, 0)
     assert Attempt.objects.filter(job_id=bad.pk).count() == 0
 
 
 @pytest.mark.django_db(transaction=True)
-def test_claim_unclaimable_row_does_not_stop_the_worker(make_job, refuse_attempts, worker):
+def test_claim_unclaimable_row_does_not_stop_the_worker(make_job, refuse_attempts, worker, caplog):
     bad = make_job(priority=10)
     good = [make_job() for _ in range(3)]
     refuse_attempts(bad.pk)
     w = worker()
-    for _ in range(3):
-        assert w.run_once().succeeded == 1
-    assert w.run_once().claimed == 0
+    with caplog.at_level("WARNING", logger="django_jobs.events"):
+        for _ in range(3):
+            assert w.run_once().succeeded == 1
+        assert w.run_once().claimed == 0
+    failed = [r for r in caplog.records if getattr(r, "event", "") == "job_claim_failed"]
+    assert failed and {r.job_id for r in failed} == {bad.pk}
+    assert failed[0].getMessage().startswith(f"job #{bad.pk} cannot be claimed, skipped: ")
     statuses = dict(Job.objects.values_list("id", "status"))
     assert statuses == {bad.pk: "pending", **{job.pk: "succeeded" for job in good}}
 
