@@ -135,12 +135,13 @@ def run(
     params: Any = None,
 ) -> Any:
     """Run one statement of the hot cursor ``raw`` (``execute``: its psycopg method),
-    prepared where it can be run again (:func:`prepares_now`).
+    prepared unless a pooler stands between this process and the server
+    (:func:`prepares_now`).
 
-    If the server's prepared statements are not psycopg's, preparing stops and
-    the statement is sent again unprepared; in a transaction of the driver's
-    own, which the failure aborted, the error goes on to :func:`own_transaction`,
-    which runs it again.
+    If the server's prepared statements are not psycopg's all the same, preparing
+    stops and the statement is sent again unprepared (autocommit); in a transaction
+    of the driver's own, which the failure aborted, the error goes on to
+    :func:`own_transaction`, which runs it again.
     """
     if not prepares_now(driver, connection):
         return execute(query, params, prepare=False)
