@@ -6,7 +6,7 @@ straight and through PgBouncer, and the connections the server holds.
     python bench/hosts.py --pg-dir DIR --pg-url URL --pgbouncer-dir DIR2 --out results.json
 
 Each host is a Linux network namespace with its own veth link to this machine
-(``tests/hosts.py``): its ``runjobs`` reaches the server over that link only, as a
+(``tests/support/hosts.py``): its ``runjobs`` reaches the server over that link only, as a
 process on another machine would. For each way (straight to the server; through a
 PgBouncer in transaction mode, with ``PREPARED_STATEMENTS`` off, server-side cursors
 off and ``LISTEN_DATABASE`` on a direct alias) and each number of hosts, the benchmark
@@ -43,7 +43,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from tests.hosts import Hosts, listen_on, unavailable  # noqa: E402
+from tests.support.hosts import Hosts, listen_on, unavailable  # noqa: E402
 
 WAYS = ("straight", "PgBouncer")
 

@@ -92,7 +92,7 @@ ensure_pgbouncer() {
     fi
 }
 
-# ensure_hosts_tools: what the tests of hosts apart need (tests/hosts.py): iproute2 for the
+# ensure_hosts_tools: what the tests of hosts apart need (tests/support/hosts.py): iproute2 for the
 # network namespaces, libfaketime for a host whose clock runs fast. Only as root, where the
 # namespaces can be made; elsewhere those tests skip and say why.
 ensure_hosts_tools() {

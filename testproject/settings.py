@@ -136,7 +136,7 @@ if TASKS_FRAMEWORK is not None:
             "QUEUES": ["default", "emails"],
             # The tests' tasks: `tests` is not an installed app, so its tasks module is listed
             # for `runjobs` to import (an installed app's tasks.py needs no listing).
-            "OPTIONS": {"MODULES": ["tests.tasks"]},
+            "OPTIONS": {"MODULES": ["tests.support.tasks"]},
         },
         "immediate": {
             "BACKEND": f"{TASKS_FRAMEWORK}.backends.immediate.ImmediateBackend",

@@ -79,6 +79,17 @@ CAPABILITY_MARKERS = {
 }
 
 
+PROCESSES = ROOT / "tests" / "processes"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every test under tests/processes is a process test (the ``processes`` marker), as
+    are the tooling tests marked so: scripts/test runs them in suites of their own."""
+    for item in items:
+        if PROCESSES in item.path.parents:
+            item.add_marker(pytest.mark.processes)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     for marker, (capability, wanted, why) in CAPABILITY_MARKERS.items():
         if item.get_closest_marker(marker):
@@ -328,7 +339,7 @@ def fresh_database_url(tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture(autouse=True, scope="session")
 def _register_test_jobs() -> None:
-    import tests.jobs  # noqa: F401
+    import tests.support.jobs  # noqa: F401
 
 
 @pytest.fixture

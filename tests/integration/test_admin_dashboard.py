@@ -19,7 +19,7 @@ from django_jobs import stats
 from django_jobs.admin.dashboard import INDEX_TEMPLATE, URL_NAME, install
 from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Leader, WorkerProcess
 from tests.conftest import START
-from tests.leaders import lease_of
+from tests.support.leaders import lease_of
 
 pytestmark = pytest.mark.django_db
 

@@ -23,7 +23,7 @@ from django_jobs import add_recurring_job
 from django_jobs.models import Job, JobStatus, RecurringJob
 from django_jobs.registry import registered_names
 from tests.integration.test_recurring import T0, at, scheduler_fires_after_next_read
-from tests.plans import analyze, mysql_plan
+from tests.support.plans import analyze, mysql_plan
 
 pytestmark = pytest.mark.django_db
 

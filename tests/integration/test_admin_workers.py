@@ -18,7 +18,7 @@ from freezegun import freeze_time
 from django_jobs.conf import settings as jobs_settings
 from django_jobs.models import Job, JobStatus, Leader, WorkerProcess
 from django_jobs.stats import LATE_BEATS
-from tests.leaders import lease_of
+from tests.support.leaders import lease_of
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus
 from django_jobs.worker import Worker, serve
 from django_jobs.worker.clock import SystemClock
 from tests.conftest import wait_until
-from tests.jobs import SLEPT
+from tests.support.jobs import SLEPT
 
 FAST = {"POLL_SECONDS": 0.02, "MAINTENANCE_SECONDS": 0.1, "RETRY_BASE_SECONDS": 0}
 THREADS = 2

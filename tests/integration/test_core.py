@@ -8,7 +8,7 @@ from django_jobs.testing import FakeClock, run_until_empty
 from django_jobs.worker import Worker, serve
 from django_jobs.worker.clock import DatabaseClock, SystemClock
 from tests.conftest import wait_until
-from tests.jobs import ok
+from tests.support.jobs import ok
 
 FAST = {"POLL_SECONDS": 0.02, "MAINTENANCE_SECONDS": 0.1, "RETRY_BASE_SECONDS": 0}
 

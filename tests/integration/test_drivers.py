@@ -13,8 +13,8 @@ from django_jobs import schedule_job
 from django_jobs.db import ROW_ERRORS, ClaimRequest, get_driver
 from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import START
-from tests.plans import explain, scans, sorts
-from tests.triggers import refusing
+from tests.support.plans import explain, scans, sorts
+from tests.support.triggers import refusing
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus
 from django_jobs.outcomes import ERROR_LIMIT, HandlerResult, decide
 from django_jobs.retry_policy import RetryPolicy
 from tests.conftest import START
-from tests.jobs import CALLS
+from tests.support.jobs import CALLS
 
 pytestmark = pytest.mark.django_db
 

@@ -287,7 +287,7 @@ def test_a_job_that_snoozes_past_the_cap_is_dead_lettered_saying_so(
 
 @pytest.mark.parametrize("limits", [QueueLimits(global_limit=5), KEYED], ids=["global", "keyed"])
 def test_a_row_the_database_refuses_is_skipped_and_the_others_claimed(limits) -> None:
-    from tests.triggers import refusing
+    from tests.support.triggers import refusing
 
     queue = "keyed" if limits.keyed else "default"
     name = "tests.keyed" if limits.keyed else "tests.ok"

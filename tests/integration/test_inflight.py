@@ -11,7 +11,7 @@ from django_jobs.models import AttemptOutcome, Job, JobStatus
 from django_jobs.outcomes import HandlerResult
 from django_jobs.worker.execution import make_context
 from tests.conftest import wait_until
-from tests.triggers import refusing
+from tests.support.triggers import refusing
 
 # The heartbeat renews on its own thread and connection: the rows must be committed.
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -22,7 +22,7 @@ from django_jobs.maintenance.cleaner import prune_statuses
 from django_jobs.management.arguments import parse_duration
 from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Leader, WorkerProcess
 from tests.conftest import START, by_queue, jobs, jobs_json, manage
-from tests.leaders import lease_of
+from tests.support.leaders import lease_of
 
 pytestmark = pytest.mark.django_db
 

@@ -16,7 +16,7 @@ from django_jobs.worker import Worker, serve
 from django_jobs.worker.clock import SystemClock
 from django_jobs.worker.leadership import NAME, Leadership
 from tests.conftest import START, wait_until
-from tests.leaders import believing_it_leads
+from tests.support.leaders import believing_it_leads
 
 LEASE = 30
 

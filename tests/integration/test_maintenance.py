@@ -9,8 +9,8 @@ from django_jobs.db import get_driver
 from django_jobs.maintenance.rescuer import dead_letter_exhausted, reclaim_expired_leases
 from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import START
-from tests.plans import analyze, scans
-from tests.triggers import refusing
+from tests.support.plans import analyze, scans
+from tests.support.triggers import refusing
 
 pytestmark = pytest.mark.django_db
 

@@ -74,7 +74,7 @@ def test_an_outcome_that_cannot_be_decided_fails_alone_and_its_batch_is_written(
 def test_an_outcome_the_database_refuses_fails_alone_and_its_batch_is_written(
     worker,
 ) -> None:
-    from tests.triggers import refusing
+    from tests.support.triggers import refusing
 
     w = worker(queues={"default": 3})
     held = claim_three(w)

@@ -15,7 +15,7 @@ from django_jobs.db import ClaimRequest, get_driver
 from django_jobs.maintenance.cleaner import expired_ids, prune_finished
 from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import START
-from tests.plans import explain, scans, sorts
+from tests.support.plans import explain, scans, sorts
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from django_jobs import JobSpec, PayloadError, UnknownJob, schedule_job, schedule_jobs
 from django_jobs.models import Job, JobStatus
-from tests.jobs import emails, ok
+from tests.support.jobs import emails, ok
 
 pytestmark = pytest.mark.django_db
 

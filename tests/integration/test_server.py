@@ -12,8 +12,8 @@ from django_jobs.models import Job, JobStatus
 from django_jobs.worker import Worker, serve
 from django_jobs.worker.clock import SystemClock
 from tests.conftest import wait_until
-from tests.jobs import SLEPT
-from tests.leaders import believing_it_leads
+from tests.support.jobs import SLEPT
+from tests.support.leaders import believing_it_leads
 
 FAST = {"POLL_SECONDS": 0.02, "MAINTENANCE_SECONDS": 0.1, "RETRY_BASE_SECONDS": 0}
 

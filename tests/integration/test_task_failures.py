@@ -27,8 +27,8 @@ from django_jobs.tasks.results import RUNNER  # noqa: E402
 from django_jobs.testing import FakeClock, run_until_empty  # noqa: E402
 from django_jobs.worker import Worker, serve  # noqa: E402
 from django_jobs.worker.clock import SystemClock  # noqa: E402
-from tests import tasks  # noqa: E402
 from tests.conftest import wait_until  # noqa: E402
+from tests.support import tasks  # noqa: E402
 
 pytestmark = pytest.mark.django_db
 
@@ -124,16 +124,16 @@ def test_task_failures_a_task_that_no_longer_imports_fails_as_an_import_error(
     assert run_until_empty(worker()).dead_lettered == 1
     result = task_backends["default"].get_result(str(row.pk))
     assert result.status == TaskResultStatus.FAILED
-    assert result.task.module_path == "tests.tasks.nothing"
+    assert result.task.module_path == "tests.support.tasks.nothing"
     [error] = result.errors
     assert error.exception_class_path == "builtins.ImportError"
     assert error.traceback.splitlines()[-1] == (
-        'ImportError: Module "tests.tasks" does not define a "nothing" attribute/class'
+        'ImportError: Module "tests.support.tasks" does not define a "nothing" attribute/class'
     )
     [(sent, raised)] = finished
     assert (sent.id, sent.status) == (str(row.pk), TaskResultStatus.FAILED)
     assert isinstance(raised, ImportError)
-    assert "tests.tasks.nothing" not in tasks.__dict__  # nothing declared it again
+    assert "tests.support.tasks.nothing" not in tasks.__dict__  # nothing declared it again
 
 
 def test_task_failures_a_listed_module_that_is_gone_fails_as_module_not_found(
@@ -152,8 +152,8 @@ def test_task_failures_a_listed_module_that_is_gone_fails_as_module_not_found(
 
 def test_task_failures_a_task_that_no_longer_imports_cannot_be_enqueued(monkeypatch):
     monkeypatch.delattr(tasks, "nothing")
-    with pytest.raises(UnknownJob, match="task 'tests.tasks.nothing' cannot be imported"):
-        schedule_job("tests.tasks.nothing")
+    with pytest.raises(UnknownJob, match="task 'tests.support.tasks.nothing' cannot be imported"):
+        schedule_job("tests.support.tasks.nothing")
     assert not Job.objects.exists()
 
 

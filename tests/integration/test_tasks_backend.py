@@ -40,7 +40,7 @@ from django_jobs.tasks.results import RUNNER, TaskTimedOut, WorkerLost  # noqa: 
 from django_jobs.tasks.runner import run_task  # noqa: E402
 from django_jobs.testing import FakeClock, run_until_empty  # noqa: E402
 from django_jobs.worker.core import TickResult  # noqa: E402
-from tests import tasks  # noqa: E402
+from tests.support import tasks  # noqa: E402
 
 pytestmark = pytest.mark.django_db
 
@@ -84,8 +84,8 @@ def one_attempt(settings: Any) -> None:
 def not_imported(monkeypatch: Any) -> None:
     """The modules that record their import in ``tasks.IMPORTED`` are not imported yet."""
     for name in ("import_witness", "lazy_tasks"):
-        monkeypatch.delitem(sys.modules, f"tests.{name}", raising=False)
-        monkeypatch.delattr(sys.modules["tests"], name, raising=False)
+        monkeypatch.delitem(sys.modules, f"tests.support.{name}", raising=False)
+        monkeypatch.delattr(sys.modules["tests.support"], name, raising=False)
     tasks.IMPORTED.clear()
 
 
@@ -239,7 +239,12 @@ def test_tasks_backend_maps_attempts_the_worker_ended(make_job, clock):
     """A timeout, a lost lease and a cancel while running are errors with classes of their own."""
     row = make_job(
         name=RUNNER,
-        payload={"task": "tests.tasks.add", "args": [1, 2], "kwargs": {}, "backend": "default"},
+        payload={
+            "task": "tests.support.tasks.add",
+            "args": [1, 2],
+            "kwargs": {},
+            "backend": "default",
+        },
         status=JobStatus.DEAD_LETTERED,
         finished_at=clock.now(),
     )
@@ -305,7 +310,7 @@ def test_tasks_backend_runs_in_tests_with_run_until_empty(worker):
 
 def test_tasks_backend_aenqueue_writes_a_row(worker):
     queued = async_to_sync(tasks.add.aenqueue)(1, 2)
-    assert Job.objects.get(pk=queued.id).name == "tests.tasks.add"
+    assert Job.objects.get(pk=queued.id).name == "tests.support.tasks.add"
 
 
 # -- context, attempts, workers -------------------------------------------------------
@@ -495,14 +500,14 @@ def test_tasks_backend_runner_refuses_a_module_the_project_does_not_declare(work
 def test_tasks_backend_runner_never_imports_a_module_it_refuses(
     worker, make_job, not_imported, caplog
 ):
-    row = task_row(make_job, "tests.import_witness.not_a_task", max_attempts=2)
+    row = task_row(make_job, "tests.support.import_witness.not_a_task", max_attempts=2)
     # Dead-lettered on its first attempt: no retry in this deployment could pass.
     assert worker().run_once().dead_lettered == 1
     row.refresh_from_db()
-    assert row.last_error == refusal("tests.import_witness.not_a_task")
-    with pytest.raises(ValueError, match="is refused: 'tests.import_witness' is neither"):
+    assert row.last_error == refusal("tests.support.import_witness.not_a_task")
+    with pytest.raises(ValueError, match="is refused: 'tests.support.import_witness' is neither"):
         backend().get_result(str(row.pk))
-    assert "tests.import_witness" not in sys.modules and tasks.IMPORTED == []
+    assert "tests.support.import_witness" not in sys.modules and tasks.IMPORTED == []
     # No task to report on: task_finished is not sent, and no receiver fails.
     assert "signal_receiver_failed" not in {getattr(r, "event", None) for r in caplog.records}
 
@@ -511,39 +516,40 @@ def test_tasks_backend_runner_refuses_before_a_query(
     make_job, not_imported, django_assert_num_queries
 ):
     """As an unknown job's name: the attempt fails before the row or its attempts are read."""
-    row = task_row(make_job, "tests.import_witness.not_a_task")
+    row = task_row(make_job, "tests.support.import_witness.not_a_task")
     ctx = JobContext(job_id=row.pk, name=RUNNER, queue="default", attempt=1, payload=None)
     with django_assert_num_queries(0), pytest.raises(ValueError, match="is refused"):
         run_task(ctx, row.payload)
-    assert "tests.import_witness" not in sys.modules
+    assert "tests.support.import_witness" not in sys.modules
 
 
 def test_tasks_backend_runner_refuses_what_is_not_a_task_in_an_allowed_module(
     worker, make_job, settings, not_imported
 ):
-    set_options(settings, MODULES=["tests.tasks", "tests.import_witness"])
-    row = task_row(make_job, "tests.import_witness.not_a_task", max_attempts=1)
+    set_options(settings, MODULES=["tests.support.tasks", "tests.support.import_witness"])
+    row = task_row(make_job, "tests.support.import_witness.not_a_task", max_attempts=1)
     assert worker().run_once().dead_lettered == 1
     row.refresh_from_db()
     assert row.last_error == (
-        "ValueError: 'tests.import_witness.not_a_task' is not a task (decorate it with @task)"
+        "ValueError: 'tests.support.import_witness.not_a_task' is not a task "
+        "(decorate it with @task)"
     )
-    assert tasks.IMPORTED == ["tests.import_witness"]
+    assert tasks.IMPORTED == ["tests.support.import_witness"]
 
 
 def test_tasks_backend_runs_a_task_of_a_listed_module_not_yet_imported(
     worker, make_job, settings, not_imported
 ):
-    refused = task_row(make_job, "tests.lazy_tasks.double", 4, max_attempts=1)
+    refused = task_row(make_job, "tests.support.lazy_tasks.double", 4, max_attempts=1)
     assert worker().run_once().dead_lettered == 1
-    assert Job.objects.get(pk=refused.pk).last_error == refusal("tests.lazy_tasks.double")
+    assert Job.objects.get(pk=refused.pk).last_error == refusal("tests.support.lazy_tasks.double")
     assert tasks.IMPORTED == []
 
-    set_options(settings, MODULES=["tests.tasks", "tests.lazy_tasks"])
-    row = task_row(make_job, "tests.lazy_tasks.double", 21)
+    set_options(settings, MODULES=["tests.support.tasks", "tests.support.lazy_tasks"])
+    row = task_row(make_job, "tests.support.lazy_tasks.double", 21)
     assert worker().run_once().succeeded == 1
     assert backend().get_result(str(row.pk)).return_value == 42
-    assert tasks.IMPORTED == ["tests.lazy_tasks"]
+    assert tasks.IMPORTED == ["tests.support.lazy_tasks"]
 
 
 def test_tasks_backend_runs_a_task_of_an_installed_apps_tasks_module(worker, make_job, monkeypatch):
@@ -557,17 +563,17 @@ def test_tasks_backend_runs_a_task_of_an_installed_apps_tasks_module(worker, mak
 
 def test_tasks_backend_runs_a_declared_task_of_a_module_not_listed(worker, make_job, not_imported):
     """A task ``@task`` made in this process resolves wherever its module is: it is imported."""
-    lazy_tasks = importlib.import_module("tests.lazy_tasks")
-    row = task_row(make_job, "tests.lazy_tasks.double", 5)
+    lazy_tasks = importlib.import_module("tests.support.lazy_tasks")
+    row = task_row(make_job, "tests.support.lazy_tasks.double", 5)
     assert worker().run_once().succeeded == 1
     assert lazy_tasks.double.get_result(str(row.pk)).return_value == 10
-    assert tasks.IMPORTED == ["tests.lazy_tasks"]  # by this test, not by the worker
+    assert tasks.IMPORTED == ["tests.support.lazy_tasks"]  # by this test, not by the worker
     # Declared, but its module is no longer imported: it is not imported again for a row.
-    del sys.modules["tests.lazy_tasks"]
-    again = task_row(make_job, "tests.lazy_tasks.double", 6)
+    del sys.modules["tests.support.lazy_tasks"]
+    again = task_row(make_job, "tests.support.lazy_tasks.double", 6)
     assert worker().run_once().dead_lettered == 1
-    assert Job.objects.get(pk=again.pk).last_error == refusal("tests.lazy_tasks.double")
-    assert tasks.IMPORTED == ["tests.lazy_tasks"]
+    assert Job.objects.get(pk=again.pk).last_error == refusal("tests.support.lazy_tasks.double")
+    assert tasks.IMPORTED == ["tests.support.lazy_tasks"]
 
 
 def test_tasks_backend_check_warns_of_an_undeclared_queue():

@@ -26,8 +26,8 @@ from django.db import connection
 from django_jobs import schedule_jobs
 from django_jobs.models import Attempt, Job, JobStatus, Leader, WorkerProcess
 from testproject.example.models import Execution
-from tests import faketime
 from tests.conftest import RunjobsProcesses, wait_until
+from tests.support import faketime
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,5 +1,5 @@
 """Worker hosts that are really apart: each ``runjobs`` in a network namespace of its own,
-reaching PostgreSQL over its own veth link (:mod:`tests.hosts`).
+reaching PostgreSQL over its own veth link (:mod:`tests.support.hosts`).
 
 Each scenario is checked from an execution log, as the other fault tests are: no job
 lost, no (job, attempt) twice, no two runs of a job at once. The hosts reach the server
@@ -29,8 +29,13 @@ from django_jobs import schedule_job, schedule_jobs
 from django_jobs.models import Attempt, Job, JobStatus, Leader, RecurringJob, WorkerProcess
 from testproject.example.models import Execution
 from tests.conftest import PGBOUNCER_DIR, ROOT, RunjobsProcesses, wait_until
-from tests.hosts import REQUIRED, Hosts, listen_on, unavailable
-from tests.runs import assert_cancelled_in_time, assert_no_overlap, lease_lapses_at, read_runs
+from tests.support.hosts import REQUIRED, Hosts, listen_on, unavailable
+from tests.support.runs import (
+    assert_cancelled_in_time,
+    assert_no_overlap,
+    lease_lapses_at,
+    read_runs,
+)
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -1,6 +1,6 @@
 """A worker cut off from PostgreSQL by a network fault must stop its handler in time.
 
-Worker A reaches the database through a :class:`~tests.netfault.FaultProxy`;
+Worker A reaches the database through a :class:`~tests.support.netfault.FaultProxy`;
 worker B connects directly. A claims a long job, then the proxy black-holes
 (or resets) A's traffic. A's handler must see ``ctx.cancelled`` before B
 starts the next attempt, so that no two runs of the job overlap. Once the
@@ -25,8 +25,13 @@ from django.db import connection
 from django_jobs import schedule_job
 from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import RunjobsProcesses, database_url, wait_until
-from tests.netfault import FaultProxy, Mode, fault_proxy
-from tests.runs import assert_cancelled_in_time, assert_no_overlap, lease_lapses_at, read_runs
+from tests.support.netfault import FaultProxy, Mode, fault_proxy
+from tests.support.runs import (
+    assert_cancelled_in_time,
+    assert_no_overlap,
+    lease_lapses_at,
+    read_runs,
+)
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.skip_locked]
 

@@ -26,7 +26,7 @@ import pytest
 from django_jobs.models import Job, JobStatus
 from testproject.example.models import Execution
 from tests.conftest import ROOT, RunjobsProcesses, database_url, wait_until
-from tests.served import Browser, free_port
+from tests.support.served import Browser, free_port
 
 pytestmark = [pytest.mark.prepared_statements, pytest.mark.django_db(transaction=True)]
 

@@ -15,7 +15,7 @@ from django.contrib.auth import get_user_model
 
 from django_jobs.models import Job, JobStatus, Leader
 from tests.conftest import RunjobsProcesses, wait_until
-from tests.served import Browser, free_port
+from tests.support.served import Browser, free_port
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -11,8 +11,8 @@ pytest.importorskip("django_jobs.backend", reason="needs django.tasks or the dja
 
 from django_jobs.models import Job  # noqa: E402
 from django_jobs.tasks.framework import TaskResultStatus  # noqa: E402
-from tests import tasks  # noqa: E402
 from tests.conftest import wait_until  # noqa: E402
+from tests.support import tasks  # noqa: E402
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -40,14 +40,14 @@ def test_runjobs_runs_tasks_sync_async_and_retried(runjobs_process):
     assert results[3].return_value == "sent to ada@example.com"
     [owner] = set(results[2].worker_ids)
     assert len(results[2].worker_ids) == 2 and f":{process.pid}:" in owner
-    # Each a job of its own name: the worker found them by path, importing tests.tasks
+    # Each a job of its own name: the worker found them by path, importing tests.support.tasks
     # (OPTIONS["MODULES"]) when the first row named one.
     names = dict(Job.objects.values_list("pk", "name"))
     assert [names[int(r.id)] for r in results] == [
-        "tests.tasks.add",
-        "tests.tasks.async_add",
-        "tests.tasks.flaky",
-        "tests.tasks.mail",
+        "tests.support.tasks.add",
+        "tests.support.tasks.async_add",
+        "tests.support.tasks.flaky",
+        "tests.support.tasks.mail",
     ]
     os.kill(process.pid, signal.SIGTERM)
     assert process.wait(20) == 0, runjobs_process.log(process)

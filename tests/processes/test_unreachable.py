@@ -10,8 +10,8 @@ from django.db import connection
 from django_jobs import schedule_job
 from django_jobs.models import Job, JobStatus
 from tests.conftest import RunjobsProcesses, wait_until
-from tests.netfault import fault_proxy
 from tests.processes.test_partition import through
+from tests.support.netfault import fault_proxy
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.skip_locked]
 

@@ -17,6 +17,10 @@ import pytest
 
 from tests.conftest import ROOT
 
+#: A process test: it runs with the process tests (scripts/test).
+pytestmark = pytest.mark.processes
+
+
 NAME = "django_jobs-0.1.0.dev0"
 
 SETTINGS = """\
@@ -65,6 +69,7 @@ import django; django.setup()
 import django_jobs
 from django.template.loader import get_template
 from django_jobs import schedule_job
+
 print(django_jobs.__file__)
 get_template("admin/django_jobs/dashboard.html")  # the admin's templates are installed
 schedule_job("shop.add", {"a": 2, "b": 3})

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import ROOT
-from tests.unit.bench_modules import load_bench_module
+from tests.support.bench_modules import load_bench_module
 
 peers = load_bench_module("peers")
 harness = load_bench_module("harness")

@@ -3,7 +3,7 @@ never imports a module a job row names unless the project allows it."""
 
 from __future__ import annotations
 
-from tests.tasks import IMPORTED
+from tests.support.tasks import IMPORTED
 
 IMPORTED.append(__name__)
 

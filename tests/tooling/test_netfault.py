@@ -9,7 +9,7 @@ from contextlib import suppress
 
 import pytest
 
-from tests.netfault import FaultProxy, fault_proxy
+from tests.support.netfault import FaultProxy, fault_proxy
 
 
 class EchoServer:

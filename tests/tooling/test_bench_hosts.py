@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.bench_modules import load_bench_module
+from tests.support.bench_modules import load_bench_module
 
 hosts = load_bench_module("hosts")
 

@@ -19,7 +19,7 @@ from django.db.models import Count
 from django_jobs.db.notify import CHANNEL
 from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus
 from tests.conftest import ROOT
-from tests.unit.bench_modules import load_bench_module
+from tests.support.bench_modules import load_bench_module
 
 pytestmark = pytest.mark.django_db(transaction=True)
 raw_statements = load_bench_module("raw_statements")

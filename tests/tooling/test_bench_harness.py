@@ -5,7 +5,7 @@ import sqlite3
 
 import pytest
 
-from tests.unit.bench_modules import load_bench_module
+from tests.support.bench_modules import load_bench_module
 
 harness = load_bench_module("harness")
 

@@ -1,7 +1,7 @@
 """The Python snippets of the README and the tutorial stand on their own: each compiles and
 imports or defines every name it uses, and one headed with a file of this repository
 (``# testproject/example/views.py``) is that file's code. The README's tour also runs, in a
-project of its own: tests/processes/test_readme_tour.py."""
+project of its own: tests/tooling/test_readme_tour.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.snippets import python_blocks
+from tests.support.snippets import python_blocks
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", ROOT / "docs" / "tutorial.md"]

@@ -4,7 +4,7 @@ of them and the project allows it (``OPTIONS["MODULES"]``)."""
 from __future__ import annotations
 
 from django_jobs.tasks.framework import task
-from tests.tasks import IMPORTED
+from tests.support.tasks import IMPORTED
 
 IMPORTED.append(__name__)
 

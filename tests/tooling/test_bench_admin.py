@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.bench_modules import load_bench_module
+from tests.support.bench_modules import load_bench_module
 
 admin_pages = load_bench_module("admin_pages")
 admin_data = load_bench_module("admin_data")

@@ -9,7 +9,8 @@ from django_jobs.backend import job_options
 from django_jobs.tasks.framework import TaskContext, task
 
 CALLS: list[str] = []  # what the tasks saw, for the tests that run them in-process
-IMPORTED: list[str] = []  # the modules tests.import_witness and tests.lazy_tasks, as imported
+# The modules tests.support.import_witness and tests.support.lazy_tasks, as imported.
+IMPORTED: list[str] = []
 
 
 @task()

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tests.unit.bench_modules import load_bench_module
+from tests.support.bench_modules import load_bench_module
 
 enqueue = load_bench_module("enqueue")
 

@@ -12,9 +12,14 @@ import sys
 from pathlib import Path
 
 import django
+import pytest
 
 from tests.conftest import ROOT
-from tests.snippets import block_headed, python_blocks
+from tests.support.snippets import block_headed, python_blocks
+
+#: A process test: it runs with the process tests (scripts/test).
+pytestmark = pytest.mark.processes
+
 
 README = ROOT / "README.md"
 # The README's "..." in INSTALLED_APPS stands for the project's own apps.
@@ -75,6 +80,7 @@ SIGN_UP = """
 import django; django.setup()
 from django.test import RequestFactory
 from shop.views import signup
+
 request = RequestFactory().post("/signup/", {"username": "ada", "email": "ada@example.com"})
 response = signup(request)
 print(response.status_code, response.content.decode())

@@ -1,4 +1,4 @@
-"""Imported first by a ``runjobs`` that libfaketime runs (:mod:`tests.faketime` puts this
+"""Imported first by a ``runjobs`` that libfaketime runs (:mod:`tests.support.faketime` puts this
 directory on its ``PYTHONPATH``).
 
 libfaketime 0.9.10, told to leave the monotonic clock alone, refuses the absolute sleep

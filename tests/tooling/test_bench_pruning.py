@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from tests.unit.bench_modules import load_bench_module
+from tests.support.bench_modules import load_bench_module
 
 pruning = load_bench_module("pruning")
 pruning_data = load_bench_module("pruning_data")

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.unit.bench_modules import load_bench_module
+from tests.support.bench_modules import load_bench_module
 
 SVG = "{http://www.w3.org/2000/svg}"
 
