@@ -476,10 +476,22 @@ def parse_rate(rate: Any) -> tuple[int, int]:
         raise ValueError(f"a rate is 'COUNT/WINDOW', as '100/m', got {rate!r}")
     count_text, window = (part.strip().lower() for part in rate.split("/"))
     if window not in RATE_WINDOWS:
-        raise ValueError(f"a rate's window is s, m or h (per second, minute, hour), got {rate!r}")
+        guess = rate_window_guess(count_text, window)
+        raise ValueError(
+            f"a rate's window is s, m or h (per second, minute, hour), got {rate!r}{guess}"
+        )
     if not is_number_text(count_text) or not 1 <= int(count_text) <= MAX_LIMIT:
         raise ValueError(f"a rate's count is a whole number from 1 to {MAX_LIMIT}, got {rate!r}")
     return int(count_text), RATE_WINDOWS[window]
+
+
+def rate_window_guess(count_text: str, window: str) -> str:
+    """``; did you mean '100/m'?`` for a window spelled another way (``min``, ``mins``,
+    ``minutes``, ``sec``, ``hr``, ``hours``), or nothing."""
+    unit = window[:1]
+    if unit not in ("s", "m", "h") or not window.isalpha():
+        return ""
+    return f"; did you mean {f'{count_text}/{unit}'!r}?"
 
 
 def concurrency_problem(limit: Any) -> str | None:
