@@ -10,6 +10,7 @@ there, on its own rules, instead of registering each one up front.
 from __future__ import annotations
 
 import difflib
+import inspect
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -114,6 +115,7 @@ def job(
         refuse("concurrency", concurrency_problem(concurrency), concurrency)
 
     def decorator(func: H) -> H:
+        require_handler(name, func)
         definition = JobDefinition(
             name, func, queue, priority, max_attempts, seconds, concurrency=concurrency
         )
@@ -122,6 +124,27 @@ def job(
         return func
 
     return decorator
+
+
+def require_handler(name: str, func: Callable[..., Any]) -> None:
+    """``TypeError`` unless ``func`` can be called as ``handler(ctx, payload)``: said when the
+    job is declared, not by each of its jobs' attempts. A callable whose signature Python
+    cannot read (some built-ins) is taken as it is."""
+    if not callable(func):
+        raise TypeError(f"job {name!r}: its handler must be callable, got {func!r}")
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError as exc:
+        where = getattr(func, "__qualname__", repr(func))
+        raise TypeError(
+            f"job {name!r}: its handler {where}{signature} cannot be called as "
+            f"handler(ctx, payload) ({exc}); write it as def {getattr(func, '__name__', 'handler')}"
+            "(ctx, payload)"
+        ) from None
 
 
 def register(definition: JobDefinition) -> None:
