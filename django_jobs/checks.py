@@ -118,6 +118,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     errors += _retry_ceiling_warnings(user)
     errors += _key_errors(user, BOOLEAN, "django_jobs.E007")
     errors += _key_errors(user, ("PROCESSES",), "django_jobs.E011")
+    errors += _key_errors(user, ("UNKNOWN_QUEUES",), "django_jobs.E013")
     if "LISTEN_DATABASE" in user:
         errors += _listen_database_errors(user["LISTEN_DATABASE"])
     if "QUEUES" in user:

@@ -797,3 +797,10 @@ def test_check_settings_says_rename_a_look_alike_when_django_jobs_is_not_set(set
 def test_check_settings_leaves_other_settings_alone(settings, name):
     setattr(settings, name, {})
     assert [m for m in check_settings() if m.id == "django_jobs.W013"] == []
+
+
+@pytest.mark.parametrize("value", ["warning", "raise", True, None])
+def test_check_settings_refuses_an_unknown_queues_choice_it_does_not_know(settings, value):
+    settings.DJANGO_JOBS = {"UNKNOWN_QUEUES": value}
+    [error] = [m for m in check_settings() if m.id == "django_jobs.E013"]
+    assert error.msg == f"DJANGO_JOBS['UNKNOWN_QUEUES'] must be 'warn' or 'error', got {value!r}."
