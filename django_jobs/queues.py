@@ -53,7 +53,7 @@ def unknown_queue(name: str) -> str | None:
     if name in known:
         return None
     close = difflib.get_close_matches(name, sorted(known), n=1)
-    guess = f"; did you mean {close[0]!r}?" if close else ""
+    guess = f" (did you mean {close[0]!r}?)" if close else ""
     return (
         f"queue {name!r} is not in DJANGO_JOBS['QUEUES'] and no registered job, schedule or "
         f"task backend uses it{guess}"
@@ -71,15 +71,15 @@ def check_scheduled_queue(name: str, default: str) -> None:
         return
     if settings.UNKNOWN_QUEUES == "error":
         raise ValueError(
-            f"{problem} (DJANGO_JOBS['UNKNOWN_QUEUES'] is 'error': add it to "
-            "DJANGO_JOBS['QUEUES'] to schedule onto it)"
+            f"{problem}: refused, as DJANGO_JOBS['UNKNOWN_QUEUES'] is 'error'; add it to "
+            "DJANGO_JOBS['QUEUES'] to schedule onto it"
         )
     with _warned_lock:
         if name in _warned:
             return
         _warned.add(name)
     logger.warning(
-        "%s; scheduled anyway: only a worker started with --queue %s runs its jobs",
+        "%s: scheduled anyway; only a worker started with --queue %s runs its jobs",
         problem,
         name,
         extra={"event": "unknown_queue_scheduled", "queue": name},

@@ -248,7 +248,7 @@ def test_schedule_job_onto_a_queue_named_nowhere_warns_once_with_the_closest(cap
     assert line.levelname == "WARNING" and line.queue == "emial"
     assert line.getMessage() == (
         "queue 'emial' is not in DJANGO_JOBS['QUEUES'] and no registered job, schedule or "
-        "task backend uses it; did you mean 'emails'?; scheduled anyway: only a worker "
+        "task backend uses it (did you mean 'emails'?): scheduled anyway; only a worker "
         "started with --queue emial runs its jobs"
     )
     assert Job.objects.filter(queue="emial").count() == 2 and first.pk is not None
