@@ -239,10 +239,20 @@ def get_definition(job: str | Callable[..., Any]) -> JobDefinition:
 
 def _suggest(name: str) -> str:
     """``; did you mean ...?`` naming the closest registered names, or nothing."""
-    close = difflib.get_close_matches(name, registered_names(), n=3)
+    close = difflib.get_close_matches(name, user_names(), n=3)
     if not close:
         return ""
     return f"; did you mean {' or '.join(repr(match) for match in close)}?"
+
+
+#: The package's own job names (the tasks' older runner, ``django_jobs.task``): registered so
+#: that their rows run, never enqueued by a project, so no list offers them.
+INTERNAL_PREFIX = "django_jobs."
+
+
+def user_names() -> list[str]:
+    """The registered names a project enqueues: every one but the package's own."""
+    return [name for name in registered_names() if not name.startswith(INTERNAL_PREFIX)]
 
 
 def registered_names() -> list[str]:
