@@ -1,23 +1,11 @@
 from __future__ import annotations
 
-from typing import Any
-
 from django.apps import AppConfig
 from django.conf import settings
 from django.db.models.signals import post_migrate
-from django.utils.module_loading import autodiscover_modules, import_string
+from django.utils.module_loading import autodiscover_modules
 
-
-def runs_tasks(params: Any) -> bool:
-    """Whether a ``TASKS`` entry's backend runs on django-jobs (``JobsBackend`` or a subclass)."""
-    path = params.get("BACKEND") if isinstance(params, dict) else None
-    if not isinstance(path, str):
-        return False
-    try:
-        backend = import_string(path)
-    except ImportError:
-        return False  # Django's own check says so when the backend is used
-    return bool(getattr(backend, "runs_on_django_jobs", False))
+from .conf import runs_tasks
 
 
 class DjangoJobsConfig(AppConfig):

@@ -37,6 +37,9 @@ from .conf import (
 
 NUMBER_KEYS = (*POSITIVE, *NON_NEGATIVE, "HEARTBEAT_SECONDS", "MAX_ATTEMPTS", "MAX_SNOOZES")
 SCHEDULE_EXAMPLE = "For example {'cron': '0 2 * * *', 'job': 'reports.nightly'}."
+#: How close a top-level setting's name must be to DJANGO_JOBS to be taken for it (difflib's
+#: ratio): DJANGO_JOB is 0.95, DJANGO_Q 0.74.
+LOOK_ALIKE = 0.85
 
 
 def _key_errors(
@@ -70,8 +73,34 @@ def _unknown_key_errors(user: Mapping[str, Any]) -> list[CheckMessage]:
     return errors
 
 
+def _look_alike_settings() -> list[CheckMessage]:
+    """W013: a top-level setting spelled nearly as ``DJANGO_JOBS`` (``DJANGO_JOB``,
+    ``DJANGOJOBS``): nothing reads it, so what it sets is silently not set."""
+    names = [name for name in dir(django_settings) if name.isupper() and name != "DJANGO_JOBS"]
+    alike = [
+        name
+        for name in names
+        if name.replace("_", "") == "DJANGOJOBS"
+        or difflib.get_close_matches("DJANGO_JOBS", [name], n=1, cutoff=LOOK_ALIKE)
+    ]
+    if hasattr(django_settings, "DJANGO_JOBS"):
+        fix = "Move what it sets into DJANGO_JOBS, and remove it."
+    else:
+        fix = "Rename it DJANGO_JOBS."
+    return [
+        Warning(
+            f"The setting {name!r} looks like DJANGO_JOBS, the one django-jobs reads: "
+            "nothing reads it, so what it sets is not set.",
+            hint=fix,
+            id="django_jobs.W013",
+        )
+        for name in alike
+    ]
+
+
 @register(Tags.compatibility)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    look_alikes = _look_alike_settings()
     user = getattr(django_settings, "DJANGO_JOBS", {})
     if not isinstance(user, Mapping):
         return [
@@ -80,14 +109,16 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
                 hint="For example DJANGO_JOBS = {'QUEUES': {'default': {'workers': 2}}}; "
                 "leave it out to take every default.",
                 id="django_jobs.E001",
-            )
+            ),
+            *look_alikes,
         ]
-    errors = _unknown_key_errors(user)
+    errors = look_alikes + _unknown_key_errors(user)
     errors += _key_errors(user, NUMBER_KEYS, "django_jobs.E003")
     errors += _heartbeat_messages(user)
     errors += _retry_ceiling_warnings(user)
     errors += _key_errors(user, BOOLEAN, "django_jobs.E007")
     errors += _key_errors(user, ("PROCESSES",), "django_jobs.E011")
+    errors += _key_errors(user, ("UNKNOWN_QUEUES",), "django_jobs.E013")
     if "LISTEN_DATABASE" in user:
         errors += _listen_database_errors(user["LISTEN_DATABASE"])
     if "QUEUES" in user:

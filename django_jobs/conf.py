@@ -19,6 +19,7 @@ from typing import Any, NamedTuple
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.module_loading import import_string
 
 from .text import UNSTORABLE, is_number_text
 
@@ -63,6 +64,9 @@ DEFAULTS: dict[str, Any] = {
     # The DATABASES alias a worker LISTENs on; None: the jobs' own. Behind a pooler in
     # transaction mode, one that reaches the same database directly (or a session pool).
     "LISTEN_DATABASE": None,
+    # What schedule_job() onto a queue the project names nowhere does (a typo, most likely):
+    # "warn" logs it once per queue and process, "error" refuses it with a ValueError.
+    "UNKNOWN_QUEUES": "warn",
     # finished status -> how long its jobs are kept after they finish; None: forever.
     # A user's dict replaces only the statuses it names.
     "RETENTION": {
@@ -88,6 +92,7 @@ NON_NEGATIVE = (
     "CLAIM_AHEAD_SECONDS",
 )
 BOOLEAN = ("LISTEN", "PREPARED_STATEMENTS")
+UNKNOWN_QUEUE_CHOICES = ("warn", "error")
 QUEUE_OPTIONS = ("workers", "timeout", "global_limit", "rate_limit")
 #: A rate limit's window, by the letter or word after its "/".
 RATE_WINDOWS = {"s": 1, "second": 1, "m": 60, "minute": 60, "h": 3600, "hour": 3600}
@@ -270,6 +275,12 @@ def setting_problem(key: str, value: Any) -> Problem | None:
         return Problem(
             f"{where} must be an integer from 1 to {INT_MAX}, got {value!r}.",
             number_hint(key, value),
+        )
+    if key == "UNKNOWN_QUEUES" and value not in UNKNOWN_QUEUE_CHOICES:
+        return Problem(
+            f"{where} must be 'warn' or 'error', got {value!r}.",
+            "'warn' logs a schedule_job() onto a queue the project names nowhere; 'error' "
+            "refuses it.",
         )
     if key == "PROCESSES" and processes_problem(value):
         return Problem(
@@ -476,10 +487,34 @@ def parse_rate(rate: Any) -> tuple[int, int]:
         raise ValueError(f"a rate is 'COUNT/WINDOW', as '100/m', got {rate!r}")
     count_text, window = (part.strip().lower() for part in rate.split("/"))
     if window not in RATE_WINDOWS:
-        raise ValueError(f"a rate's window is s, m or h (per second, minute, hour), got {rate!r}")
+        guess = rate_window_guess(count_text, window)
+        raise ValueError(
+            f"a rate's window is s, m or h (per second, minute, hour), got {rate!r}{guess}"
+        )
     if not is_number_text(count_text) or not 1 <= int(count_text) <= MAX_LIMIT:
         raise ValueError(f"a rate's count is a whole number from 1 to {MAX_LIMIT}, got {rate!r}")
     return int(count_text), RATE_WINDOWS[window]
+
+
+def rate_window_guess(count_text: str, window: str) -> str:
+    """``; did you mean '100/m'?`` for a window spelled another way (``min``, ``mins``,
+    ``minutes``, ``sec``, ``hr``, ``hours``), or nothing."""
+    unit = window[:1]
+    if unit not in ("s", "m", "h") or not window.isalpha():
+        return ""
+    return f"; did you mean {f'{count_text}/{unit}'!r}?"
+
+
+def runs_tasks(params: Any) -> bool:
+    """Whether a ``TASKS`` entry's backend runs on django-jobs (``JobsBackend`` or a subclass)."""
+    path = params.get("BACKEND") if isinstance(params, dict) else None
+    if not isinstance(path, str):
+        return False
+    try:
+        backend = import_string(path)
+    except ImportError:
+        return False  # Django's own check says so when the backend is used
+    return bool(getattr(backend, "runs_on_django_jobs", False))
 
 
 def concurrency_problem(limit: Any) -> str | None:

@@ -18,7 +18,8 @@ from .conf import require_queue_name
 from .db import get_driver
 from .events import report, report_cancelled
 from .exceptions import JobNotCancellable, JobNotWaiting
-from .models import Job, JobStatus
+from .models import Job, JobStatus, Queue
+from .queues import unknown_queue
 
 logger = logging.getLogger(__name__)
 
@@ -132,21 +133,46 @@ def cancel_job(job_id: int, *, now: datetime | None = None, using: str | None = 
     raise JobNotCancellable(f"job #{job_id} kept changing; try again")
 
 
-def pause_queue(name: str, *, now: datetime | None = None, using: str | None = None) -> bool:
+def pause_queue(
+    name: str, *, force: bool = False, now: datetime | None = None, using: str | None = None
+) -> bool:
     """Stop every worker, on every host, from starting jobs of queue ``name``.
 
     Once this commits, no claim takes a job of the queue; jobs already running finish
     (and a worker may still start the few it had claimed ahead, within a quarter of a
     second). The state is a row in the database: it holds across restarts until
     :func:`resume_queue`. Returns False if the queue was paused already.
+
+    A queue that the project names nowhere and that no job or queue row in the database
+    has is refused with a :class:`ValueError` naming the closest known queue (a typo
+    would pause nothing that runs), unless ``force``.
     """
     require_queue_name(name)
-    driver = get_driver(using or router.db_for_write(Job))
+    using = using or router.db_for_write(Job)
+    if not force:
+        refuse_unknown_queue(name, using)
+    driver = get_driver(using)
     with transaction.atomic(using=driver.using):
         paused = driver.pause(name, now or timezone.now())
     if paused:
         logger.info("queue %s paused", name, extra={"event": "queue_paused", "queue": name})
     return paused
+
+
+def refuse_unknown_queue(name: str, using: str) -> None:
+    """:class:`ValueError` for a queue the project names nowhere and the database has no
+    job or row of."""
+    problem = unknown_queue(name)
+    if problem is None:
+        return
+    if Job.objects.using(using).filter(queue=name).exists():
+        return
+    if Queue.objects.using(using).filter(name=name).exists():
+        return
+    raise ValueError(
+        f"{problem}, and no job is on it: pause it anyway with force=True "
+        f"(`manage.py jobs pause {name} --force`)"
+    )
 
 
 def resume_queue(name: str, *, using: str | None = None) -> bool:

@@ -10,6 +10,7 @@ there, on its own rules, instead of registering each one up front.
 from __future__ import annotations
 
 import difflib
+import inspect
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -114,6 +115,7 @@ def job(
         refuse("concurrency", concurrency_problem(concurrency), concurrency)
 
     def decorator(func: H) -> H:
+        require_handler(name, func)
         definition = JobDefinition(
             name, func, queue, priority, max_attempts, seconds, concurrency=concurrency
         )
@@ -122,6 +124,27 @@ def job(
         return func
 
     return decorator
+
+
+def require_handler(name: str, func: Callable[..., Any]) -> None:
+    """``TypeError`` unless ``func`` can be called as ``handler(ctx, payload)``: said when the
+    job is declared, not by each of its jobs' attempts. A callable whose signature Python
+    cannot read (some built-ins) is taken as it is."""
+    if not callable(func):
+        raise TypeError(f"job {name!r}: its handler must be callable, got {func!r}")
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(None, None)
+    except TypeError as exc:
+        where = getattr(func, "__qualname__", repr(func))
+        raise TypeError(
+            f"job {name!r}: its handler {where}{signature} cannot be called as "
+            f"handler(ctx, payload) ({exc}); write it as def {getattr(func, '__name__', 'handler')}"
+            "(ctx, payload)"
+        ) from None
 
 
 def register(definition: JobDefinition) -> None:
@@ -216,10 +239,20 @@ def get_definition(job: str | Callable[..., Any]) -> JobDefinition:
 
 def _suggest(name: str) -> str:
     """``; did you mean ...?`` naming the closest registered names, or nothing."""
-    close = difflib.get_close_matches(name, registered_names(), n=3)
+    close = difflib.get_close_matches(name, user_names(), n=3)
     if not close:
         return ""
     return f"; did you mean {' or '.join(repr(match) for match in close)}?"
+
+
+#: The package's own job names (the tasks' older runner, ``django_jobs.task``): registered so
+#: that their rows run, never enqueued by a project, so no list offers them.
+INTERNAL_PREFIX = "django_jobs."
+
+
+def user_names() -> list[str]:
+    """The registered names a project enqueues: every one but the package's own."""
+    return [name for name in registered_names() if not name.startswith(INTERNAL_PREFIX)]
 
 
 def registered_names() -> list[str]:

@@ -38,6 +38,7 @@ from .events import report_enqueued
 from .exceptions import UnknownJob
 from .models import Job
 from .payloads import encode_payload
+from .queues import check_scheduled_queue
 from .registry import JobDefinition, get_definition, keyed_queues
 
 JobRef = str | Callable[..., Any]
@@ -115,6 +116,7 @@ def build_job(spec: JobSpec) -> Job:
     priority = spec.priority if spec.priority is not None else definition.priority
     queue = spec.queue if spec.queue is not None else definition.queue
     check_job_options(queue=queue, priority=priority, max_attempts=max_attempts)
+    check_scheduled_queue(queue, definition.queue)
     if spec.unique_key is not None:
         require_text(spec.unique_key, "unique_key", UNIQUE_KEY_MAX_LENGTH, blank=True)
     if spec.schedule is not None:

@@ -13,7 +13,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..conf import settings
 from ..models import RecurringJob, WorkerProcess
-from ..registry import get_definition, registered_names
+from ..registry import get_definition, registered_names, user_names
 from ..stats import heartbeat_is_stale
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class NameFilter(ChoicesFilter):
     parameter_name = "name"
 
     def names(self) -> list[str]:
-        return registered_names()
+        return user_names()
 
 
 class ScheduleFilter(ChoicesFilter):

@@ -32,7 +32,7 @@ from ..exceptions import JobsError
 from ..models import Job, RecurringJob
 from ..payloads import encode_payload
 from ..recurring import change_schedule, check_schedule_options, first_run_at, run_now
-from ..registry import get_definition, registered_names
+from ..registry import get_definition, registered_names, user_names
 from .common import format_message, status_label
 
 #: How many occurrences the change form previews.
@@ -73,7 +73,7 @@ class RecurringJobForm(forms.ModelForm):
         super().__init__(*args, **kwargs)
         field = self.fields["job_name"]
         assert isinstance(field, forms.ChoiceField)
-        choices = [("", "---------"), *((name, name) for name in registered_names())]
+        choices = [("", "---------"), *((name, name) for name in user_names())]
         stored = self.instance.job_name if self.instance.pk else ""
         if stored and not_registered(stored):
             # Kept, so saving another change does not lose it; flagged, so it gets fixed.

@@ -29,6 +29,13 @@ logger = logging.getLogger(__name__)
 #: it could move the clock by half of it.
 MAX_ROUND_TRIP_SECONDS = 0.5
 
+#: Where the database's clock is this host's (SQLite): how far the host's wall clock may run
+#: ahead of the carried clock and still be followed at once. A clock being slewed (NTP
+#: gaining on a lagging clock; chrony may slew by up to 8 %) drifts by a few milliseconds
+#: a second, and the jobs stamped "now" on it are due now; a larger jump is a step, which
+#: waits for the next re-measure.
+SLEW_BOUND = timedelta(seconds=1)
+
 #: A re-measure that moves the clock further than this (the database's clock was
 #: stepped, or this host's monotonic clock drifted that far) is logged.
 LOGGED_CORRECTION = timedelta(seconds=1)
@@ -76,8 +83,10 @@ class DatabaseClock:
     It never goes backwards: when a re-measure puts it earlier than a time it
     has returned (the database's clock was stepped back, or this host's
     monotonic clock ran fast), it stands still until the database's time
-    catches up. On SQLite the database's clock is this host's wall clock: a
-    step of it is taken at the next re-measure.
+    catches up. On SQLite the database's clock is this host's wall clock
+    (``follows_host``): a step of it is taken at the next re-measure, and a
+    slew (a wall clock gaining less than :data:`SLEW_BOUND` on the carried
+    one) at once, so a job stamped "now" on it is due now.
     """
 
     def __init__(
@@ -88,8 +97,12 @@ class DatabaseClock:
         timeout_seconds: float = 5.0,
         read: Callable[[], datetime | None] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        follows_host: bool | None = None,
     ) -> None:
         self.using = using
+        # None: the driver says, on first use (its ``clock_is_hosts``); False when ``read``
+        # is given.
+        self.follows_host = follows_host if follows_host is not None or read is None else False
         self.host: Clock = host or SystemClock()
         self.read = read or self._read_database
         self.monotonic = monotonic
@@ -107,13 +120,25 @@ class DatabaseClock:
             self.measure()
         elif self._is_stale():
             self._remeasure_in_background()
+        if self.follows_host is None:
+            from ..db import get_driver
+
+            self.follows_host = get_driver(self.using).clock_is_hosts
         with self._lock:
             assert self._anchor is not None
             now = self._anchor.at(self.monotonic())
+            if self.follows_host:
+                now = self.slewed(now)
             if self._latest is not None and now < self._latest:
                 return self._latest
             self._latest = now
             return now
+
+    def slewed(self, carried: datetime) -> datetime:
+        """The host's wall clock where it runs ahead of ``carried`` by less than
+        :data:`SLEW_BOUND` (a slew), else ``carried`` (a step waits for a re-measure)."""
+        wall = self.host.now()
+        return wall if timedelta(0) < wall - carried < SLEW_BOUND else carried
 
     def _is_stale(self) -> bool:
         with self._lock:

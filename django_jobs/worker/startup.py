@@ -5,10 +5,9 @@ from __future__ import annotations
 import difflib
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from django.conf import settings as django_settings
 from django.core.checks import WARNING, CheckMessage, Tags, run_checks
 from django.db import OperationalError, connections
 from django.db.migrations.executor import MigrationExecutor
@@ -19,7 +18,7 @@ from ..conf import require_queue_name, require_use_tz, settings
 from ..db.journal import use_wal_mode
 from ..exceptions import JobsError, NotMigrated
 from ..models import Job
-from ..registry import get_definition, registered_names
+from ..queues import known_queues
 from ..text import first_line
 
 logger = logging.getLogger(__name__)
@@ -159,22 +158,6 @@ def served_queues(names: Iterable[str] | None, workers: int | None) -> dict[str,
     chosen = [require_queue_name(name, "--queue") for name in names or []]
     warn_unknown_queues(chosen)
     return {name: workers or settings.queue_workers(name) for name in chosen or settings.QUEUES}
-
-
-def known_queues() -> set[str]:
-    """The queues the project names: ``QUEUES``, the registered jobs' own, the ``RECURRING``
-    entries' ``queue`` and the ``QUEUES`` of a ``TASKS`` backend that runs on django-jobs."""
-    from ..apps import runs_tasks
-
-    known = set(settings.QUEUES)
-    known.update(get_definition(name).queue for name in registered_names())
-    for options in settings.RECURRING.values():
-        if isinstance(options, Mapping) and isinstance(options.get("queue"), str):
-            known.add(options["queue"])
-    for params in (getattr(django_settings, "TASKS", None) or {}).values():
-        if runs_tasks(params):
-            known.update(queue for queue in params.get("QUEUES", []) if isinstance(queue, str))
-    return known
 
 
 def warn_unknown_queues(chosen: list[str]) -> None:

@@ -754,6 +754,7 @@ def test_job_changelist_filter_choices_come_from_the_settings_and_the_registry(
         assert choice in page
     for stale in ("?queue=orphans", "?name=old.removed"):
         assert stale not in page  # not read from the table
+    assert "?name=django_jobs.task" not in page  # the package's own, never enqueued
     for query in ("?queue=orphans", "?name=old.removed", "?queue=orphans&name=old.removed"):
         listed = admin_client.get(reverse(JOBS) + query).context["cl"].result_list
         assert [job.pk for job in listed] == [orphan.pk]

@@ -269,6 +269,6 @@ def test_dashboard_flags_a_paused_queue_marks_its_row_and_links_to_the_queues_pa
 
 
 def test_index_summary_flags_a_paused_queue(admin_client: Client) -> None:
-    pause_queue("reports", now=START)
+    pause_queue("reports", now=START, force=True)
     page = admin_client.get(reverse("admin:index")).content.decode()
     assert '<li class="warning jobs-flag-paused" data-queue="reports">' in page

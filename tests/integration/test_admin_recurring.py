@@ -21,7 +21,7 @@ from freezegun import freeze_time
 
 from django_jobs import add_recurring_job
 from django_jobs.models import Job, JobStatus, RecurringJob
-from django_jobs.registry import registered_names
+from django_jobs.registry import registered_names, user_names
 from tests.integration.test_recurring import T0, at, scheduler_fires_after_next_read
 from tests.support.plans import analyze, mysql_plan
 
@@ -155,7 +155,9 @@ def test_admin_recurring_form_offers_the_registered_job_names(admin_client):
     response = admin_client.get(reverse("admin:django_jobs_recurringjob_add"))
 
     field = response.context["adminform"].form.fields["job_name"]
-    assert [value for value, _ in field.choices] == ["", *registered_names()]
+    assert [value for value, _ in field.choices] == ["", *user_names()]
+    assert "django_jobs.task" in registered_names()  # the package's own runs its old rows,
+    assert "django_jobs.task" not in user_names()  # but is not offered
     assert '<select name="job_name"' in response.content.decode()
     refused = admin_client.post(
         reverse("admin:django_jobs_recurringjob_add"), schedule_form(job_name="no.such.job")

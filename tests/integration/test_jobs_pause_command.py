@@ -71,6 +71,26 @@ def test_jobs_pause_and_resume_refuse_a_name_no_queue_can_have(verb: str, name: 
     assert not Queue.objects.exists()
 
 
+def test_jobs_pause_of_a_queue_named_nowhere_is_refused_with_the_closest() -> None:
+    with pytest.raises(CommandError) as refused:
+        jobs("pause", "emial")
+    assert str(refused.value) == (
+        "queue 'emial' is not in DJANGO_JOBS['QUEUES'] and no registered job, schedule or "
+        "task backend uses it (did you mean 'emails'?), and no job is on it: pause it anyway "
+        "with force=True (`manage.py jobs pause emial --force`)"
+    )
+    assert not Queue.objects.exists()  # nothing paused
+    with pytest.raises(ValueError, match="did you mean 'emails'"):
+        pause_queue("emial")
+    assert jobs("pause", "emial", "--force").startswith("queue emial paused")
+    assert paused_at("emial") == START
+
+
+def test_jobs_pause_of_a_queue_that_has_jobs_needs_no_force(make_job: MakeJob) -> None:
+    make_job(queue="backfill")  # scheduled onto a queue the settings do not name
+    assert pause_queue("backfill") is True
+
+
 def test_jobs_status_says_which_queue_is_paused_since_when(make_job: MakeJob) -> None:
     make_job(queue="emails")
     pause_queue("emails", now=START - HOUR)
@@ -88,7 +108,7 @@ def test_jobs_status_says_which_queue_is_paused_since_when(make_job: MakeJob) ->
 
 
 def test_jobs_status_lists_a_paused_queue_without_jobs() -> None:
-    pause_queue("quiet", now=START)
+    pause_queue("quiet", now=START, force=True)  # a queue named nowhere
     with override_settings(DJANGO_JOBS={"QUEUES": PLAIN}):
         assert sorted(by_queue(jobs_json("status"))) == ["default", "emails", "quiet"]
 

@@ -235,3 +235,39 @@ def test_schedule_job_with_a_key_is_one_insert_by_the_drivers_insert(options, mo
         options.get("unique_key"),
         options.get("concurrency_key", "tests.keyed_pairs"),
     )
+
+
+def unknown_queue_lines(caplog):
+    return [r for r in caplog.records if getattr(r, "event", None) == "unknown_queue_scheduled"]
+
+
+def test_schedule_job_onto_a_queue_named_nowhere_warns_once_with_the_closest(caplog):
+    first = schedule_job("tests.ok", queue="emial")
+    schedule_jobs([{"job": "tests.ok", "queue": "emial"}])
+    [line] = unknown_queue_lines(caplog)
+    assert line.levelname == "WARNING" and line.queue == "emial"
+    assert line.getMessage() == (
+        "queue 'emial' is not in DJANGO_JOBS['QUEUES'] and no registered job, schedule or "
+        "task backend uses it (did you mean 'emails'?): scheduled anyway; only a worker "
+        "started with --queue emial runs its jobs"
+    )
+    assert Job.objects.filter(queue="emial").count() == 2 and first.pk is not None
+
+
+def test_schedule_job_onto_a_queue_the_project_names_says_nothing(settings, caplog):
+    settings.DJANGO_JOBS = {
+        **settings.DJANGO_JOBS,
+        "RECURRING": {"nightly": {"cron": "0 2 * * *", "job": "tests.ok", "queue": "night"}},
+    }
+    schedule_job("tests.ok", queue="night")  # a schedule's queue
+    schedule_job("tests.emails")  # its job's own queue
+    schedule_job("tests.ok", queue="emails")  # another job's queue
+    schedule_job("tests.ok", queue="default")  # in QUEUES
+    assert unknown_queue_lines(caplog) == []
+
+
+def test_schedule_job_onto_a_queue_named_nowhere_is_refused_when_the_setting_says(settings):
+    settings.DJANGO_JOBS = {**settings.DJANGO_JOBS, "UNKNOWN_QUEUES": "error"}
+    with pytest.raises(ValueError, match="queue 'emial' is not in .*did you mean 'emails'"):
+        schedule_jobs([{"job": "tests.ok"}, {"job": "tests.ok", "queue": "emial"}])
+    assert not Job.objects.exists()  # nothing of the call was written

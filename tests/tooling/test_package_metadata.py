@@ -34,3 +34,17 @@ def test_oldest_python_admitted_is_one_the_classifiers_name():
     [minor] = re.fullmatch(r">=3\.(\d+)", PROJECT["requires-python"]).groups()
     assert f"Programming Language :: Python :: 3.{minor}" in CLASSIFIERS
     assert sys.version_info >= (3, int(minor))
+
+
+def test_readme_names_the_django_versions_the_classifiers_name():
+    """The README's status line says which Django versions run: exactly those CI runs."""
+    [status] = [
+        line
+        for line in (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+        if line.startswith("Status:")
+    ]
+    named = set(re.findall(r"Django (\d+\.\d+)(?: LTS)? and (\d+\.\d+)", status)[0])
+    classified = {
+        c.rsplit(" ", 1)[1] for c in CLASSIFIERS if c.startswith("Framework :: Django ::")
+    }
+    assert named == classified

@@ -776,3 +776,31 @@ def test_settings_check_a_value_once_and_again_once_it_is_replaced(monkeypatch, 
         conf.settings.queue_workers("reports")
     with pytest.raises(ImproperlyConfigured, match="reports"):  # a refused value: every time
         conf.settings.queue_workers("reports")
+
+
+@pytest.mark.parametrize("name", ["DJANGO_JOB", "DJANGOJOBS", "DJANGO_JOBSS", "DJANGO__JOBS"])
+def test_check_settings_names_a_setting_that_looks_like_django_jobs(settings, name):
+    setattr(settings, name, {"QUEUES": {"default": {"workers": 2}}})
+    [warning] = [m for m in check_settings() if m.id == "django_jobs.W013"]
+    assert warning.msg.startswith(f"The setting {name!r} looks like DJANGO_JOBS")
+    assert warning.hint == "Move what it sets into DJANGO_JOBS, and remove it."
+
+
+def test_check_settings_says_rename_a_look_alike_when_django_jobs_is_not_set(settings):
+    del settings.DJANGO_JOBS
+    settings.DJANGO_JOB = {"MAX_ATTEMPTS": 3}
+    [warning] = [m for m in check_settings() if m.id == "django_jobs.W013"]
+    assert warning.hint == "Rename it DJANGO_JOBS."
+
+
+@pytest.mark.parametrize("name", ["DJANGO_Q", "DJANGO_TASKS", "JOBS", "DJANGO_JOBS_DATABASE"])
+def test_check_settings_leaves_other_settings_alone(settings, name):
+    setattr(settings, name, {})
+    assert [m for m in check_settings() if m.id == "django_jobs.W013"] == []
+
+
+@pytest.mark.parametrize("value", ["warning", "raise", True, None])
+def test_check_settings_refuses_an_unknown_queues_choice_it_does_not_know(settings, value):
+    settings.DJANGO_JOBS = {"UNKNOWN_QUEUES": value}
+    [error] = [m for m in check_settings() if m.id == "django_jobs.E013"]
+    assert error.msg == f"DJANGO_JOBS['UNKNOWN_QUEUES'] must be 'warn' or 'error', got {value!r}."

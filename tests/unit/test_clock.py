@@ -263,3 +263,47 @@ def test_clock_re_measure_with_a_long_round_trip_keeps_the_last_offset():
     clock.measure()
     assert clock.offset == timedelta(seconds=2)
     assert clock.now() == database.now()
+
+
+def host_clock_of(host: Host) -> DatabaseClock:
+    """The clock of a database whose clock is this host's (SQLite): nothing to read."""
+    return DatabaseClock(
+        host=host.wall,
+        refresh_seconds=60,
+        read=lambda: None,
+        monotonic=host.monotonic,
+        follows_host=True,
+    )
+
+
+def test_clock_on_the_hosts_clock_follows_a_slew_at_once():
+    """NTP slewing a lagging wall clock makes it gain milliseconds a second on the monotonic
+    clock: a job stamped "now" on it must be due at the worker's now, not a re-measure later."""
+    host = Host()
+    clock = host_clock_of(host)
+    clock.now()
+    for _ in range(10):
+        host.advance(1)
+        host.step(0.005)  # 5 ms a second
+    assert clock.now() == host.wall.now()
+    assert host.wall.now() - (START + timedelta(seconds=10)) == timedelta(seconds=0.05)
+
+
+@pytest.mark.parametrize("step", [1, 30, 3600])
+def test_clock_on_the_hosts_clock_waits_for_a_re_measure_to_take_a_step(step):
+    host = Host()
+    clock = host_clock_of(host)
+    first = clock.now()
+    host.advance(10)
+    host.step(step)
+    assert clock.now() == first + timedelta(seconds=10)
+
+
+def test_clock_of_another_database_does_not_follow_the_hosts_slew():
+    host = Host()
+    database = Database(host, timedelta(0))
+    clock = clock_of(host, database)
+    first = clock.now()
+    host.advance(10)
+    host.step(0.05)
+    assert clock.now() == first + timedelta(seconds=10) == database.now()

@@ -79,3 +79,19 @@ def test_snooze_takes_a_timedelta() -> None:
 def test_job_refuses_a_concurrency_that_is_not_a_count(concurrency: object) -> None:
     with pytest.raises(ValueError, match="concurrency"):
         job("tests.never_registered", concurrency=concurrency)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("text", "meant"),
+    [("100/min", "100/m"), ("5/sec", "5/s"), ("3/hours", "3/h"), ("10/Minutes", "10/m")],
+)
+def test_parse_rate_names_the_window_a_spelling_meant(text: str, meant: str) -> None:
+    with pytest.raises(ValueError, match=f"got '{text}'; did you mean '{meant}'\\?$"):
+        parse_rate(text)
+
+
+@pytest.mark.parametrize("text", ["100/d", "100/x1", "100/"])
+def test_parse_rate_guesses_no_window_it_cannot_tell(text: str) -> None:
+    with pytest.raises(ValueError) as refused:
+        parse_rate(text)
+    assert "did you mean" not in str(refused.value)

@@ -97,3 +97,52 @@ def test_get_definition_unknown_name_with_nothing_close_suggests_nothing():
     with pytest.raises(UnknownJob) as excinfo:
         get_definition("zzzzzzzz")
     assert str(excinfo.value) == "no job is registered under the name 'zzzzzzzz'"
+
+
+def test_job_refuses_a_handler_that_cannot_take_ctx_and_payload(cleanup):
+    cleanup.append("unit.one_argument")
+    with pytest.raises(TypeError) as refused:
+
+        @job("unit.one_argument")
+        def send(payload):
+            return None
+
+    assert str(refused.value).startswith(
+        "job 'unit.one_argument': its handler "
+        "test_job_refuses_a_handler_that_cannot_take_ctx_and_payload.<locals>.send(payload) "
+        "cannot be called as handler(ctx, payload) (too many positional arguments); "
+        "write it as def send(ctx, payload)"
+    )
+    with pytest.raises(UnknownJob):
+        get_definition("unit.one_argument")  # nothing was registered
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [
+        lambda ctx: None,
+        lambda ctx, payload, extra: None,
+        lambda *, ctx, payload: None,
+    ],
+    ids=["one", "three", "keyword-only"],
+)
+def test_job_refuses_every_signature_that_cannot_take_two_arguments(cleanup, handler):
+    cleanup.append("unit.bad_signature")
+    with pytest.raises(TypeError, match="cannot be called as handler\\(ctx, payload\\)"):
+        job("unit.bad_signature")(handler)
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [
+        lambda ctx, payload: None,
+        lambda ctx, payload=None: None,
+        lambda *args: None,
+        lambda ctx, *args, **kwargs: None,
+    ],
+    ids=["plain", "default", "star-args", "star-both"],
+)
+def test_job_takes_every_handler_that_can_be_called_with_ctx_and_payload(cleanup, handler):
+    cleanup.append("unit.good_signature")
+    job("unit.good_signature")(handler)
+    assert get_definition("unit.good_signature").func is handler

@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("django_jobs.backend", reason="needs django.tasks or the django-tasks backport")
 
-from django_jobs.apps import runs_tasks  # noqa: E402
+from django_jobs.conf import runs_tasks  # noqa: E402
 from django_jobs.models import AttemptOutcome  # noqa: E402
 from django_jobs.tasks.results import (  # noqa: E402
     PREFIX,

@@ -176,6 +176,11 @@ class Command(BaseCommand):
             help="Stop every worker from starting the queue's jobs (running ones finish).",
         )
         pause.add_argument("queue", metavar="NAME")
+        pause.add_argument(
+            "--force",
+            action="store_true",
+            help="Pause it even if the project names it nowhere and no job is on it.",
+        )
         resume = sub.add_parser("resume", parents=[common], help="Serve a paused queue again.")
         resume.add_argument("queue", metavar="NAME")
         prune = sub.add_parser(
@@ -267,16 +272,16 @@ class Command(BaseCommand):
         self.emit(document, f"As of {format_time(now)}\n\n{queue_table}\n\n{workers_text}")
 
     def handle_pause(self, options: dict[str, Any]) -> None:
-        self.steer(QUEUE_VERBS["pause"], options["queue"])
+        self.steer(QUEUE_VERBS["pause"], options["queue"], force=options["force"])
 
     def handle_resume(self, options: dict[str, Any]) -> None:
         self.steer(QUEUE_VERBS["resume"], options["queue"])
 
-    def steer(self, verb: QueueVerb, name: str) -> None:
+    def steer(self, verb: QueueVerb, name: str, **options: Any) -> None:
         """Pause or resume queue ``name``; one line (or document) saying what it did."""
         try:
-            changed = verb.act(name, using=self.using)
-        except ValueError as exc:  # a name no queue can have
+            changed = verb.act(name, using=self.using, **options)
+        except ValueError as exc:  # a name no queue can have, or one named nowhere
             raise CommandError(str(exc)) from exc
         result, line = verb.changed if changed else verb.unchanged
         self.emit({"queue": name, "result": result}, line.format(name=name))
