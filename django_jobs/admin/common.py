@@ -111,8 +111,7 @@ class AttemptInline(ReadOnlyAdminMixin, admin.TabularInline):
             return conditional_escape(obj.error)
         return format_html(
             '{}<details class="django-jobs-traceback"><summary>{}</summary>'
-            '<pre style="white-space: pre-wrap; max-height: 40em; overflow: auto">{}</pre>'
-            "</details>",
+            '<pre class="django-jobs-trace">{}</pre></details>',
             obj.error,
             gettext("Traceback"),
             obj.traceback,
@@ -156,6 +155,64 @@ def page_fields() -> tuple[str, ...]:
 #: progress as a bar, and the duration after the finish.
 JOB_FIELDS = page_fields()
 
+#: The model fields a page field shows, where its name is not one of them.
+SHOWN_FROM = {
+    "masked_payload": ("payload",),
+    "progress": ("progress_total", "progress_done", "progress_note"),
+    "duration": ("started_at",),
+    **{f"{name}_shown": (name,) for name in TIME_FIELDS},
+}
+#: Shown whatever they hold: what every job has.
+ALWAYS_SHOWN = (
+    "id",
+    "name",
+    "queue",
+    "masked_payload",
+    "status",
+    "priority",
+    "attempt",
+    "attempts_used",
+    "max_attempts",
+)
+
+
+def shown_fields(obj: Job | None) -> tuple[str, ...]:
+    """The page fields of ``obj`` that hold something (every one for a new form), the last
+    error left to the failure block above them (:func:`failure`)."""
+    if obj is None:
+        return JOB_FIELDS
+
+    def empty(value: object) -> bool:
+        return value is None or value == "" or value == {} or value == []
+
+    return tuple(
+        name
+        for name in JOB_FIELDS
+        if name in ALWAYS_SHOWN
+        or (
+            name != "last_error"
+            and not all(empty(getattr(obj, field)) for field in SHOWN_FROM.get(name, (name,)))
+        )
+    )
+
+
+def failure(obj: Job | None) -> dict[str, object] | None:
+    """What a failed job's page shows first: its last error and the traceback of its last
+    attempt that has one (None for a job without an error)."""
+    if obj is None or not obj.last_error:
+        return None
+    attempt = (
+        Attempt.objects.using(obj._state.db)
+        .filter(job=obj)
+        .exclude(traceback="")
+        .order_by("-number")
+        .values_list("number", "traceback")
+        .first()
+    )
+    number, traceback = attempt if attempt is not None else (None, "")
+    return {"error": obj.last_error, "traceback": traceback, "attempt": number}
+
+
 STATUS_COLOURS: dict[str, str] = {
     JobStatus.PENDING: "#5c636a",
     JobStatus.RUNNING: "#0b5ed7",
@@ -166,7 +223,19 @@ STATUS_COLOURS: dict[str, str] = {
 
 
 class JobDisplayMixin:
-    """How the job pages show a job's fields."""
+    """How the job pages show a job's fields: those that hold something, a failed job's
+    error and traceback first."""
+
+    def get_fields(self, request: HttpRequest, obj: Job | None = None) -> tuple[str, ...]:
+        return shown_fields(obj)
+
+    def render_change_form(
+        self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any
+    ) -> HttpResponse:
+        context["job_failure"] = failure(kwargs.get("obj"))
+        return super().render_change_form(  # type: ignore[misc]
+            request, context, *args, **kwargs
+        )
 
     @admin.display(description=_("payload"))
     def masked_payload(self, obj: Job) -> str:

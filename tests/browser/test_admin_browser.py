@@ -226,8 +226,17 @@ def test_control_room_walk_in_browser(live_server, django_user_model, settings, 
             sync_api.expect(page.locator(".messagelist .success")).to_contain_text("asked to stop")
 
             page.goto(f"{live_server.url}{dead_page}")
+            # The last error and its traceback first, open, full width, not wrapped.
+            last = page.locator("fieldset.django-jobs-failure pre.django-jobs-trace")
+            sync_api.expect(last).to_contain_text("line 42, in build_report")
+            assert last.evaluate("e => getComputedStyle(e).whiteSpace") == "pre"
+            module = page.locator("fieldset.django-jobs-failure").bounding_box()
+            fields = page.locator("fieldset.module").nth(1).bounding_box()  # the job's fields
+            assert module is not None and fields is not None and module["y"] < fields["y"]
+            assert module["width"] >= fields["width"] - 1  # as wide as the page's content
+            page.screenshot(path=str(shots / "admin-dead-letter.png"), full_page=True)
             trace = page.locator("details.django-jobs-traceback pre")
-            sync_api.expect(trace).to_be_hidden()  # folded until asked for
+            sync_api.expect(trace).to_be_hidden()  # each attempt's folded until asked for
             page.locator("details.django-jobs-traceback summary").click()
             sync_api.expect(trace).to_contain_text("line 42, in build_report")
             retry = page.locator("form.django-jobs-verb button", has_text="Retry").first

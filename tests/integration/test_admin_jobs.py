@@ -17,6 +17,7 @@ from django.test import Client
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import escape
 from freezegun import freeze_time
 
 from django_jobs.admin import common
@@ -28,6 +29,7 @@ pytestmark = pytest.mark.django_db
 
 DEAD_LETTERS = "admin:django_jobs_deadletter_changelist"
 JOBS = "admin:django_jobs_job_changelist"
+DEAD_LETTER_CHANGE = "admin:django_jobs_deadletter_change"
 BOTH_CHANGELISTS = pytest.mark.parametrize("changelist", [DEAD_LETTERS, JOBS])
 COMPARED_FIELDS = (
     "id",
@@ -867,12 +869,52 @@ def test_job_change_page_shows_progress_duration_result_and_times_with_seconds(
     assert '<td class="field-outcome"><p>succeeded</p></td>' in page
 
 
-def test_job_change_page_shows_every_field_of_the_job(admin_client, make_job):
-    job = make_job(unique_key="every-field", progress_note="a note")
+def test_job_change_page_shows_every_field_that_holds_something(admin_client, make_job, clock):
+    now = clock.now()
+    job = make_job(
+        **{"unique_key": "every-field", "progress_note": "a note", "progress_done": 1},
+        **{"lease_owner": "w", "lease_expires_at": now, "cancel_requested_at": now},
+        **{"result": {"rows": 1}, "schedule": "nightly", "concurrency_key": "k"},
+        **{"concurrency_limit": 2, "started_at": now, "finished_at": now},
+        last_error="ValueError: no",
+    )
     labels = admin_client.get(change_url(job)).content.decode()
     for field in Job._meta.fields:
         label = field.verbose_name if field.name not in common.PROGRESS_FIELDS else "progress"
-        assert f">{label.capitalize()}:</label>" in labels, field.name
+        if field.name == "last_error":
+            assert '<p class="django-jobs-error">ValueError: no</p>' in labels  # at the top
+        else:
+            assert f">{label.capitalize()}:</label>" in labels, field.name
+
+
+def test_job_change_page_leaves_out_the_fields_that_hold_nothing(admin_client, make_job):
+    labels = admin_client.get(change_url(make_job())).content.decode()
+    for label in ("Unique key", "Lease owner", "Result", "Schedule", "Finished at", "Progress"):
+        assert f">{label}:</label>" not in labels
+    for label in ("Name", "Queue", "Payload", "Status", "Max attempts", "Run at"):
+        assert f">{label}:</label>" in labels
+    assert "Last error</h2>" not in labels  # no error: no failure block
+
+
+def test_dead_letter_page_shows_the_error_and_the_last_traceback_first(admin_client, make_job):
+    job = make_job(status=JobStatus.DEAD_LETTERED, last_error="KeyError: 'sku'", attempt=2)
+    trace = "  File \"shop/jobs.py\", line 3, in sync\n    stock[payload['sku']]\n          ^^^^^"
+    for number, text in ((1, "first"), (2, trace)):
+        Attempt.objects.create(
+            job=job,
+            number=number,
+            owner="w",
+            started_at=job.run_at,
+            traceback=text,
+            outcome=AttemptOutcome.FAILED,
+            error="KeyError: 'sku'",
+        )
+    page = admin_client.get(reverse(DEAD_LETTER_CHANGE, args=[job.pk])).content.decode()
+    failure = page.index('class="module aligned django-jobs-failure"')
+    assert failure < page.index("<fieldset", failure + 1)  # before the job's fields
+    assert "Traceback of attempt 2" in page
+    assert '<pre class="django-jobs-trace">' + escape(trace) + "</pre>" in page  # open, as is
+    assert page.count('<details class="django-jobs-traceback">') == 2  # each attempt's, folded
 
 
 # -- dead letters --------------------------------------------------------------------------------
