@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from datetime import datetime
@@ -9,6 +10,7 @@ from typing import Any, TypeVar
 
 from django import template
 from django.db import DatabaseError, connections, router, transaction
+from django.template.loader import get_template
 from django.urls import NoReverseMatch, reverse
 
 from ..display import format_age, format_time
@@ -18,6 +20,21 @@ from ..stats import overview
 register = template.Library()
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+@register.simple_tag
+def jobs_breadcrumbs_as_list() -> bool:
+    """Whether this Django's admin writes its breadcrumbs as a list (``<ol
+    class="breadcrumbs">``, Django 6's) rather than a ``<div>``: read from its own change
+    list template, so that a page of ours is marked up, and styled, as each version's are."""
+    return breadcrumbs_as_list()
+
+
+@functools.cache
+def breadcrumbs_as_list() -> bool:
+    # The Django engine's template; its source is the file's text.
+    source = getattr(get_template("admin/change_list.html"), "template", None)
+    return '<ol class="breadcrumbs">' in str(getattr(source, "source", ""))
 
 
 @register.inclusion_tag("admin/django_jobs/dashboard_summary.html", takes_context=True)

@@ -7,6 +7,7 @@ with the test extras; ``playwright install`` is never needed.
 import os
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.urls import reverse
@@ -190,6 +191,24 @@ def control_room_rows() -> tuple[Job, Job]:
     return running, dead
 
 
+def breadcrumbs_style(page: Any) -> dict[str, Any]:
+    """How the page's breadcrumbs look: their bar's colours and padding, and how each link
+    is laid out (a list the admin does not style shows its bullets, one item a line)."""
+    return page.evaluate(
+        """() => {
+            const bar = document.querySelector('.breadcrumbs');
+            const style = getComputedStyle(bar);
+            const links = [...bar.querySelectorAll('a')].map(a => a.getBoundingClientRect());
+            const item = bar.querySelector('li');
+            return {
+                background: style.backgroundColor, color: style.color,
+                padding: style.padding, oneLine: new Set(links.map(r => r.top)).size === 1,
+                listStyle: item ? getComputedStyle(item).listStyleType : 'none',
+            };
+        }"""
+    )
+
+
 def test_control_room_walk_in_browser(live_server, django_user_model, settings, tmp_path):
     """The dashboard, the job list, a running job's page and its Cancel, a dead letter's
     Retry: what an operator does first, in a real browser, with screenshots."""
@@ -214,9 +233,11 @@ def test_control_room_walk_in_browser(live_server, django_user_model, settings, 
             sync_api.expect(emails).to_be_visible()
             sync_api.expect(page.locator("svg.jobs-chart").first).to_be_visible()
             page.screenshot(path=str(shots / "admin-dashboard.png"), full_page=True)
+            ours = breadcrumbs_style(page)
 
             page.goto(f"{live_server.url}{jobs}")
             sync_api.expect(page.locator("#result_list")).to_contain_text("rows copied")
+            assert ours == breadcrumbs_style(page)  # styled as the admin's own pages' are
             page.screenshot(path=str(shots / "admin-jobs.png"))
 
             page.goto(f"{live_server.url}{running_page}")
