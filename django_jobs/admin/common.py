@@ -66,6 +66,17 @@ def cut(text: str) -> SafeString:
     return format_html('<span class="django-jobs-cut" title="{}">{}</span>', text, text)
 
 
+def cut_start(name: str) -> SafeString:
+    """A dotted name cut from its start (``…tasks.flaky_task``), whose end tells jobs apart;
+    whole in its tooltip. The span runs right to left, so its ellipsis comes first; the
+    name itself is isolated (``<bdi>``), so its dots stay where they are."""
+    return format_html(
+        '<span class="django-jobs-cut django-jobs-cut-start" title="{}"><bdi>{}</bdi></span>',
+        name,
+        name,
+    )
+
+
 def time_display(field: str, description: StrOrPromise) -> Any:
     """An admin column that shows ``field``, a datetime, with seconds and the zone."""
 
@@ -273,7 +284,7 @@ class JobDisplayMixin:
     def name_and_queue(self, obj: Job) -> SafeString:
         """The job's name, its queue under it: each cut to the column, whole on hover."""
         return format_html(
-            '{}<span class="django-jobs-under">{}</span>', cut(obj.name), cut(obj.queue)
+            '{}<span class="django-jobs-under">{}</span>', cut_start(obj.name), cut(obj.queue)
         )
 
     @admin.display(description=_("status"), ordering="status")

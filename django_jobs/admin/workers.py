@@ -150,9 +150,11 @@ class WorkerAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
 
     @admin.display(description=_("last heartbeat"), ordering="last_heartbeat_at")
     def heartbeat(self, obj: WorkerProcess) -> SafeString:
+        """How long ago: a live worker's reads as seconds, not as an old-looking time, which
+        is in the tooltip."""
         age = format_age(shown(obj).now - obj.last_heartbeat_at)
         ago = gettext("%(age)s ago") % {"age": age}
-        return format_html("{}<br>{}", format_time(obj.last_heartbeat_at), ago)
+        return format_html('<span title="{}">{}</span>', format_time(obj.last_heartbeat_at), ago)
 
     @admin.display(description=_("state"))
     def state(self, obj: WorkerProcess) -> SafeString:

@@ -328,7 +328,58 @@ def test_jobs_list_fits_a_1366_px_window_with_the_sidebar_open(
             assert box["width"] >= 150, f"the last error has {box['width']} px"
             assert error_cell.locator("span").get_attribute("title") == LONG_ERROR
             long_name = "billing.invoices.reconcile_customer_ledger_entries"
-            assert page.locator(f"span.django-jobs-cut[title='{long_name}']").count() == 1
+            name = page.locator(f"span.django-jobs-cut[title='{long_name}']")
+            assert name.count() == 1
+            # Cut from its start: the end of the name shows, its first letters do not.
+            first, last, box = name.evaluate(
+                """e => {
+                    const text = e.querySelector('bdi').firstChild, range = document.createRange();
+                    const at = i => { range.setStart(text, i); range.setEnd(text, i + 1);
+                                      return range.getBoundingClientRect(); };
+                    return [at(0).left, at(text.length - 1).right, e.getBoundingClientRect()];
+                }"""
+            )
+            assert first < box["left"], "the name's start is shown"
+            assert last <= box["right"] + 1, "the name's end is cut"
+        finally:
+            browser.close()
+
+
+def test_workers_list_fits_a_1366_px_window_with_the_sidebar_open(
+    live_server, django_user_model, settings, tmp_path
+):
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    django_user_model.objects.create_superuser("admin", "admin@example.com", PASSWORD)
+    control_room_rows()
+    now = timezone.now()
+    WorkerProcess.objects.create(
+        id="worker-billing-reconciliation-7.eu-west-1.internal:31337:0c4f9e2a",
+        host="worker-billing-reconciliation-7.eu-west-1.internal",
+        pid=31337,
+        queues=["default", "emails", "billing-reconciliation", "reports", "webhooks"],
+        started_at=now - timedelta(days=3),
+        last_heartbeat_at=now - timedelta(seconds=2),
+        jobs_run=12_345_678,
+    )
+    shots = Path(SCREENSHOTS) if SCREENSHOTS else tmp_path
+    shots.mkdir(parents=True, exist_ok=True)
+    workers = reverse("admin:django_jobs_workerprocess_changelist")
+
+    # No database access in here: Playwright's sync API runs an event loop.
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1366, "height": 768})
+            log_in(page, live_server.url, workers)
+            sync_api.expect(page.locator("#nav-sidebar")).to_be_visible()
+            page.screenshot(path=str(shots / "admin-workers-1366.png"))
+            scroll_width = page.evaluate("document.documentElement.scrollWidth")
+            assert scroll_width <= 1366, f"the page is {scroll_width} px wide"
+            widths = page.evaluate(
+                "(() => { const r = document.querySelector('#changelist .results');"
+                " return [r.scrollWidth, r.clientWidth]; })()"
+            )
+            assert widths[0] <= widths[1], f"the table is {widths[0]} px in {widths[1]} px"
         finally:
             browser.close()
 
