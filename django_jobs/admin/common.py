@@ -317,7 +317,11 @@ class JobDisplayMixin:
 
     @admin.display(description=_("progress"), empty_value="")
     def progress(self, obj: Job) -> str:
+        """The last report the heartbeat wrote; a succeeded job's bar complete, since a
+        report made just before the handler returned may not have been written."""
         done, total, note = obj.progress_done, obj.progress_total, obj.progress_note
+        if obj.status == JobStatus.SUCCEEDED and total:
+            done = total
         if done is None and not note:
             return ""
         if done is None:
