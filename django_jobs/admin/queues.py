@@ -23,6 +23,7 @@ from ..conf import require_queue_name, settings
 from ..control import pause_queue, resume_queue
 from ..display import format_time
 from ..models import Job, JobStatus, Queue
+from ..queues import unknown_queue
 from ..registry import queue_limits
 from ..stats import limits_in_words
 from .common import ReadOnlyAdminMixin, format_message
@@ -119,6 +120,16 @@ RESUMED = ngettext_lazy(
     "%(count)s queue(s) resumed: their workers start their jobs again.",
     "count",
 )
+REMOVED = ngettext_lazy(
+    "%(count)s queue(s) named nowhere removed: %(queues)s.",
+    "%(count)s queue(s) named nowhere removed: %(queues)s.",
+    "count",
+)
+KEPT = ngettext_lazy(
+    "%(count)s queue(s) kept, as the project names them or jobs are on them: %(queues)s.",
+    "%(count)s queue(s) kept, as the project names them or jobs are on them: %(queues)s.",
+    "count",
+)
 ALREADY_SERVED = ngettext_lazy(
     "%(count)s queue(s) not paused, served already: %(queues)s.",
     "%(count)s queue(s) not paused, served already: %(queues)s.",
@@ -136,7 +147,7 @@ class QueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     fields = readonly_fields = ("name", "state", "limits", "slots", "running", "due")
     ordering = ("name",)
     search_fields = ("name",)
-    actions = ("pause_selected", "resume_selected")
+    actions = ("pause_selected", "resume_selected", "remove_selected")
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return QueueChangeList
@@ -209,6 +220,30 @@ class QueueAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     @admin.action(description=_("Resume the selected queues"), permissions=["control"])
     def resume_selected(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
         self.steer(request, queryset, resume_queue, RESUMED, ALREADY_SERVED)
+
+    @admin.action(
+        description=_("Remove the selected queues named nowhere (a typo's)"),
+        permissions=["control"],
+    )
+    def remove_selected(self, request: HttpRequest, queryset: QuerySet[Queue]) -> None:
+        """Remove the rows of queues the project names nowhere and no live job is on (a
+        stray one, paused under a typo with ``force``); keep the others, and say which."""
+        names = list(queryset.order_by("name").values_list("name", flat=True))
+        live = set(
+            Job.objects.using(queryset.db)
+            .live()
+            .filter(queue__in=names)
+            .values_list("queue", flat=True)
+        )
+        stray = [name for name in names if name not in live and unknown_queue(name) is not None]
+        kept = [name for name in names if name not in stray]
+        if stray:
+            Queue.objects.using(queryset.db).filter(name__in=stray).delete()
+            message = format_message(REMOVED, count=len(stray), queues=", ".join(stray))
+            self.message_user(request, message, messages.SUCCESS)
+        if kept:
+            message = format_message(KEPT, count=len(kept), queues=", ".join(kept))
+            self.message_user(request, message, messages.INFO)
 
     def steer(
         self,

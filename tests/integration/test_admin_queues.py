@@ -272,3 +272,21 @@ def test_index_summary_flags_a_paused_queue(admin_client: Client) -> None:
     pause_queue("reports", now=START, force=True)
     page = admin_client.get(reverse("admin:index")).content.decode()
     assert '<li class="warning jobs-flag-paused" data-queue="reports">' in page
+
+
+def test_remove_action_removes_a_stray_paused_queue_and_keeps_the_others(
+    admin_client: Client, make_job: Any
+) -> None:
+    """A queue paused under a typo (forced) can be removed from the page; a queue the
+    project names, or one a job is on, is kept."""
+    pause_queue("emial", now=START, force=True)
+    make_job(queue="backfill")
+    pause_queue("backfill", now=START)
+    changelist(admin_client)  # the configured queues' rows
+    response = post_action(admin_client, "remove_selected", ["emial", "backfill", "emails"])
+    assert messages_of(response) == [
+        "1 queue(s) named nowhere removed: emial.",
+        "2 queue(s) kept, as the project names them or jobs are on them: backfill, emails.",
+    ]
+    assert not Queue.objects.filter(name="emial").exists()
+    assert paused_at("backfill") == START
