@@ -160,9 +160,6 @@ class Worker:
             rng=rng,
             doorbells=self.doorbells,
         )
-        # What the heartbeat writes itself: a timed-out job's outcome, the hand-back at a stop.
-        self.inflight.record = self.writer.record
-        self.inflight.release = self.writer.hand_back
         self.settler = Settler(self.writer.write)
         self.claimer = Claimer(
             self.driver,

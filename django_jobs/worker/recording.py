@@ -14,7 +14,7 @@ import logging
 import random
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import NamedTuple
@@ -47,6 +47,24 @@ class Decided(NamedTuple):
     settlement: Settlement
 
 
+#: How :meth:`OutcomeWriter.write_apart` leaves the calling thread.
+Defer = Callable[[Callable[[], object]], None]
+
+
+def run_on_a_thread(write: Callable[[], object]) -> None:
+    """The default ``defer``: run ``write`` on a daemon thread of its own."""
+
+    def run() -> None:
+        from django.db import connections
+
+        try:
+            write()
+        finally:
+            connections.close_all()
+
+    threading.Thread(target=run, name="django-jobs-write", daemon=True).start()
+
+
 def due_again(settled: Settlement) -> bool:
     """The settlement leaves its job pending and due now."""
     return settled.status == JobStatus.PENDING and (
@@ -70,6 +88,7 @@ class OutcomeWriter:
         policy: RetryPolicy,
         rng: random.Random | None = None,
         doorbells: Doorbells | None = None,
+        defer: Defer = run_on_a_thread,
     ) -> None:
         self.driver = driver
         self.doorbells = doorbells or Doorbells(queues)
@@ -81,6 +100,7 @@ class OutcomeWriter:
         self.lease_seconds = lease_seconds
         self.policy = policy
         self.rng = rng
+        self.defer = defer  # how write_apart() leaves the calling thread
         self.jobs_run = 0  # attempts whose outcome this process wrote
         # Written outcomes by kind (events.OUTCOMES' keys, "lease_lost") since take_counts().
         self.counts: Counter[str] = Counter()
@@ -116,6 +136,23 @@ class OutcomeWriter:
         finally:
             self.release_held(outcomes)
         return self.written(decided, settled)
+
+    def write_apart(self, outcomes: Sequence[Outcome]) -> None:
+        """:meth:`write` on a thread of its own (``defer``): for the heartbeat, which must
+        not wait out an outage. Outcomes it cannot write are logged; their leases run out."""
+
+        def write() -> None:
+            try:
+                self.write(outcomes)
+            except Exception:
+                logger.exception(
+                    "could not record the outcome of job(s) %s; their leases will run out",
+                    ", ".join(f"#{o.claimed.id}" for o in outcomes),
+                    extra={"event": "worker_error", "job_ids": [o.claimed.id for o in outcomes]},
+                )
+
+        if outcomes:
+            self.defer(write)
 
     def decide(self, outcomes: Sequence[Outcome], now: datetime) -> list[Decided]:
         """Each outcome with its settlement. One that cannot be decided (a delay no date
