@@ -27,7 +27,7 @@ UNDECIDABLE = HandlerResult(AttemptOutcome.SNOOZED, "Snoozed", delay=float("nan"
 def claim_three(w: Any) -> list[Any]:
     for _ in range(3):
         schedule_job("tests.ok", {}, run_at=START)
-    claimed = w.claim("default", START, 3)
+    claimed = w.claimer.claim("default", START, 3)
     assert len(claimed) == 3
     return [(job, w.inflight.add(job, make_context(job), START, None)) for job in claimed]
 
@@ -59,14 +59,14 @@ def test_an_outcome_that_cannot_be_decided_fails_alone_and_its_batch_is_written(
     held = claim_three(w)
     outcomes = outcomes_of(held, UNDECIDABLE)
     if path == "written apart":
-        w.write_outcomes(outcomes)
+        w.writer.write(outcomes)
     else:
         w.settler.linger_seconds = 60.0  # the claim takes them before the settler's thread
         w.settler.start()
         try:
             for outcome in outcomes:
                 w.settler.submit(outcome)
-            assert w.claim_and_settle("default", 3) == []
+            assert w.claimer.claim_and_settle("default", 3) == []
         finally:
             assert w.settler.stop(5)
     assert_innocents_succeeded_once(held, "(snoozed) could not be decided: ValueError")
@@ -83,7 +83,7 @@ def test_an_outcome_the_database_refuses_fails_alone_and_its_batch_is_written(
     middle = held[1][0]
     condition = f"NEW.id = {middle.id} AND NEW.status = 'succeeded'"
     with refusing("test_refuse_settle", "UPDATE", "django_jobs_job", condition):
-        w.write_outcomes(outcomes_of(held, SUCCESS))
+        w.writer.write(outcomes_of(held, SUCCESS))
     assert_innocents_succeeded_once(held, "(succeeded) was refused:")
     assert w.inflight.snapshot() == []
 
