@@ -34,14 +34,15 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 10.0, interval: fl
 
 
 def execute_held_on_a_thread(w: Any, claimed: Any, statuses: list[Any]) -> threading.Thread:
-    """Run ``w.execute_held(claimed)`` on a handler thread of its own, as the server does;
-    its job status goes into ``statuses``."""
+    """Run ``w.executor.execute(claimed)`` on a handler thread of its own, as the server does;
+    its job status goes into ``statuses`` (None: not written there)."""
 
     def run() -> None:
         from django.db import connections
 
         try:
-            statuses.append(w.execute_held(claimed))
+            written = w.executor.execute(claimed)
+            statuses.append(None if written is None else written.status)
         finally:
             connections.close_all()
 

@@ -4,7 +4,9 @@ A claim takes as many due jobs of one queue as there are free threads, in
 one statement, and commits before any of them runs. Under load the
 outcomes waiting in the settler ride in the same statement
 (:meth:`Claimer.claim_and_settle`): one round trip and one commit carry a
-batch of outcomes and the next batch of jobs.
+batch of outcomes and the next batch of jobs. The claim is then the
+statement of the outcome writer's one path
+(:meth:`~.recording.OutcomeWriter.write`): decide, write, release, report.
 """
 
 from __future__ import annotations
@@ -12,11 +14,12 @@ from __future__ import annotations
 from datetime import datetime
 
 from ..db import ROW_ERRORS, ClaimedJob, ClaimRequest, DatabaseBusy, Driver
+from ..db.records import Settled
 from ..events import report_claim_refused, report_claimed
 from ..registry import queue_limits
 from .clock import Clock
 from .deadlines import Deadlines
-from .recording import OutcomeWriter
+from .recording import Decided, OutcomeWriter
 from .settler import Settler
 
 
@@ -57,27 +60,35 @@ class Claimer:
 
     def claim_and_settle(self, queue: str, limit: int) -> list[ClaimedJob]:
         """Claim for ``queue``, writing the outcomes that wait in the settler in the same
-        statement. If that fails, the outcomes go back to the settler, which writes them
-        through the outage; a refused row makes the claim go again row by row."""
+        statement, through the writer's one path. If that fails, the outcomes go back to
+        the settler, still held, which writes them through the outage: the database busy,
+        nothing is claimed; a refused row, the claim goes again alone (the settler writes
+        the outcomes row by row); any other error is raised."""
         carried = self.settler.take()
         now = self.clock.now()
         if not carried:
             return self.claim(queue, now, limit)
-        try:
-            decided = self.writer.decide(carried, now)
+        request = self.request(queue, now, limit)
+        claimed: list[ClaimedJob] = []
+
+        def claim_carrying(decided: list[Decided]) -> tuple[list[Decided], Settled]:
             with self.deadline("the claim"):
-                claimed, settled = self.driver.claim_and_settle(
-                    self.request(queue, now, limit), [d.settlement for d in decided]
+                jobs, settled = self.driver.claim_and_settle(
+                    request, [d.settlement for d in decided]
                 )
+            claimed.extend(jobs)
+            return decided, settled
+
+        try:
+            self.writer.write(
+                carried,
+                claim_carrying,
+                now=now,
+                carried_by=queue,
+                not_written=self.settler.give_back,
+            )
         except DatabaseBusy:
-            self.settler.give_back(carried)
             return []
         except ROW_ERRORS:
-            self.settler.give_back(carried)
             return self.claim(queue, now, limit)
-        except BaseException:
-            self.settler.give_back(carried)
-            raise
-        self.writer.release_held(carried)
-        self.writer.written(decided, settled, carried_by=queue)
         return claimed

@@ -1,14 +1,20 @@
 """The worker: the wiring of one process's parts, and the tick.
 
-``Worker`` builds the parts once: the claimer (:mod:`.claiming`), the
-executor (:mod:`.execution`), the outcome writer (:mod:`.recording`), the
-jobs in flight and their heartbeat (:mod:`.inflight`), the settler and the
-maintainer. ``Worker.run_once(now)`` is one tick on the calling thread,
+``Worker`` builds each part once, in order, each given what it needs and
+nothing assigned into it afterwards: the jobs in flight and their heartbeat
+(:mod:`.inflight`, which writes nothing), the outcome writer
+(:mod:`.recording`, which releases held jobs through them), the settler
+(:mod:`.settler`, which writes through the writer), the claimer
+(:mod:`.claiming`) and the executor (:mod:`.execution`), the leadership and
+the maintainer. ``Worker.run_once(now)`` is one tick on the calling thread,
 through the same claimer, executor and writer as production (with no
-settler thread, each outcome is written at once); tests call it directly.
-:func:`~.server.serve` hands the same parts (:class:`Parts`) to a server,
-which serves with threads until its stop event is set. Every database
-call goes through the driver (:mod:`django_jobs.db`) and has a deadline.
+settler thread, each outcome is written at once). Tests call it, or the
+parts themselves (``worker.claimer.claim(...)``, ``worker.executor.execute(...)``,
+``worker.writer.write(...)``). :func:`~.server.serve` hands the same parts
+(:class:`Parts`) to a server, which serves with threads until its stop event
+is set; it hands what the heartbeat returns (the timed-out jobs' outcomes)
+and what a stop ends (the running jobs) to the writer. Every database call
+goes through the driver (:mod:`django_jobs.db`) and has a deadline.
 """
 
 from __future__ import annotations
@@ -18,33 +24,28 @@ import random
 import secrets
 import socket
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import TypeVar
 
 from django.db import router
 
 from ..conf import settings
-from ..db import ClaimedJob, Driver, get_driver
-from ..db.records import Pairs
+from ..db import Driver, get_driver
 from ..maintenance.scheduler import enqueue_due
 from ..models import AttemptOutcome, Job, JobStatus
-from ..outcomes import HandlerResult, Settlement
+from ..outcomes import Settlement
 from ..retry_policy import RetryPolicy
 from .claiming import Claimer
 from .clock import Clock, DatabaseClock
-from .connections import guarded
 from .deadlines import Deadlines
-from .execution import Executor, timeout_for
+from .execution import Executor
 from .inflight import InFlight, driver_renewal
 from .leadership import Leadership
 from .maintainer import Maintainer
 from .recording import OutcomeWriter
-from .settler import Outcome, Settler
+from .settler import Settler
 from .waker import Doorbells
-
-T = TypeVar("T")
 
 
 def make_owner() -> str:
@@ -160,9 +161,6 @@ class Worker:
             rng=rng,
             doorbells=self.doorbells,
         )
-        # What the heartbeat writes itself: a timed-out job's outcome, the hand-back at a stop.
-        self.inflight.record = self.writer.record
-        self.inflight.release = self.writer.hand_back
         self.settler = Settler(self.writer.write)
         self.claimer = Claimer(
             self.driver,
@@ -194,11 +192,6 @@ class Worker:
             supervisor=supervisor,
         )
 
-    @property
-    def jobs_run(self) -> int:
-        """Attempts whose outcome this process wrote."""
-        return self.writer.jobs_run
-
     # -- one tick, on the calling thread ---------------------------------
 
     def run_once(self, now: datetime | None = None) -> TickResult:
@@ -208,49 +201,13 @@ class Worker:
         the leader."""
         now = now or self.clock.now()
         result = TickResult(fired=enqueue_due(now, using=self.using))
-        result.reclaimed = self.maintain(now)
+        result.reclaimed = self.maintainer.maintain(now)
         for name, count in self.queues.items():
             claimed = self.claimer.claim(name, now, count)
             result.claimed += len(claimed)
             for job in claimed:
                 result.record(self.executor.execute(job))
         return result
-
-    def maintain(self, now: datetime) -> int:
-        return self.maintainer.maintain(now)
-
-    # -- what the tests drive directly: each is one part's verb ---------------
-
-    def claim(self, queue: str, now: datetime, limit: int) -> list[ClaimedJob]:
-        return self.claimer.claim(queue, now, limit)
-
-    def claim_now(self, queue: str, limit: int) -> list[ClaimedJob]:
-        return self.claimer.claim(queue, self.clock.now(), limit)
-
-    def claim_and_settle(self, queue: str, limit: int) -> list[ClaimedJob]:
-        return self.claimer.claim_and_settle(queue, limit)
-
-    def execute_held(self, claimed: ClaimedJob) -> JobStatus | None:
-        """Run a claimed job while the heartbeat keeps its lease, then hand its outcome over.
-
-        With the settler running, this returns None at once (the status is
-        not known yet); without it, the outcome is written here and its
-        status returned.
-        """
-        written = self.executor.execute(claimed)
-        return None if written is None else written.status
-
-    def record(self, claimed: ClaimedJob, result: HandlerResult) -> JobStatus | None:
-        return self.writer.record(claimed, result)
-
-    def write_outcomes(self, outcomes: Sequence[Outcome]) -> list[JobStatus | None]:
-        return [None if w is None else w.status for w in self.writer.write(outcomes)]
-
-    def release(self, pairs: Pairs, now: datetime) -> set[int]:
-        return self.writer.hand_back(pairs, now)
-
-    def timeout_for(self, claimed: ClaimedJob) -> float | None:
-        return timeout_for(claimed)
 
     # -- serving, with threads -------------------------------------------
 
@@ -273,7 +230,3 @@ class Worker:
             burst=self.burst,
             force_event=self.force_event,
         )
-
-    def guarded(self, step: Callable[[], T]) -> T | None:
-        """Run one step of a loop; log a failure and carry on serving."""
-        return guarded(step, self.using)

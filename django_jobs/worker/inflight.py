@@ -8,12 +8,19 @@ in time (cancelling their handlers), and times out handlers past their
 ``timeout``. A job whose attempt is over (given up, timed out, released) has
 its handler's late result dropped.
 
+The held set writes no outcome: :meth:`InFlight.beat` returns the timed-out
+jobs' outcomes and :meth:`InFlight.end_running` the jobs to hand back at a
+stop; their caller hands them to the outcome writer
+(:class:`~django_jobs.worker.recording.OutcomeWriter`), which releases held
+jobs through this set: each part is built once, the held set first.
+
 The heartbeat itself never waits on the database past the give-up point:
 the renewal runs on a thread of its own (:class:`~django_jobs.worker.deadlines.OffThread`)
 and is waited for only until the earliest give-up point among the leases
 it renews; then the leases are judged at the time the wait ended. Writes
-that may wait out an outage (a timed-out job's outcome) are handed to
-``defer`` and never run on the heartbeat's thread.
+that may wait out an outage (a timed-out job's outcome) never run on the
+heartbeat's thread: its caller hands them to the writer's own thread
+(:meth:`~django_jobs.worker.recording.OutcomeWriter.write_apart`).
 """
 
 from __future__ import annotations
@@ -24,7 +31,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import NamedTuple
 
 from ..context import JobContext, Progress
 from ..db import ClaimedJob, Driver
@@ -35,17 +41,15 @@ from ..outcomes import HandlerResult
 from ..text import first_line
 from .deadlines import CallerBusy, DatabaseTimeout, Deadlines, OffThread
 from .heartbeat import LeaseKeeper, Renewal
+from .settler import Outcome
 
 logger = logging.getLogger(__name__)
 
-Recorder = Callable[[ClaimedJob, HandlerResult], object]
 # renew(pairs, now, timeout, progress) -> Renewed(ids renewed, new expiry, ids with a
 # cancel request); timeout: seconds it may take; progress: reports to write, by job id.
 Renewer = Callable[[Pairs, datetime, float, dict[int, Progress]], Renewed]
 #: A job's progress is written at most this often.
 PROGRESS_SECONDS = 1.0
-# release(pairs, now) -> ids handed back
-Releaser = Callable[[Pairs, datetime], set[int]]
 
 
 def refuse_renewals(
@@ -83,27 +87,6 @@ def error_line(error: BaseException | None) -> str:
     return f"{type(error).__name__}: {first_line(error)}"
 
 
-def run_on_a_thread(write: Callable[[], object]) -> None:
-    """The default ``defer``: run ``write`` on a daemon thread of its own."""
-
-    def run() -> None:
-        from django.db import connections
-
-        try:
-            write()
-        finally:
-            connections.close_all()
-
-    threading.Thread(target=run, name="django-jobs-write", daemon=True).start()
-
-
-class HandBack(NamedTuple):
-    """A hand-back at a stop: the running jobs it tried, and those that went back."""
-
-    tried: list[int]
-    handed_back: set[int]
-
-
 @dataclass
 class Held:
     claimed: ClaimedJob
@@ -131,20 +114,12 @@ class InFlight:
         owner: str,
         lease_seconds: float,
         beat_seconds: float,
-        record: Recorder | None = None,
         renew: Renewer | None = None,
-        release: Releaser | None = None,
-        defer: Callable[[Callable[[], object]], None] = run_on_a_thread,
     ) -> None:
         self.owner = owner
         self.lease_seconds = lease_seconds
         self.beat_seconds = min(beat_seconds, lease_seconds / 3)
-        # What the heartbeat's side writes (a timed-out job's outcome, the hand-back at a
-        # stop) and how it renews: the worker gives its writer's verbs and its driver's.
-        self.record: Recorder | None = record
-        self.renew: Renewer = renew or refuse_renewals
-        self.release: Releaser | None = release
-        self.defer = defer
+        self.renew: Renewer = renew or refuse_renewals  # the worker gives its driver's
         # One long-lived connection for every renewal, on a thread of its own.
         self.renewer = OffThread("django-jobs-renew", keep_connections=True)
         self.stopping = False
@@ -202,8 +177,9 @@ class InFlight:
 
     # -- the heartbeat ----------------------------------------------------
 
-    def beat(self, now: datetime) -> None:
-        """One heartbeat pass at ``now``."""
+    def beat(self, now: datetime) -> list[Outcome]:
+        """One heartbeat pass at ``now``; returns the outcomes of the handlers it timed out,
+        for its caller to have written off the heartbeat's thread."""
         held = self.snapshot()
         reporting = [h for h in held if h.progress_due(now)]
         if reporting or any(h.keeper.is_due(now) for h in held):
@@ -213,13 +189,15 @@ class InFlight:
             soon = now + timedelta(seconds=self.beat_seconds / 2)
             due = [h for h in held if h.keeper.is_due(soon) or h in reporting]
             now = self._renew(due, now)
+        timed_out = []
         for h in held:
             if not h.over and not h.keeper.check(now):
                 self._give_up(h, "its lease could not be renewed in time")
             elif (
                 h.timeout_at is not None and not h.returned and now >= h.timeout_at and self._end(h)
             ):
-                self._time_out(h)
+                timed_out.append(self._time_out(h))
+        return timed_out
 
     def _renew(self, due: list[Held], now: datetime) -> datetime:
         """Renew ``due`` leases, waiting at most until the first give-up point.
@@ -332,11 +310,12 @@ class InFlight:
         if self._end(held):
             report_lease("job_lease_given_up", *held.claimed.pair, why=why)
 
-    def _time_out(self, held: Held) -> None:
+    def _time_out(self, held: Held) -> Outcome:
+        """The handler ran past its timeout: its attempt's outcome (the job is no longer
+        held: its attempt is over)."""
         report_lease("job_timed_out", *held.claimed.pair)
         error = f"TimedOut: handler ran past its timeout on attempt {held.claimed.attempt}"
-        result = HandlerResult(AttemptOutcome.TIMED_OUT, error)
-        self.defer(lambda: self._record_guarded(held, result))
+        return Outcome(held.claimed, HandlerResult(AttemptOutcome.TIMED_OUT, error))
 
     # -- shutdown ---------------------------------------------------------
 
@@ -351,44 +330,11 @@ class InFlight:
         """The jobs whose handler has not returned, by id."""
         return sorted(held.claimed.id for held in self.snapshot() if not held.returned)
 
-    def release_all(self, now: datetime) -> int:
-        """Hand every job still running back to the queue without using an attempt.
-
-        One write for all of them; if it fails, their leases run out as after a crash.
-        """
-        return len(self.hand_back_running(now).handed_back)
-
-    def hand_back_running(self, now: datetime) -> HandBack:
-        """:meth:`release_all`, saying which jobs it tried and which went back."""
+    def end_running(self) -> Pairs:
+        """End the attempt of every job still running (its handler cancelled, a late result
+        dropped) and return them, to be handed back to the queue in one write."""
         running = [held for held in self.snapshot() if not held.returned]
-        ended = [held for held in running if self._end(held)]
-        tried = sorted(held.claimed.id for held in ended)
-        if not ended or self.release is None:
-            return HandBack(tried, set())
-        pairs = [(held.claimed.id, held.claimed.attempt) for held in ended]
-        try:
-            return HandBack(tried, self.release(pairs, now))
-        except Exception:
-            logger.exception(
-                "could not hand back %s running job(s); their leases will run out",
-                len(pairs),
-                extra={"event": "worker_error"},
-            )
-            return HandBack(tried, set())
+        return sorted(held.claimed.pair for held in running if self._end(held))
 
     def close(self) -> None:
         self.renewer.close()
-
-    def _record_guarded(self, held: Held, result: HandlerResult) -> bool:
-        try:
-            assert self.record is not None, "InFlight needs a recorder to time jobs out"
-            self.record(held.claimed, result)
-            return True
-        except Exception:
-            logger.exception(
-                "job #%s: could not record %s; its lease will run out",
-                held.claimed.id,
-                result.outcome,
-                extra={"event": "worker_error", "job_id": held.claimed.id},
-            )
-            return False

@@ -1,11 +1,17 @@
-"""Writing outcomes: decide, settle (with its backoff and deadline), release, report.
+"""Writing outcomes: decide, write, release, report.
 
-:class:`OutcomeWriter` turns handlers' results into settlements
-(:func:`~django_jobs.outcomes.decide`), writes them in one batch through the
-driver, lets the jobs leave the held set once their outcome is written (or
-given up on), and reports each written outcome (:mod:`django_jobs.events`).
-The settler calls it for batches, the claimer for the outcomes a claim's
-statement carried, the executor for one outcome written inline.
+:meth:`OutcomeWriter.write` is the one path of every outcome: it turns
+handlers' results into settlements (:func:`~django_jobs.outcomes.decide`),
+writes them in one statement, lets the jobs leave the held set once their
+outcome is written (or given up on), and reports each written outcome
+(:mod:`django_jobs.events`). The statement is the settler's batch
+(:meth:`OutcomeWriter.settle_batch`, with its backoff and deadline) or a
+claim that carries the outcomes (:meth:`~.claiming.Claimer.claim_and_settle`).
+The settler calls it for batches, the claimer for the outcomes its claim
+carries, the executor for one outcome written inline, and the heartbeat's
+caller for the outcomes of timed-out handlers, on a thread of their own
+(:meth:`OutcomeWriter.write_apart`). The hand-back at a stop
+(:meth:`OutcomeWriter.hand_back`) writes released jobs in one bounded write.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ import logging
 import random
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from typing import NamedTuple
@@ -47,6 +53,30 @@ class Decided(NamedTuple):
     settlement: Settlement
 
 
+#: A statement that writes a batch's settlements, given the decided outcomes: returns them
+#: as written (one the database refused may be decided again as its attempt's failure) and
+#: what the write reported (:class:`~django_jobs.db.records.Settled`).
+Statement = Callable[[list[Decided]], tuple[list[Decided], Settled]]
+#: Where the outcomes go, still held, that a statement did not write.
+Unwritten = Callable[[Sequence[Outcome]], object]
+#: How :meth:`OutcomeWriter.write_apart` leaves the calling thread.
+Defer = Callable[[Callable[[], object]], None]
+
+
+def run_on_a_thread(write: Callable[[], object]) -> None:
+    """The default ``defer``: run ``write`` on a daemon thread of its own."""
+
+    def run() -> None:
+        from django.db import connections
+
+        try:
+            write()
+        finally:
+            connections.close_all()
+
+    threading.Thread(target=run, name="django-jobs-write", daemon=True).start()
+
+
 def due_again(settled: Settlement) -> bool:
     """The settlement leaves its job pending and due now."""
     return settled.status == JobStatus.PENDING and (
@@ -70,6 +100,7 @@ class OutcomeWriter:
         policy: RetryPolicy,
         rng: random.Random | None = None,
         doorbells: Doorbells | None = None,
+        defer: Defer = run_on_a_thread,
     ) -> None:
         self.driver = driver
         self.doorbells = doorbells or Doorbells(queues)
@@ -81,6 +112,7 @@ class OutcomeWriter:
         self.lease_seconds = lease_seconds
         self.policy = policy
         self.rng = rng
+        self.defer = defer  # how write_apart() leaves the calling thread
         self.jobs_run = 0  # attempts whose outcome this process wrote
         # Written outcomes by kind (events.OUTCOMES' keys, "lease_lost") since take_counts().
         self.counts: Counter[str] = Counter()
@@ -91,31 +123,53 @@ class OutcomeWriter:
         [written] = self.write([Outcome(claimed, result)])
         return None if written is None else written.status
 
-    def write(self, outcomes: Sequence[Outcome]) -> list[Settlement | None]:
-        """Decide and write ``outcomes`` in one batch, through a brief outage.
+    def write(
+        self,
+        outcomes: Sequence[Outcome],
+        statement: Statement | None = None,
+        *,
+        now: datetime | None = None,
+        carried_by: str | None = None,
+        not_written: Unwritten | None = None,
+    ) -> list[Settlement | None]:
+        """Write ``outcomes`` in one batch: decide each (at ``now``), write them in
+        ``statement``, let the jobs leave the held set, then report each as written.
 
-        Retries for up to a lease (a release at shutdown: up to the grace
-        period); if it still cannot write, the leases run out as after a
-        crash. An outcome that cannot be decided, or that the database
-        refuses, fails its own attempt and the others are written
-        (:meth:`decide`, :meth:`settle_each`). Each job leaves the held set once
-        its outcome is written, or given up on. Returns each outcome as
-        written, None where the lease was lost.
+        The statement is the settler's batch (:meth:`settle_batch`) unless a claim
+        carries the outcomes: it passes its own, the queue it claims for (``carried_by``,
+        see :meth:`written`) and ``not_written``, which takes the outcomes back, still
+        held, if the statement raises (the error is raised again). With no
+        ``not_written`` they are given up on: the jobs leave the held set and their
+        leases run out as after a crash. Returns each outcome as written, None where the
+        lease was lost.
         """
         if not outcomes:
             return []
-        patience = self.lease_seconds
-        if all(o.result.outcome == AttemptOutcome.RELEASED for o in outcomes):
-            patience = min(patience, float(settings.SHUTDOWN_GRACE_SECONDS))
         try:
-            decided = self.decide(outcomes, self.clock.now())
+            decided = self.decide(outcomes, now or self.clock.now())
+            decided, settled = (statement or self.settle_batch)(decided)
+        except BaseException:
+            (not_written or self.release_held)(outcomes)
+            raise
+        self.release_held(outcomes)
+        return self.written(decided, settled, carried_by)
+
+    def write_apart(self, outcomes: Sequence[Outcome]) -> None:
+        """:meth:`write` on a thread of its own (``defer``): for the heartbeat, which must
+        not wait out an outage. Outcomes it cannot write are logged; their leases run out."""
+
+        def write() -> None:
             try:
-                settled = self.settle([d.settlement for d in decided], patience)
-            except ROW_ERRORS:
-                decided, settled = self.settle_each(decided, patience)
-        finally:
-            self.release_held(outcomes)
-        return self.written(decided, settled)
+                self.write(outcomes)
+            except Exception:
+                logger.exception(
+                    "could not record the outcome of job(s) %s; their leases will run out",
+                    ", ".join(f"#{o.claimed.id}" for o in outcomes),
+                    extra={"event": "worker_error", "job_ids": [o.claimed.id for o in outcomes]},
+                )
+
+        if outcomes:
+            self.defer(write)
 
     def decide(self, outcomes: Sequence[Outcome], now: datetime) -> list[Decided]:
         """Each outcome with its settlement. One that cannot be decided (a delay no date
@@ -146,6 +200,21 @@ class OutcomeWriter:
         )
         failure = replace(outcome, result=unrecorded(claimed, outcome.result, why, exc))
         return Decided(failure, decide(claimed, failure.result, now, RetryPolicy(), self.rng))
+
+    def settle_batch(self, decided: list[Decided]) -> tuple[list[Decided], Settled]:
+        """The settler's statement: the batch in one write, through a brief outage.
+
+        Retries for up to a lease (a release at shutdown: up to the grace
+        period). If the database refuses the batch, each outcome is written
+        on its own (:meth:`settle_each`).
+        """
+        patience = self.lease_seconds
+        if all(d.outcome.result.outcome == AttemptOutcome.RELEASED for d in decided):
+            patience = min(patience, float(settings.SHUTDOWN_GRACE_SECONDS))
+        try:
+            return decided, self.settle([d.settlement for d in decided], patience)
+        except ROW_ERRORS:
+            return self.settle_each(decided, patience)
 
     def settle(self, settlements: Sequence[Settlement], patience: float) -> Settled:
         def write() -> Settled:

@@ -260,14 +260,28 @@ class Server:
             self.hand_back(f"grace period of {format_span(timedelta(seconds=grace))} over")
 
     def hand_back(self, why: str) -> None:
-        """Hand back every job still running, in one write, and say which went back."""
+        """Hand back every job still running, in one write, and say which went back.
+
+        Their attempts end (a late result is dropped); if the write fails, their
+        leases run out as after a crash.
+        """
         p = self.parts
-        tried, handed_back = p.inflight.hand_back_running(p.clock.now())
-        kept = [job_id for job_id in tried if job_id not in handed_back]
-        if not tried:
+        now = p.clock.now()
+        pairs = p.inflight.end_running()
+        if not pairs:
             if p.force_event.is_set():
                 logger.info("%s: no job left to hand back", why, extra={"event": "jobs_released"})
             return
+        try:
+            handed_back = p.writer.hand_back(pairs, now)
+        except Exception:
+            logger.exception(
+                "could not hand back %s running job(s); their leases will run out",
+                len(pairs),
+                extra={"event": "worker_error"},
+            )
+            handed_back = set()
+        kept = [job_id for job_id, _ in pairs if job_id not in handed_back]
         parts = []
         if handed_back:
             parts.append(
@@ -301,12 +315,14 @@ class Server:
         """The heartbeat thread: renew leases, give up those it cannot, time out handlers.
 
         It makes no database call of its own: renewals run on their own
-        thread and are waited for only until the give-up point.
+        thread and are waited for only until the give-up point, and the
+        timed-out handlers' outcomes are written on a thread of their own.
         """
         p = self.parts
         tick = min(float(settings.POLL_SECONDS), p.inflight.beat_seconds / 4)
         while not stop.is_set():
-            self.guarded(lambda: p.inflight.beat(p.clock.now()))
+            timed_out = self.guarded(lambda: p.inflight.beat(p.clock.now()))
+            p.writer.write_apart(timed_out or [])
             stop.wait(tick)
 
     def dispatch(self, state: QueueState, stop_event: threading.Event) -> None:

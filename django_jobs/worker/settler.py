@@ -90,7 +90,7 @@ class Settler:
                 taken.append(self._pending.popleft()[1])
             return taken
 
-    def give_back(self, outcomes: list[Outcome]) -> None:
+    def give_back(self, outcomes: Sequence[Outcome]) -> None:
         """Outcomes a claim could not write: the settler's thread writes them at once."""
         if not self.running:
             self.write(outcomes)

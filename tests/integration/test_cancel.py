@@ -33,7 +33,7 @@ def test_cancel_running_job_stops_it_at_the_next_heartbeat_and_records_cancelled
 ):
     job = make_job(name="tests.patient", payload={"seconds": 60}, max_attempts=3)
     w = worker()
-    [claimed] = w.claim("default", clock.now(), 1)
+    [claimed] = w.claimer.claim("default", clock.now(), 1)
     ctx = make_context(claimed)
     held = w.inflight.add(claimed, ctx, clock.now(), None)
     requested = cancel_job(job.pk)
@@ -44,7 +44,7 @@ def test_cancel_running_job_stops_it_at_the_next_heartbeat_and_records_cancelled
     assert ctx.cancelled and held.cancel_requested
     # The handler stops (JobCancelled); its attempt ends cancelled, and no retry follows.
     assert w.inflight.finish(held)
-    assert w.record(claimed, cancelled(claimed)) == JobStatus.CANCELLED
+    assert w.writer.record(claimed, cancelled(claimed)) == JobStatus.CANCELLED
     job.refresh_from_db()
     assert job.status == JobStatus.CANCELLED
     assert job.attempts.get().outcome == AttemptOutcome.CANCELLED
@@ -57,7 +57,7 @@ def test_cancel_running_job_through_execute_held_ends_cancelled_not_retried(
     """The handler raises JobCancelled once cancelled: recorded cancelled, not released."""
     job = make_job(name="tests.patient", payload={"seconds": 30}, max_attempts=3)
     w = worker()
-    [claimed] = w.claim("default", clock.now(), 1)
+    [claimed] = w.claimer.claim("default", clock.now(), 1)
     statuses = []
 
     thread = execute_held_on_a_thread(w, claimed, statuses)
@@ -91,10 +91,10 @@ def test_cancel_requested_job_whose_worker_died_is_cancelled_not_run_again(
     settings.DJANGO_JOBS = {"LEASE_SECONDS": 10}
     job = make_job(max_attempts=5)
     w = worker()
-    w.claim("default", clock.now(), 1)
+    w.claimer.claim("default", clock.now(), 1)
     cancel_job(job.pk)
     clock.advance(11)  # the worker died: its lease lapses
-    assert w.maintain(clock.now()) == 1
+    assert w.maintainer.maintain(clock.now()) == 1
     job.refresh_from_db()
     assert job.status == JobStatus.CANCELLED
     assert job.attempts.get().outcome == AttemptOutcome.LEASE_EXPIRED
@@ -105,14 +105,14 @@ def test_cancel_requested_job_whose_worker_died_is_cancelled_not_run_again(
 def test_cancel_a_handler_that_succeeds_anyway_keeps_its_success(worker, make_job, clock):
     job = make_job()
     w = worker()
-    [claimed] = w.claim("default", clock.now(), 1)
+    [claimed] = w.claimer.claim("default", clock.now(), 1)
     held = w.inflight.add(claimed, make_context(claimed), clock.now(), None)
     cancel_job(job.pk)
     clock.advance(w.inflight.beat_seconds)
     w.inflight.beat(clock.now())
     assert held.cancel_requested
     assert w.inflight.finish(held)
-    assert w.record(claimed, HandlerResult(AttemptOutcome.SUCCEEDED)) == JobStatus.SUCCEEDED
+    assert w.writer.record(claimed, HandlerResult(AttemptOutcome.SUCCEEDED)) == JobStatus.SUCCEEDED
     assert Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED
 
 
@@ -142,8 +142,8 @@ def test_cancel_requested_while_an_attempt_fails_ends_cancelled_not_retried(
         result = w.run_once()
         assert (result.claimed, result.retried, result.cancelled) == (1, 0, 1)
     else:
-        [claimed] = w.claim("default", clock.now(), 1)
-        assert w.execute_held(claimed) == JobStatus.CANCELLED
+        [claimed] = w.claimer.claim("default", clock.now(), 1)
+        assert w.executor.execute(claimed).status == JobStatus.CANCELLED
     job.refresh_from_db()
     assert (job.status, job.finished_at) == (JobStatus.CANCELLED, START)
     assert job.last_error == "RuntimeError: failed after the cancel request"

@@ -88,11 +88,11 @@ def test_retry_job_of_a_cancelled_job_is_not_cancelled_again_by_the_old_request(
 ) -> None:
     job = make_job(max_attempts=3)
     w = worker()
-    [claimed] = w.claim("default", clock.now(), 1)
+    [claimed] = w.claimer.claim("default", clock.now(), 1)
     cancel_job(job.pk)  # asked to stop while running; it stops
-    assert w.record(claimed, cancelled(claimed)) == JobStatus.CANCELLED
+    assert w.writer.record(claimed, cancelled(claimed)) == JobStatus.CANCELLED
     assert retry_job(job.pk, now=clock.now()) is True
-    [again] = w.claim("default", clock.now(), 1)
+    [again] = w.claimer.claim("default", clock.now(), 1)
     ctx = make_context(again)
     held = w.inflight.add(again, ctx, clock.now(), None)
     clock.advance(w.inflight.beat_seconds)

@@ -7,6 +7,7 @@ from django_jobs.models import Job, JobStatus
 from django_jobs.testing import FakeClock, run_until_empty
 from django_jobs.worker import Worker, serve
 from django_jobs.worker.clock import DatabaseClock, SystemClock
+from django_jobs.worker.connections import guarded
 from tests.conftest import wait_until
 from tests.support.jobs import ok
 
@@ -123,10 +124,10 @@ def test_worker_a_clock_re_measure_failing_as_a_handler_starts_costs_no_attempt(
     )
     w = Worker({"default": 1}, clock=clock, owner="blip")
     make_job()
-    [claimed] = w.claim_now("default", 1)
+    [claimed] = w.claimer.claim("default", w.clock.now(), 1)
     readings["fail"] = True  # a blip just as the re-measure comes due
     host.advance(61)
-    assert w.execute_held(claimed) == JobStatus.SUCCEEDED
+    assert w.executor.execute(claimed).status == JobStatus.SUCCEEDED
     job = Job.objects.get(pk=claimed.id)
     assert (job.attempts_used, list(job.attempts.values_list("outcome", flat=True))) == (
         1,
@@ -146,8 +147,8 @@ def test_worker_a_database_outage_is_logged_in_one_line_not_a_traceback(worker, 
         raise KeyError("a bug")
 
     w = worker()
-    assert w.guarded(step) is None
-    assert w.guarded(bug) is None
+    assert guarded(step, w.using) is None
+    assert guarded(bug, w.using) is None
     outage, crash = [r for r in caplog.records if r.getMessage().startswith("worker step")]
     assert outage.levelname == "WARNING" and outage.exc_info is None
     assert outage.getMessage() == (

@@ -101,7 +101,7 @@ def test_offthread_waits_at_most_its_timeout_and_refuses_while_busy():
 def test_renewal_never_extends_a_lease_past_its_give_up_point(worker, clock, make_job):
     w = worker()
     make_job()
-    [claimed] = w.claim("default", clock.now(), 1)
+    [claimed] = w.claimer.claim("default", clock.now(), 1)
     pairs = [(claimed.id, claimed.attempt)]
     lease = w.lease_seconds
     beat = w.inflight.beat_seconds
@@ -126,10 +126,10 @@ def test_release_hands_every_held_job_back_in_one_transaction(
     w = worker(queues={"default": 5})
     for _ in range(5):
         make_job(max_attempts=1)
-    claimed = w.claim("default", clock.now(), 5)
+    claimed = w.claimer.claim("default", clock.now(), 5)
     pairs = [(job.id, job.attempt) for job in claimed]
     with django_assert_max_num_queries(5):  # the same count for 1 job or 500
-        assert w.release(pairs, clock.now()) == {id for id, _ in pairs}
+        assert w.writer.hand_back(pairs, clock.now()) == {id for id, _ in pairs}
     for job in Job.objects.all():
         assert (job.status, job.attempts_used, job.lease_owner) == (JobStatus.PENDING, 0, None)
         assert job.attempts.get().outcome == "released"

@@ -80,8 +80,9 @@ def test_execute_payload_that_does_not_decode_fails_the_attempt(worker, make_job
     # as a driver would return it from a column without that check.
     job = make_job(max_attempts=1)
     w = worker()
-    [claimed] = w.claim("default", clock.now(), 1)
-    assert w.execute_held(dataclasses.replace(claimed, raw_payload="{oops")) == "dead_lettered"
+    [claimed] = w.claimer.claim("default", clock.now(), 1)
+    broken = dataclasses.replace(claimed, raw_payload="{oops")
+    assert w.executor.execute(broken).status == "dead_lettered"
     job.refresh_from_db()
     assert job.last_error.startswith("PayloadError: stored payload is not valid JSON")
     assert "oops" not in job.last_error
@@ -103,7 +104,7 @@ def test_error_text_is_type_and_message_capped_without_traceback(worker, make_jo
 def test_settle_is_fenced_by_owner_and_attempt(worker, make_job, clock):
     make_job()
     w = worker()
-    [claimed] = w.claim("default", clock.now(), 1)
+    [claimed] = w.claimer.claim("default", clock.now(), 1)
     success = HandlerResult(AttemptOutcome.SUCCEEDED)
 
     def settlement(**changes):
@@ -124,15 +125,15 @@ def test_settle_after_the_lease_was_taken_writes_nothing(worker, make_job, clock
     settings.DJANGO_JOBS = {"LEASE_SECONDS": 10}
     job = make_job(max_attempts=5)
     first, second = worker(owner="first"), worker(owner="second")
-    [lost] = first.claim("default", clock.now(), 1)
+    [lost] = first.claimer.claim("default", clock.now(), 1)
     clock.advance(11)
-    assert second.maintain(clock.now()) == 1  # the first worker's lease expired
-    [taken] = second.claim("default", clock.now(), 1)
+    assert second.maintainer.maintain(clock.now()) == 1  # the first worker's lease expired
+    [taken] = second.claimer.claim("default", clock.now(), 1)
     assert taken.attempt == 2
-    assert first.execute_held(lost) is None  # its outcome is dropped
+    assert first.executor.execute(lost) is None  # its outcome is dropped
     job.refresh_from_db()
     assert (job.status, job.lease_owner, job.attempt) == (JobStatus.RUNNING, "second", 2)
-    assert second.execute_held(taken) == JobStatus.SUCCEEDED
+    assert second.executor.execute(taken).status == JobStatus.SUCCEEDED
     outcomes = list(job.attempts.values_list("number", "owner", "outcome"))
     assert outcomes == [(1, "first", "lease_expired"), (2, "second", "succeeded")]
 
@@ -141,11 +142,11 @@ def test_maintain_reclaims_expired_leases_and_dead_letters_exhausted_ones(worker
     again = make_job(max_attempts=2)
     last = make_job(max_attempts=1)
     w = worker(queues={"default": 2})
-    w.claim("default", clock.now(), 2)
+    w.claimer.claim("default", clock.now(), 2)
     clock.advance(299)
-    assert w.maintain(clock.now()) == 0  # leases (300 s) still hold
+    assert w.maintainer.maintain(clock.now()) == 0  # leases (300 s) still hold
     clock.advance(2)
-    assert w.maintain(clock.now()) == 2
+    assert w.maintainer.maintain(clock.now()) == 2
     again.refresh_from_db()
     last.refresh_from_db()
     assert (again.status, again.run_at, again.lease_owner) == ("pending", clock.now(), None)
@@ -273,8 +274,8 @@ def test_execute_held_handler_raising_a_base_exception_fails_its_attempt(
 ):
     job = make_job(name="tests.raises_base", payload={"raise": kind}, max_attempts=1)
     w = worker()
-    [claimed] = w.claim("default", clock.now(), 1)
-    assert w.execute_held(claimed) == JobStatus.DEAD_LETTERED
+    [claimed] = w.claimer.claim("default", clock.now(), 1)
+    assert w.executor.execute(claimed).status == JobStatus.DEAD_LETTERED
     assert w.inflight.snapshot() == []
     job.refresh_from_db()
     assert (job.status, job.last_error) == (JobStatus.DEAD_LETTERED, error)
@@ -312,9 +313,9 @@ def test_execute_held_error_text_the_database_refuses_lands_at_once(
     settings.DJANGO_JOBS = {"LEASE_SECONDS": 6}  # how long a failing outcome write is retried
     job = make_job(name="tests.unstorable_error", payload={"text": text}, max_attempts=1)
     w = worker()
-    [claimed] = w.claim("default", clock.now(), 1)
+    [claimed] = w.claimer.claim("default", clock.now(), 1)
     started = time.monotonic()
-    assert w.execute_held(claimed) == JobStatus.DEAD_LETTERED
+    assert w.executor.execute(claimed).status == JobStatus.DEAD_LETTERED
     assert time.monotonic() - started < 3
     job.refresh_from_db()
     assert (job.status, job.last_error) == (JobStatus.DEAD_LETTERED, stored)

@@ -353,9 +353,9 @@ def test_an_outcome_written_apart_in_a_limited_queue_rings_this_process_dispatch
 
     keyed_job("a")
     w = worker(queues={"keyed": 1})
-    [claimed] = w.claim("keyed", START, 1)
+    [claimed] = w.claimer.claim("keyed", START, 1)
     w.doorbells["keyed"].clear()
-    w.write_outcomes([Outcome(claimed, HandlerResult(AttemptOutcome.SUCCEEDED))])
+    w.writer.write([Outcome(claimed, HandlerResult(AttemptOutcome.SUCCEEDED))])
     assert w.doorbells["keyed"].is_set()
 
 
@@ -366,10 +366,10 @@ def test_an_outcome_written_apart_in_a_limited_queue_wakes_it(listener, worker) 
 
     job_id = keyed_job("a")
     w = worker(queues={"keyed": 1})
-    [claimed] = w.claim("keyed", START, 1)
+    [claimed] = w.claimer.claim("keyed", START, 1)
     assert job_id == claimed.id
     drained(listener)
-    w.write_outcomes([Outcome(claimed, HandlerResult(AttemptOutcome.SUCCEEDED))])
+    w.writer.write([Outcome(claimed, HandlerResult(AttemptOutcome.SUCCEEDED))])
     assert heard(listener, "keyed")  # a success is not due again: only its slot wakes it
 
 

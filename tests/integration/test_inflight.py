@@ -9,7 +9,7 @@ from django.db import connection
 from django_jobs.context import Progress
 from django_jobs.models import AttemptOutcome, Job, JobStatus
 from django_jobs.outcomes import HandlerResult
-from django_jobs.worker.execution import make_context
+from django_jobs.worker.execution import make_context, timeout_for
 from tests.conftest import wait_until
 from tests.support.triggers import refusing
 
@@ -27,9 +27,9 @@ def lease_settings(settings):
 def start(worker, clock, make_job, **job):
     w = worker()
     make_job(**job)
-    [claimed] = w.claim("default", clock.now(), 1)
+    [claimed] = w.claimer.claim("default", clock.now(), 1)
     ctx = make_context(claimed)
-    held = w.inflight.add(claimed, ctx, clock.now(), w.timeout_for(claimed))
+    held = w.inflight.add(claimed, ctx, clock.now(), timeout_for(claimed))
     return w, claimed, ctx, held
 
 
@@ -46,13 +46,13 @@ def test_heartbeat_keeps_a_long_job_leased_far_past_its_lease(
     for _ in range(40):  # ten leases' worth of time
         clock.advance(LEASE / 4)
         w.inflight.beat(clock.now())
-        assert rival.maintain(clock.now()) == 0
-        assert rival.claim("default", clock.now(), 1) == []
+        assert rival.maintainer.maintain(clock.now()) == 0
+        assert rival.claimer.claim("default", clock.now(), 1) == []
     assert not ctx.cancelled
     job = Job.objects.get(pk=claimed.id)
     assert job.lease_expires_at > clock.now()
     assert w.inflight.finish(held)
-    assert w.record(claimed, HandlerResult(AttemptOutcome.SUCCEEDED)) == JobStatus.SUCCEEDED
+    assert w.writer.record(claimed, HandlerResult(AttemptOutcome.SUCCEEDED)) == JobStatus.SUCCEEDED
     assert job.attempts.count() == 1
 
 
@@ -60,7 +60,7 @@ def test_heartbeat_without_renewal_the_lease_is_taken(worker, clock, make_job, l
     """The test above fails without the heartbeat: here is why."""
     _w, claimed, _ctx, _held = start(worker, clock, make_job)
     clock.advance(LEASE + 1)
-    assert worker(owner="rival").maintain(clock.now()) == 1
+    assert worker(owner="rival").maintainer.maintain(clock.now()) == 1
 
 
 def test_heartbeat_refused_renewal_cancels_and_records_nothing(
@@ -112,7 +112,7 @@ def test_heartbeat_times_out_a_handler_and_retries_the_job(worker, clock, make_j
     w.inflight.beat(clock.now())
     assert not ctx.cancelled
     clock.advance(1)
-    w.inflight.beat(clock.now())
+    w.writer.write_apart(w.inflight.beat(clock.now()))  # as the heartbeat's thread does
     assert ctx.cancelled
     assert not w.inflight.finish(held)  # a late return is not a success
     # The outcome is written off the heartbeat's thread.
@@ -123,18 +123,16 @@ def test_heartbeat_times_out_a_handler_and_retries_the_job(worker, clock, make_j
     assert job.attempts.get().outcome == AttemptOutcome.TIMED_OUT
 
 
-def test_release_all_hands_jobs_back_without_using_an_attempt(
-    worker, clock, make_job, lease_settings
-):
+def test_hand_back_of_running_jobs_uses_no_attempt(worker, clock, make_job, lease_settings):
     w, claimed, ctx, held = start(worker, clock, make_job, max_attempts=1)
     w.inflight.cancel_all()
     assert ctx.cancelled
-    assert w.inflight.release_all(clock.now()) == 1
+    assert w.writer.hand_back(w.inflight.end_running(), clock.now()) == {claimed.id}
     assert not w.inflight.finish(held)
     job = Job.objects.get(pk=claimed.id)
     assert (job.status, job.attempts_used, job.lease_owner) == (JobStatus.PENDING, 0, None)
     assert job.attempts.get().outcome == AttemptOutcome.RELEASED
-    [again] = w.claim("default", clock.now(), 1)  # max_attempts=1, and it runs again
+    [again] = w.claimer.claim("default", clock.now(), 1)  # max_attempts=1, and it runs again
     assert (again.attempt, again.attempts_used) == (2, 1)
 
 
@@ -154,7 +152,7 @@ def test_heartbeat_one_unstorable_report_costs_no_other_job_its_lease(
     w = worker(queues={"default": 3})
     for _ in range(3):
         make_job()
-    claimed = w.claim("default", clock.now(), 3)
+    claimed = w.claimer.claim("default", clock.now(), 3)
     contexts = [make_context(job) for job in claimed]
     for job, ctx in zip(claimed, contexts, strict=True):
         w.inflight.add(job, ctx, clock.now(), None)

@@ -39,7 +39,7 @@ def running(**overrides):
 def crashed_worker_job(clock, worker):
     """A job claimed by a worker that then died: its lease has lapsed by ``START``."""
     job = Job.objects.create(name="tests.ok", run_at=LONG_AGO, created_at=LONG_AGO)
-    [claimed] = worker(owner="crashed").claim("default", LONG_AGO, 1)
+    [claimed] = worker(owner="crashed").claimer.claim("default", LONG_AGO, 1)
     assert claimed.id == job.pk
     return job
 
@@ -229,6 +229,6 @@ def test_reclaim_passes_a_row_another_session_holds_locked_instead_of_waiting():
 def test_maintenance_pass_prunes_finished_jobs_past_their_retention(worker, make_job, clock):
     old = make_job(status=JobStatus.SUCCEEDED, finished_at=START - timedelta(days=8))
     recent = make_job(status=JobStatus.SUCCEEDED, finished_at=START - timedelta(days=6))
-    worker().maintain(clock.now())
+    worker().maintainer.maintain(clock.now())
     assert set(Job.objects.values_list("id", flat=True)) == {recent.pk}
     assert not Job.objects.filter(pk=old.pk).exists()

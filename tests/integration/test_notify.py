@@ -340,14 +340,15 @@ def test_notify_a_job_due_again_after_its_outcome_wakes_its_queue(listener, work
     make_job(queue="emails")
     make_job()
     w = worker(queues={"default": 1, "emails": 1})
-    released, done = w.claim("emails", timezone.now(), 1) + w.claim("default", timezone.now(), 1)
+    claim = w.claimer.claim
+    released, done = claim("emails", timezone.now(), 1) + claim("default", timezone.now(), 1)
     assert received(listener, 0.2) == set()
-    w.write_outcomes([Outcome(done, HandlerResult(AttemptOutcome.SUCCEEDED))])
+    w.writer.write([Outcome(done, HandlerResult(AttemptOutcome.SUCCEEDED))])
     assert received(listener, 0.3) == set()  # finished: nothing to wake for
-    w.write_outcomes([Outcome(released, HandlerResult(AttemptOutcome.RELEASED, "stop"))])
+    w.writer.write([Outcome(released, HandlerResult(AttemptOutcome.RELEASED, "stop"))])
     assert received(listener) == {"emails"}
-    [again] = w.claim("emails", timezone.now(), 1)
-    assert w.release([again.pair], timezone.now()) == {again.id}  # the stop's hand-back
+    [again] = w.claimer.claim("emails", timezone.now(), 1)
+    assert w.writer.hand_back([again.pair], timezone.now()) == {again.id}  # the stop's hand-back
     assert received(listener) == {"default", "emails"}
 
 

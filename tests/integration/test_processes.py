@@ -85,7 +85,7 @@ def test_worker_with_a_fast_host_clock_does_not_take_a_live_lease(make_job, sett
     settings.DJANGO_JOBS = {"LEASE_SECONDS": 30}
     job = make_job(run_at=SystemClock().now() - timedelta(seconds=5))
     honest = Worker(["default"], clock=DatabaseClock(), owner="honest")
-    [claimed] = honest.claim("default", honest.clock.now(), 1)
+    [claimed] = honest.claimer.claim("default", honest.clock.now(), 1)
     fast = Worker(["default"], clock=DatabaseClock(host=SkewedHostClock()), owner="fast")
     assert fast.run_once().reclaimed == 0  # an hour fast, yet it reads the database's time
     assert Job.objects.get(pk=job.pk).lease_owner == "honest"

@@ -23,7 +23,7 @@ def test_progress_refuses_what_is_not_a_count():
 def test_progress_is_written_by_the_next_heartbeat_and_kept_after_the_job(worker, make_job, clock):
     job = make_job(name="tests.patient", payload={"seconds": 30})
     w = worker()
-    [claimed] = w.claim("default", clock.now(), 1)
+    [claimed] = w.claimer.claim("default", clock.now(), 1)
     ctx = make_context(claimed)
     held = w.inflight.add(claimed, ctx, clock.now(), None)
     ctx.progress(40, 100, "rows copied")
@@ -41,7 +41,7 @@ def test_progress_is_written_by_the_next_heartbeat_and_kept_after_the_job(worker
 def test_progress_of_a_running_handler_reaches_the_row_under_execute_held(worker, make_job, clock):
     job = make_job(name="example.counts", payload={"total": 3, "step": 30})
     w = worker()
-    [claimed] = w.claim("default", clock.now(), 1)
+    [claimed] = w.claimer.claim("default", clock.now(), 1)
     statuses = []
 
     thread = execute_held_on_a_thread(w, claimed, statuses)

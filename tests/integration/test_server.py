@@ -62,16 +62,16 @@ def test_runtime_claim_cycle_costs_one_statement_whatever_the_batch(
     w.settler.linger_seconds = 60  # only the claims write the outcomes
     w.settler.start()
     try:
-        claimed = w.claim_and_settle("default", 4)
+        claimed = w.claimer.claim_and_settle("default", 4)
         for cycle in (1, 2):
             for job in claimed:
-                w.execute_held(job)  # its outcome waits in the settler
+                w.executor.execute(job)  # its outcome waits in the settler
             with django_assert_num_queries(STATEMENTS_PER_CYCLE[connection.vendor]):
-                claimed = w.claim_and_settle("default", 4)  # 4 outcomes out, 4 jobs in
+                claimed = w.claimer.claim_and_settle("default", 4)  # 4 outcomes out, 4 jobs in
             assert len(claimed) == 4
             assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 4 * cycle
         for job in claimed:
-            w.execute_held(job)
+            w.executor.execute(job)
         assert w.settler.stop(10)  # the stop writes what is left
     finally:
         w.inflight.close()

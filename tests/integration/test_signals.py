@@ -136,7 +136,7 @@ LONG_AGO = START - timedelta(hours=2)
 def died_with_its_worker(worker, **fields: Any) -> Job:
     """A job claimed by a worker that then died: its lease has lapsed by ``START``."""
     job = Job.objects.create(name="tests.ok", run_at=LONG_AGO, created_at=LONG_AGO, **fields)
-    [claimed] = worker(owner="crashed").claim("default", LONG_AGO, 1)
+    [claimed] = worker(owner="crashed").claimer.claim("default", LONG_AGO, 1)
     assert claimed.id == job.pk
     return job
 

@@ -385,7 +385,7 @@ def test_tasks_backend_runs_higher_priorities_first(worker, clock):
     low = tasks.low.enqueue(1)
     high = tasks.add.using(priority=5).enqueue(1, 1)
     w = worker()
-    [first] = w.claim("default", clock.now(), 1)
+    [first] = w.claimer.claim("default", clock.now(), 1)
     assert str(first.id) == high.id
     assert backend().get_result(low.id).status == TaskResultStatus.READY
 

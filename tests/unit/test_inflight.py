@@ -42,24 +42,16 @@ class Renewals:
         return Renewed({job_id for job_id, _ in held}, now + timedelta(seconds=self.lease), set())
 
 
-def setup(renewals: Renewals, deferred: list | None = None):
-    recorded = []
-    inflight = InFlight(
-        "me",
-        LEASE,
-        0.3,
-        lambda c, r: recorded.append(r),
-        renew=renewals,
-        defer=(deferred.append if deferred is not None else lambda write: write()),
-    )
+def setup(renewals: Renewals):
+    inflight = InFlight("me", LEASE, 0.3, renew=renewals)
     ctx = JobContext(1, "tests.ok", "default", 1, {})
     held = inflight.add(claimed(), ctx, START, timeout=None)
-    return inflight, ctx, held, recorded
+    return inflight, ctx, held
 
 
 def test_inflight_renews_each_beat_and_keeps_the_lease():
     renewals = Renewals()
-    inflight, ctx, held, _ = setup(renewals)
+    inflight, ctx, held = setup(renewals)
     clock = FakeClock(START)
     for _ in range(30):
         clock.advance(0.1)
@@ -71,7 +63,7 @@ def test_inflight_renews_each_beat_and_keeps_the_lease():
 def test_inflight_a_raising_renewal_is_retried_then_given_up():
     renewals = Renewals()
     renewals.mode = "raise"
-    inflight, ctx, held, recorded = setup(renewals)
+    inflight, ctx, held = setup(renewals)
     clock = FakeClock(START)
     clock.advance(0.3)
     inflight.beat(clock.now())  # the lease ends at 0.9: the give-up point is 0.6
@@ -80,15 +72,15 @@ def test_inflight_a_raising_renewal_is_retried_then_given_up():
     inflight.beat(clock.now())  # retried about halfway to the give-up point
     assert not ctx.cancelled and renewals.calls == 2
     clock.advance(0.14)
-    inflight.beat(clock.now())  # at the give-up point: no renewal is even tried
+    assert inflight.beat(clock.now()) == []  # at the give-up point: no renewal is even tried
     assert ctx.cancelled and renewals.calls == 2
-    assert not inflight.finish(held) and recorded == []  # nothing recorded
+    assert not inflight.finish(held)  # nothing to record
 
 
 def test_inflight_a_hung_renewal_is_cut_off_at_the_give_up_point():
     renewals = Renewals()
     renewals.mode = "hang"
-    inflight, ctx, held, _ = setup(renewals)
+    inflight, ctx, held = setup(renewals)
     clock = FakeClock(START)
     clock.advance(0.3)  # the give-up point is 0.3 s from here, the lease's end 0.6 s
     started = time.monotonic()
@@ -103,8 +95,7 @@ def test_inflight_a_hung_renewal_is_cut_off_at_the_give_up_point():
 def test_inflight_a_renewal_still_hung_is_not_started_again():
     renewals = Renewals()
     renewals.mode = "hang"
-    recorded = []
-    inflight = InFlight("me", 30, 10, lambda c, r: recorded.append(r), renew=renewals)
+    inflight = InFlight("me", 30, 10, renew=renewals)
     ctx = JobContext(1, "tests.ok", "default", 1, {})
     inflight.add(
         ClaimedJob(1, "tests.ok", "default", "{}", 1, 1, 3, "me", START + timedelta(seconds=30)),
@@ -130,7 +121,7 @@ def _hang_for(seconds, call):
 
 def test_inflight_a_handler_claimed_as_the_worker_stops_starts_cancelled():
     renewals = Renewals()
-    inflight, ctx, _held, _ = setup(renewals)
+    inflight, ctx, _held = setup(renewals)
     inflight.cancel_all()
     assert ctx.cancelled
     late = JobContext(2, "tests.ok", "default", 1, {})
@@ -138,25 +129,21 @@ def test_inflight_a_handler_claimed_as_the_worker_stops_starts_cancelled():
     assert late.cancelled
 
 
-def test_inflight_a_timed_out_outcome_is_not_written_on_the_heartbeat_thread():
+def test_inflight_a_timed_out_outcome_is_returned_not_written():
     renewals = Renewals()
-    deferred: list = []
-    recorded = []
-    inflight = InFlight(
-        "me", LEASE, 0.3, lambda c, r: recorded.append(r), renew=renewals, defer=deferred.append
-    )
+    inflight = InFlight("me", LEASE, 0.3, renew=renewals)
     ctx = JobContext(1, "tests.ok", "default", 1, {})
-    inflight.add(claimed(), ctx, START, timeout=0.1)
-    inflight.beat(START + timedelta(seconds=0.2))
-    assert ctx.cancelled and recorded == [] and len(deferred) == 1
-    deferred[0]()  # the writer thread's turn
-    assert [r.outcome for r in recorded] == ["timed_out"]
+    held = inflight.add(claimed(), ctx, START, timeout=0.1)
+    [timed_out] = inflight.beat(START + timedelta(seconds=0.2))
+    assert ctx.cancelled and inflight.snapshot() == [] and not inflight.finish(held)
+    assert (timed_out.claimed, timed_out.result.outcome) == (claimed(), "timed_out")
+    assert inflight.beat(START + timedelta(seconds=0.3)) == []  # once
 
 
 def test_inflight_refused_renewal_gives_up_at_once():
     renewals = Renewals()
     renewals.mode = "refuse"
-    inflight, ctx, held, _ = setup(renewals)
+    inflight, ctx, held = setup(renewals)
     clock = FakeClock(START)
     clock.advance(0.3)
     inflight.beat(clock.now())
@@ -165,7 +152,7 @@ def test_inflight_refused_renewal_gives_up_at_once():
 
 def test_inflight_a_returned_job_keeps_its_lease_until_its_outcome_is_written():
     renewals = Renewals()
-    inflight, ctx, held, _ = setup(renewals)
+    inflight, ctx, held = setup(renewals)
     assert inflight.finish(held)  # the handler returned: its outcome waits for the settler
     clock = FakeClock(START)
     clock.advance(0.3)
@@ -179,7 +166,7 @@ def test_inflight_a_returned_job_keeps_its_lease_until_its_outcome_is_written():
 
 def test_inflight_leases_due_within_half_a_beat_share_one_renewal():
     renewals = Renewals()
-    inflight = InFlight("me", LEASE, 0.3, lambda c, r: None, renew=renewals)
+    inflight = InFlight("me", LEASE, 0.3, renew=renewals)
     for job_id, claimed_at in ((1, 0.0), (2, 0.1), (3, 0.2)):
         start = START + timedelta(seconds=claimed_at)
         job = ClaimedJob(
@@ -198,7 +185,7 @@ def test_inflight_leases_due_within_half_a_beat_share_one_renewal():
 def test_inflight_writes_progress_at_most_once_a_second_with_a_renewal():
     renewals = Renewals()
     renewals.lease = 30
-    inflight = InFlight("me", 30, 10, lambda c, r: None, renew=renewals)
+    inflight = InFlight("me", 30, 10, renew=renewals)
     ctx = JobContext(1, "tests.ok", "default", 1, {})
     inflight.add(
         ClaimedJob(1, "tests.ok", "default", "{}", 1, 1, 3, "me", START + timedelta(seconds=30)),
@@ -227,9 +214,19 @@ def test_inflight_writes_progress_at_most_once_a_second_with_a_renewal():
 
 def test_inflight_progress_rides_along_with_the_beat_of_other_jobs():
     renewals = Renewals()
-    inflight, ctx, _, _ = setup(renewals)
+    inflight, ctx, _ = setup(renewals)
     clock = FakeClock(START)
     clock.advance(0.3)
     ctx.progress(7)
     inflight.beat(clock.now())
     assert renewals.calls == 1 and renewals.progress == [{1: (7, None, "")}]
+
+
+def test_inflight_ends_the_running_jobs_for_a_hand_back():
+    renewals = Renewals()
+    inflight, ctx, held = setup(renewals)
+    returned = inflight.add(claimed(2), JobContext(2, "tests.ok", "default", 1, {}), START, None)
+    assert inflight.finish(returned)  # its outcome waits for the settler: not handed back
+    assert inflight.end_running() == [(1, 1)]
+    assert ctx.cancelled and not inflight.finish(held)  # a late result is dropped
+    assert inflight.end_running() == []
