@@ -38,8 +38,8 @@ from .connections import guarded
 from .deadlines import Deadlines
 from .execution import Executor, timeout_for
 from .inflight import InFlight, driver_renewal
-from .leadership import Leadership
-from .maintainer import Maintainer
+from .leader.leadership import Leadership
+from .leader.maintainer import Maintainer
 from .recording import OutcomeWriter
 from .settler import Outcome, Settler
 from .waker import Doorbells

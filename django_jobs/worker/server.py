@@ -15,7 +15,7 @@
   database call can delay its give-up check.
 - On PostgreSQL the waker listens for new jobs (:mod:`.waker`).
 - The main thread keeps the worker's registration fresh, takes part in the
-  leader's election and, while this process leads (:mod:`.leadership`),
+  leader's election and, while this process leads (:mod:`.leader`),
   runs the maintenance pass and the recurring scheduler; it logs the summary
   (:mod:`.summary`); in burst mode it checks whether the queues are drained
   (:mod:`.burst`).
@@ -36,7 +36,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import timedelta
 from functools import partial
 from typing import TypeVar
 
@@ -50,6 +50,7 @@ from .burst import BurstCheck, job_list
 from .connections import guarded, tidy_connections
 from .core import Parts, Worker
 from .deadlines import apply_connect_timeout
+from .leader.chores import Chores
 from .summary import Summary
 from .waker import Waker
 
@@ -171,57 +172,21 @@ class Server:
     # -- the main thread ---------------------------------------------------
 
     def main_loop(self, stop_event: threading.Event) -> None:
-        """Maintenance, registration and schedules, each on its interval, measured on the
-        monotonic clock (a step that waits out its deadline does not shift the others)."""
+        """The election, maintenance, registration and schedules, each when it falls due
+        (:class:`~.leader.chores.Chores`); the summary; in burst mode, the drained check."""
         p = self.parts
-        every = {
-            "maintenance": float(settings.MAINTENANCE_SECONDS),
-            "registration": p.inflight.beat_seconds,
-        }
-        next_at = dict.fromkeys(every, time.monotonic())
+        chores = Chores(
+            p.maintainer, p.leadership, p.clock, registration_seconds=p.inflight.beat_seconds
+        )
         poll = float(settings.POLL_SECONDS)
-        leader = p.leadership
         while not stop_event.is_set():
-            steps: list[Callable[[], object]] = []
-            started = time.monotonic()
-            if leader.due(p.clock.now()):
-                steps.append(leader.elect)
-            # The leader's chores: each checks, as it starts, that the lease still holds.
-            if started >= next_at["maintenance"]:
-                steps += [
-                    self.as_leader(p.maintainer.rescue),
-                    self.as_leader(p.maintainer.prune),
-                ]
-                next_at["maintenance"] = started + every["maintenance"]
-            if started >= next_at["registration"]:
-                steps.append(lambda: p.maintainer.refresh_registration(p.clock.now()))
-                next_at["registration"] = started + every["registration"]
-            p.maintainer.next_due_at = None  # read again if this process still leads
-            steps.append(self.as_leader(p.maintainer.enqueue_due))
-            if not self.run_steps(steps, stop_event):
+            if not self.run_steps(chores.due(time.monotonic()), stop_event):
                 return
             self.summary.tick(time.monotonic())
             if p.burst and self.guarded(lambda: self.burst.drained(self.is_busy())):
                 self.guarded(self.burst.say_drained)
                 return
-            stop_event.wait(self.main_wait(poll))
-
-    def main_wait(self, poll: float) -> float:
-        """The main loop's wait: the poll, or less when the leader's next schedule falls due
-        sooner, so that an occurrence fires at its time (and its job wakes its queue)."""
-        due = self.parts.maintainer.next_due_at
-        if due is None:
-            return poll
-        return min(poll, max(0.0, (due - self.parts.clock.now()).total_seconds()))
-
-    def as_leader(self, chore: Callable[[datetime], object]) -> Callable[[], object]:
-        """``chore`` as a main-loop step: run at the clock's now if this process leads."""
-
-        def step() -> object:
-            now = self.parts.clock.now()
-            return chore(now) if self.parts.leadership.acts(now) else None
-
-        return step
+            stop_event.wait(chores.wait(poll))
 
     def run_steps(self, steps: list[Callable[[], object]], stop_event: threading.Event) -> bool:
         """Run the main loop's steps in turn, each guarded; False (and the rest skipped)
