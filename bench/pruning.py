@@ -263,7 +263,7 @@ def summary(results: list[DrainResult]) -> str:
 
 def run_info(options: Options) -> dict[str, Any]:
     from django_jobs.maintenance.cleaner import PRUNE_BATCH
-    from django_jobs.worker.maintainer import PRUNE_BATCHES
+    from django_jobs.worker.leader.maintainer import PRUNE_BATCHES
 
     database = {"database": harness.database_version(), "database_settings": harness.durability()}
     details = {

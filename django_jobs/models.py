@@ -314,7 +314,7 @@ class Leader(models.Model):
     database, so that fifty processes do not each do it.
 
     One row per database, taken and renewed by a guarded update on the database's clock
-    (:mod:`django_jobs.worker.leadership`). ``epoch`` counts the changes of leader: a
+    (:mod:`django_jobs.worker.leader.leadership`). ``epoch`` counts the changes of leader: a
     process that led and lost the lease finds a newer epoch when it comes back. Nothing's
     correctness rests on it; every chore stays guarded as if two processes led at once.
     """

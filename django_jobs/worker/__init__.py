@@ -1,6 +1,8 @@
 """The worker runtime, split by role: the wiring and the tick (:mod:`.core`), claiming,
 running a held job (:mod:`.execution`), writing outcomes (:mod:`.recording`), the settler,
-the jobs in flight with their heartbeat, and threads (:mod:`.server`)."""
+the jobs in flight with their heartbeat, a dispatcher per queue (:mod:`.dispatcher`) and
+the threads of a process (:mod:`.server`). The leader lease and its chores are in
+:mod:`.leader`; what only ``runjobs`` uses to host the runtime, in :mod:`.hosting`."""
 
 from __future__ import annotations
 

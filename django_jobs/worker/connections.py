@@ -1,8 +1,10 @@
-"""Database connections of long-lived worker threads, and the guard of their loops."""
+"""Long-lived worker threads: their start, their database connections, and the guard of
+their loops."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 from typing import TypeVar
@@ -60,3 +62,9 @@ def tidy_connections() -> None:
         max_age = connection.settings_dict.get("CONN_MAX_AGE")
         if max_age and connection.close_at is not None and time.monotonic() >= connection.close_at:
             connection.close()
+
+
+def start_thread(name: str, target: Callable[..., object], *args: object) -> threading.Thread:
+    thread = threading.Thread(target=target, args=args, name=f"django-jobs-{name}", daemon=True)
+    thread.start()
+    return thread

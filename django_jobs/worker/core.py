@@ -41,8 +41,8 @@ from .clock import Clock, DatabaseClock
 from .deadlines import Deadlines
 from .execution import Executor
 from .inflight import InFlight, driver_renewal
-from .leadership import Leadership
-from .maintainer import Maintainer
+from .leader.leadership import Leadership
+from .leader.maintainer import Maintainer
 from .recording import OutcomeWriter
 from .settler import Settler
 from .waker import Doorbells

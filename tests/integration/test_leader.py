@@ -1,5 +1,5 @@
 """The leader lease: the driver's guarded update on every database, this process's view of
-it (:class:`~django_jobs.worker.leadership.Leadership`), and a server that leaves the
+it (:class:`~django_jobs.worker.leader.leadership.Leadership`), and a server that leaves the
 chores to the leader."""
 
 import logging
@@ -14,7 +14,7 @@ from django_jobs.models import Job, JobStatus, Leader, RecurringJob
 from django_jobs.testing import FakeClock
 from django_jobs.worker import Worker, serve
 from django_jobs.worker.clock import SystemClock
-from django_jobs.worker.leadership import NAME, Leadership
+from django_jobs.worker.leader.leadership import NAME, Leadership
 from tests.conftest import START, wait_until
 from tests.support.leaders import believing_it_leads
 

@@ -13,7 +13,7 @@ from django.core.management.base import CommandError, SystemCheckError
 from django_jobs import job, schedule_job, schedule_jobs
 from django_jobs.models import Job, JobStatus
 from django_jobs.registry import unregister
-from django_jobs.worker.startup import log_unserved_due, unserved_due_counts
+from django_jobs.worker.hosting.startup import log_unserved_due, unserved_due_counts
 from testproject.example.management.commands.demo import python_command
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from django_jobs.models import Leader
 from django_jobs.worker import Worker
-from django_jobs.worker.leadership import Leadership
+from django_jobs.worker.leader.leadership import Leadership
 
 
 class ForcedLeadership(Leadership):

@@ -1,4 +1,5 @@
-"""Stop signals reach the worker off the signal handler (:mod:`django_jobs.worker.stop_signals`)."""
+"""Stop signals reach the worker off the signal handler
+(:mod:`django_jobs.worker.hosting.stop_signals`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import textwrap
 import threading
 from pathlib import Path
 
-from django_jobs.worker.stop_signals import StopSignals
+from django_jobs.worker.hosting.stop_signals import StopSignals
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,7 +23,7 @@ STORM = textwrap.dedent(
     import django
 
     django.setup()
-    from django_jobs.worker.stop_signals import StopSignals
+    from django_jobs.worker.hosting.stop_signals import StopSignals
 
     woken, sent = threading.Event(), threading.Event()
     received = []

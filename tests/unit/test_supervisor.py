@@ -14,7 +14,7 @@ from django.test import override_settings
 from django_jobs.checks import check_settings
 from django_jobs.conf import MAX_PROCESSES, cpu_cores, settings
 from django_jobs.management.commands.runjobs import processes_option
-from django_jobs.worker.supervisor import (
+from django_jobs.worker.hosting.supervisor import (
     CONFIG_EXIT,
     Backoff,
     Supervisor,
@@ -108,7 +108,7 @@ def test_supervisor_logs_each_restart_with_the_status_and_the_delay(caplog):
     made, started, clock = supervisor()
     clock.now += 5
     started[1].exit(-signal.SIGKILL)
-    with caplog.at_level("WARNING", logger="django_jobs.worker.supervisor"):
+    with caplog.at_level("WARNING", logger="django_jobs.worker.hosting.supervisor"):
         made.step()
     [record] = caplog.records
     assert record.event == "supervisor_restarting"

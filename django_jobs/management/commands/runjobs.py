@@ -22,15 +22,15 @@ from django_jobs.text import is_number_text
 from django_jobs.worker import Worker, serve
 from django_jobs.worker.core import make_owner
 from django_jobs.worker.deadlines import apply_connect_timeout
-from django_jobs.worker.startup import (
+from django_jobs.worker.hosting.startup import (
     check_configured,
     log_unserved_due,
     require_migrated,
     served_queues,
     wait_for_database,
 )
-from django_jobs.worker.stop_signals import StopSignals
-from django_jobs.worker.supervisor import (
+from django_jobs.worker.hosting.stop_signals import StopSignals
+from django_jobs.worker.hosting.supervisor import (
     CONFIG_EXIT,
     PIPE_ENV,
     SUPERVISOR_ENV,

@@ -26,13 +26,13 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from ..db import Driver
-from ..db.records import LeaderRow
-from ..display import format_time
-from ..events import report_leader
-from ..models import Leader
-from .clock import Clock
-from .deadlines import Deadlines
+from ...db import Driver
+from ...db.records import LeaderRow
+from ...display import format_time
+from ...events import report_leader
+from ...models import Leader
+from ..clock import Clock
+from ..deadlines import Deadlines
 
 #: The one lease a database has today.
 NAME = Leader.DEFAULT

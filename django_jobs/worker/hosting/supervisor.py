@@ -42,11 +42,11 @@ from enum import Enum
 
 from django.db import connections
 
-from ..display import format_span
-from .clock import Clock, DatabaseClock
-from .connections import guarded
-from .deadlines import Deadlines
-from .processes import refresh_worker, register_worker, unregister_worker
+from ...display import format_span
+from ..clock import Clock, DatabaseClock
+from ..connections import guarded
+from ..deadlines import Deadlines
+from ..processes import refresh_worker, register_worker, unregister_worker
 
 logger = logging.getLogger(__name__)
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
-from ..db import Driver
-from ..maintenance.cleaner import prune_finished
-from ..maintenance.rescuer import dead_letter_exhausted, reclaim_expired_leases
-from ..maintenance.scheduler import enqueue_due, next_due_at
-from ..maintenance.workers import sweep_workers
-from .deadlines import Deadlines
-from .processes import refresh_worker, register_worker, unregister_worker
+from ...db import Driver
+from ...maintenance.cleaner import prune_finished
+from ...maintenance.rescuer import dead_letter_exhausted, reclaim_expired_leases
+from ...maintenance.scheduler import enqueue_due, next_due_at
+from ...maintenance.workers import sweep_workers
+from ..deadlines import Deadlines
+from ..processes import refresh_worker, register_worker, unregister_worker
 
 # Batches of finished jobs one maintenance pass may prune (of prune_finished's batch size).
 PRUNE_BATCHES = 10

@@ -14,12 +14,12 @@ from django.db.migrations.executor import MigrationExecutor
 from django.db.models import Count
 from django.utils import timezone
 
-from ..conf import require_queue_name, require_use_tz, settings
-from ..db.journal import use_wal_mode
-from ..exceptions import JobsError, NotMigrated
-from ..models import Job
-from ..queues import known_queues
-from ..text import first_line
+from ...conf import require_queue_name, require_use_tz, settings
+from ...db.journal import use_wal_mode
+from ...exceptions import JobsError, NotMigrated
+from ...models import Job
+from ...queues import known_queues
+from ...text import first_line
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,274 @@
+"""One queue's dispatcher and its handler threads (:class:`Dispatcher`).
+
+- The dispatcher thread claims as many due jobs as it has idle handler
+  threads, in one statement, and hands them over. When some of its threads
+  are still busy it gathers the ones that free up for a moment
+  (``GATHER_SECONDS``), so that claims are not one job at a time. While the
+  queue's jobs are short it claims the next batch as the current one runs,
+  holding at most one job per thread waiting, never for long
+  (:mod:`.ahead`); otherwise it never holds more jobs than it has threads.
+  It sleeps until a thread frees up, the waker says its queue has new jobs,
+  or the poll interval passes.
+- Handler threads run the jobs and hand their results to the settler, which
+  writes them in batches (:mod:`.settler`).
+
+On stop, the dispatcher hands back the jobs waiting for a thread, and its
+handler threads end once they have none left; the server (:mod:`.server`)
+waits for them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import TypeVar
+
+from django.db import connections
+
+from ..conf import settings
+from .ahead import Pace, Waiting, stale
+from .burst import job_list
+from .claiming import Claimer
+from .clock import Clock
+from .connections import guarded, start_thread, tidy_connections
+from .execution import Executor
+from .recording import OutcomeWriter
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+# How long a dispatcher waits for more of its busy threads to free up before it claims.
+GATHER_SECONDS = 0.002
+
+
+@dataclass
+class QueueState:
+    """One queue's handler threads and the jobs handed to them."""
+
+    name: str
+    threads: int
+    pace: Pace
+    busy: int = 0  # jobs handed over and not done: running, or waiting in the inbox
+    inbox: deque[Waiting] = field(default_factory=deque)  # oldest first
+    changed: threading.Condition = field(default_factory=threading.Condition)
+    # Rung by the waker (new jobs) and the outcome writer (a slot freed, a job due again).
+    woken: threading.Event = field(default_factory=threading.Event)
+    closed: bool = False  # the dispatcher has stopped: the threads end once the inbox is empty
+    limited: bool = False  # claimed under limits: never ahead, and again as a job ends
+
+    def wake(self) -> None:
+        self.woken.set()
+
+    @property
+    def capacity(self) -> int:
+        """How many jobs its threads may hold: one more each while its jobs are short, unless
+        the queue has limits (a job held waiting would hold a slot another worker could use)."""
+        return self.threads * 2 if self.pace.short and not self.limited else self.threads
+
+
+class Dispatcher:
+    """One queue's claim-ahead loop (the dispatcher thread) and its handler threads."""
+
+    def __init__(
+        self,
+        state: QueueState,
+        *,
+        claimer: Claimer,
+        executor: Executor,
+        writer: OutcomeWriter,
+        clock: Clock,
+        using: str,
+        hold: float,
+    ) -> None:
+        self.state = state
+        self.claimer = claimer
+        self.executor = executor
+        self.writer = writer
+        self.clock = clock
+        self.using = using
+        self.hold = hold  # the longest a claimed job waits for a thread (:mod:`.ahead`)
+
+    def start(self, stop_event: threading.Event) -> list[threading.Thread]:
+        """Start the dispatcher thread, until ``stop_event``, and the handler threads."""
+        state = self.state
+        threads = [start_thread(f"claim-{state.name}", self.dispatch, stop_event)]
+        for number in range(state.threads):
+            threads.append(start_thread(f"run-{state.name}-{number}", self.serve))
+        return threads
+
+    def wake(self) -> None:
+        """New jobs on the queue: claim without waiting for the poll."""
+        self.state.wake()
+
+    def rouse(self) -> None:
+        """The stop event is set: wake the dispatcher from its sleep or its wait for room."""
+        state = self.state
+        state.wake()
+        with state.changed:
+            state.changed.notify_all()
+
+    def is_busy(self) -> bool:
+        """A handler holds a job, or one waits for a handler."""
+        return bool(self.state.busy or self.state.inbox)
+
+    def guarded(self, step: Callable[[], T]) -> T | None:
+        return guarded(step, self.using)
+
+    def dispatch(self, stop_event: threading.Event) -> None:
+        """A queue's dispatcher: claim as many jobs as there is room for, and hand them over."""
+        state = self.state
+        claimer = self.claimer
+        poll = float(settings.POLL_SECONDS)
+        failed = False
+        try:
+            while not stop_event.is_set():
+                room = self.wait_for_room(stop_event, poll)
+                if stop_event.is_set():
+                    break
+                state.woken.clear()
+                claimed = self.guarded(partial(claimer.claim_and_settle, state.name, room))
+                if claimed is None and not failed:
+                    # The first failure after a success is most often a connection the
+                    # server dropped (a restart, pg_terminate_backend): guarded() closed
+                    # it, so claim again at once on a new one rather than after a poll.
+                    failed = True
+                    continue
+                failed = claimed is None
+                jobs = claimed or []
+                with state.changed:
+                    since = time.monotonic()
+                    state.busy += len(jobs)
+                    state.inbox.extend(Waiting(since, job) for job in jobs)
+                    state.changed.notify_all()
+                if len(jobs) < room:  # the queue ran dry: sleep until woken or the next poll
+                    self.sleep_dry(stop_event, poll)
+        finally:
+            with state.changed:
+                waiting = list(state.inbox)
+                state.inbox.clear()
+                state.busy -= len(waiting)
+                state.closed = True
+                state.changed.notify_all()
+            self.hand_back_waiting(waiting, "stopping")
+            connections.close_all()
+
+    def wait_for_room(self, stop_event: threading.Event, poll: float) -> int:
+        """Wait until there is room for a claim; return how many jobs to claim.
+
+        Without claiming ahead: once a thread is free, gathering more for a
+        moment. Claiming ahead: once a thread's worth of room is free, while
+        the threads still run what they hold.
+        """
+        state = self.state
+        while True:
+            self.hand_back_stale()
+            with state.changed:
+                if stop_event.is_set():
+                    return 0
+                capacity = state.capacity
+                room = capacity - state.busy
+                if capacity > state.threads and room >= state.threads:
+                    return room
+                if capacity == state.threads and room > 0:
+                    return self.gather(stop_event)
+                state.changed.wait(self.hold if state.inbox else poll)
+
+    def gather(self, stop_event: threading.Event) -> int:
+        """With ``state.changed`` held and a thread free: wait a moment for the busy ones to
+        free up too, so that claims are not one job at a time; return the free threads."""
+        state = self.state
+        until = time.monotonic() + GATHER_SECONDS
+        while state.busy and not stop_event.is_set():
+            left = until - time.monotonic()
+            if left <= 0:
+                break
+            state.changed.wait(left)
+        return state.threads - state.busy
+
+    def sleep_dry(self, stop_event: threading.Event, poll: float) -> None:
+        """The queue ran dry: sleep until the waker says it has jobs or the poll interval
+        passes, handing back meanwhile the jobs that wait too long for a thread."""
+        state = self.state
+        until = time.monotonic() + poll
+        while not stop_event.is_set():
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            with state.changed:
+                waiting = bool(state.inbox)
+            if state.woken.wait(min(left, self.hold) if waiting else left):
+                return
+            self.hand_back_stale()
+
+    def hand_back_stale(self) -> None:
+        """Hand back the jobs that waited longer than the hold for a thread: another worker
+        may be idle. The queue counts as slow until its jobs are short again."""
+        state = self.state
+        with state.changed:
+            count = stale(list(state.inbox), self.hold)
+            if not count:
+                return
+            taken = [state.inbox.popleft() for _ in range(count)]
+            state.busy -= count
+            state.pace.slow(time.monotonic() - taken[0].since)
+            state.changed.notify_all()
+        self.hand_back_waiting(taken, "waited too long for a thread")
+
+    def hand_back_waiting(self, waiting: list[Waiting], why: str) -> None:
+        """Hand back jobs that no handler started, in one write (no attempt used)."""
+        if not waiting:
+            return
+        pairs = [(entry.claimed.id, entry.claimed.attempt) for entry in waiting]
+        writer, clock = self.writer, self.clock
+        handed_back = self.guarded(lambda: writer.hand_back(pairs, clock.now())) or set()
+        logger.info(
+            "%s: handed %s claimed job(s) back before they started: %s",
+            why,
+            len(handed_back),
+            job_list(sorted(handed_back)),
+            extra={"event": "jobs_released", "job_ids": sorted(handed_back)},
+        )
+
+    def serve(self) -> None:
+        """A handler thread: run the jobs the dispatcher hands over."""
+        state = self.state
+        executor = self.executor
+        try:
+            while (waiting := self.next_job(state)) is not None:
+                started = time.monotonic()
+                if started - waiting.since > self.hold:  # the dispatcher has not yet seen it
+                    with state.changed:
+                        state.busy -= 1
+                        state.pace.slow(started - waiting.since)
+                        state.changed.notify_all()
+                    self.hand_back_waiting([waiting], "waited too long for a thread")
+                    continue
+                try:
+                    self.guarded(partial(executor.execute, waiting.claimed))
+                finally:
+                    with state.changed:
+                        state.busy -= 1
+                        state.pace.add(time.monotonic() - started)
+                        state.changed.notify_all()
+                    if state.limited:  # its slot is free once the outcome is written: claim
+                        state.wake()
+                tidy_connections()
+        finally:
+            connections.close_all()
+
+    @staticmethod
+    def next_job(state: QueueState) -> Waiting | None:
+        """The oldest job waiting for a thread; None once the dispatcher has stopped."""
+        with state.changed:
+            while not state.inbox:
+                if state.closed:
+                    return None
+                state.changed.wait()
+            return state.inbox.popleft()

@@ -1,0 +1,70 @@
+"""When the main thread runs its chores: each on its interval, measured on the monotonic
+clock (a step that waits out its deadline does not shift the others); the leader's only
+while this process leads (:mod:`.leadership`)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from datetime import datetime
+
+from ...conf import settings
+from ..clock import Clock
+from .leadership import Leadership
+from .maintainer import Maintainer
+
+
+class Chores:
+    """The main loop's chores: the election, the maintenance pass, the registration and
+    the recurring schedules. All are due at once as it is built."""
+
+    def __init__(
+        self,
+        maintainer: Maintainer,
+        leadership: Leadership,
+        clock: Clock,
+        *,
+        registration_seconds: float,
+    ) -> None:
+        self.maintainer = maintainer
+        self.leadership = leadership
+        self.clock = clock
+        self.every = {
+            "maintenance": float(settings.MAINTENANCE_SECONDS),
+            "registration": registration_seconds,
+        }
+        self.next_at = dict.fromkeys(self.every, time.monotonic())
+
+    def due(self, started: float) -> list[Callable[[], object]]:
+        """The steps due at ``started`` (monotonic), in the order they run."""
+        maintainer, leader = self.maintainer, self.leadership
+        steps: list[Callable[[], object]] = []
+        if leader.due(self.clock.now()):
+            steps.append(leader.elect)
+        # The leader's chores: each checks, as it starts, that the lease still holds.
+        if started >= self.next_at["maintenance"]:
+            steps += [self.as_leader(maintainer.rescue), self.as_leader(maintainer.prune)]
+            self.next_at["maintenance"] = started + self.every["maintenance"]
+        if started >= self.next_at["registration"]:
+            steps.append(lambda: maintainer.refresh_registration(self.clock.now()))
+            self.next_at["registration"] = started + self.every["registration"]
+        maintainer.next_due_at = None  # read again if this process still leads
+        steps.append(self.as_leader(maintainer.enqueue_due))
+        return steps
+
+    def wait(self, poll: float) -> float:
+        """The main loop's wait: the poll, or less when the leader's next schedule falls due
+        sooner, so that an occurrence fires at its time (and its job wakes its queue)."""
+        due = self.maintainer.next_due_at
+        if due is None:
+            return poll
+        return min(poll, max(0.0, (due - self.clock.now()).total_seconds()))
+
+    def as_leader(self, chore: Callable[[datetime], object]) -> Callable[[], object]:
+        """``chore`` as a main-loop step: run at the clock's now if this process leads."""
+
+        def step() -> object:
+            now = self.clock.now()
+            return chore(now) if self.leadership.acts(now) else None
+
+        return step
