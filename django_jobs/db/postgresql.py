@@ -16,7 +16,8 @@
   unprepared, for the sake of transaction-mode poolers; turn this off
   behind a pooler that cannot keep prepared statements (PgBouncer before
   1.21, or without ``max_prepared_statements``). Where a statement is
-  prepared, and what happens when the server loses it: :mod:`.prepared`.
+  prepared, and what happens when the server loses it: :mod:`.prepared` (the
+  driver's ``prepared`` part).
 - ``notify`` sends ``pg_notify`` on the caller's connection: inside a
   transaction it is delivered only on commit.
 """
@@ -24,7 +25,6 @@
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from functools import partial
@@ -32,10 +32,10 @@ from typing import Any, NamedTuple, TypeVar
 
 from ..conf import settings
 from ..models import Job, JobStatus
-from . import limits, prepared
 from .base import Driver
 from .inserts import INSERTED_COLUMNS, WRITTEN_COLUMNS, inserted_values, written_ids
 from .notify import CHANNEL
+from .prepared import PreparedStatements
 from .records import (
     RENEW_FIELDS,
     ClaimedJob,
@@ -101,11 +101,8 @@ class PostgresDriver(Driver):
 
     def __init__(self, using: str = "default") -> None:
         super().__init__(using)
-        # On until the server loses a prepared statement (:func:`.prepared.stop_preparing`).
-        self.prepare = bool(settings.PREPARED_STATEMENTS)
-        self.stopping = threading.Lock()
-        # Found on the first hot statement (.prepared.behind_pooler): none is prepared then.
-        self.behind_pooler: bool | None = None
+        #: The hot cursor, its statements prepared while that holds.
+        self.prepared = PreparedStatements(self, bool(settings.PREPARED_STATEMENTS))
         self.idle_bound_ms: int | None = None
 
     def bound_session(self, seconds: float) -> None:
@@ -139,10 +136,10 @@ class PostgresDriver(Driver):
 
     def hot_cursor(self) -> Any:
         """The cursor for hot-path statements, prepared where it is safe (:mod:`.prepared`)."""
-        return prepared.hot_cursor(self)
+        return self.prepared.hot_cursor()
 
     def own_transaction(self, work: Callable[[], T]) -> T:
-        return prepared.own_transaction(self, work)
+        return self.prepared.own_transaction(work)
 
     def database_now(self) -> datetime | None:
         # CURRENT_TIMESTAMP is the start of the transaction; clock_timestamp() is now.
@@ -248,7 +245,7 @@ class PostgresDriver(Driver):
         if not settlements:
             return self.claim(request), Settled([])
         if request.limits is not None:
-            return limits.claim_limited(self, request, settlements)
+            return self.flow.claim_limited(request, settlements)
         settle_ctes, settle_params = self.settle_ctes(settlements)
         claim_ctes, claim_params = self.claim_ctes(request)
         # A settled row fills only the id and attempt columns of a claimed one.

@@ -32,6 +32,10 @@ Pairs = Sequence[tuple[int, int]]
 CANDIDATE_COLUMNS = ("id", "name", "queue", "payload", "attempt", "attempts_used", "max_attempts")
 
 
+def lease_end(now: datetime, lease_seconds: float) -> datetime:
+    return now + timedelta(seconds=lease_seconds)
+
+
 class Rate(NamedTuple):
     """A rate limit: at most ``jobs`` jobs start in each window of ``seconds``."""
 
