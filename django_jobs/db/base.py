@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
-from typing import Any, NamedTuple
+from typing import Any
 
 from django.core.checks import CheckMessage
 from django.db import transaction
@@ -42,35 +42,26 @@ from .leader import LeaderLease
 from .limits import FlowControl
 from .records import (
     CANDIDATE_COLUMNS,
+    CLOSED_COLUMNS,
     PROGRESS_COLUMNS,
     ROW_ERRORS,
+    SETTLED_JOB_COLUMNS,
     Candidate,
     ClaimedJob,
     ClaimRequest,
+    MarkedRow,
     Pairs,
     Progress,
+    Renewal,
     Renewed,
+    RenewedRow,
     RenewRow,
     Settled,
     Settlement,
     lease_end,
+    settlement_values,
 )
 from .statements import Statements
-
-
-class MarkedRow(NamedTuple):
-    """A row the claim's UPDATE returns: the job and its new attempt numbers."""
-
-    id: int
-    attempt: int
-    attempts_used: int
-
-
-class RenewedRow(NamedTuple):
-    """A row the renewal statement returns."""
-
-    id: int
-    cancel_requested_at: datetime | None
 
 
 class DatabaseBusy(Exception):
@@ -107,6 +98,9 @@ class Driver(Statements):
     #: The database's clock is this host's (SQLite's): the worker's clock reads the host's
     #: itself, to the microsecond, not the database's reading of it (:meth:`database_now`).
     clock_is_hosts = False
+    #: An UPDATE of a join names each column it assigns with its table (MariaDB's: the
+    #: other table may have a column of the same name); SQLite's and PostgreSQL's may not.
+    assigns_qualified = False
 
     #: The parts a driver builds, as ``BaseDatabaseWrapper`` builds its ``features_class``.
     leader_class = LeaderLease
@@ -407,30 +401,91 @@ class Driver(Statements):
         """The settle's statements, inside the caller's transaction."""
         raise NotImplementedError
 
-    def settled_columns_sql(self, target: str, source: str, qualified: bool = False) -> str:
-        """The ``SET`` clauses of a settle for the outcome columns, from ``source`` (``v``);
-        ``qualified``: each assigned column named with ``target`` (an UPDATE of a join).
+    def assigned(self, target: str, column: str) -> str:
+        """``column`` as an UPDATE of ``target`` assigns it: named with ``target`` where the
+        database's UPDATE of a join asks it (:attr:`assigns_qualified`)."""
+        return f"{target}.{self.qn(column)}" if self.assigns_qualified else self.qn(column)
+
+    def settled_columns_sql(self, target: str, source: str) -> str:
+        """The ``SET`` clauses of a settle for the outcome columns, from ``source`` (``v``).
 
         ``cancel_job()`` may have asked while the attempt ran, after the last
         renewal that would have carried the request back: whatever the
         attempt did short of succeeding, the job then ends cancelled, now,
         with the attempt's error, and is not retried.
         """
-        qn = self.qn
-        set_ = f"{target}." if qualified else ""
+        qn, set_ = self.qn, partial(self.assigned, target)
         requested = (
             f"{target}.{qn('cancel_requested_at')} IS NOT NULL"
             f" AND {source}.status <> '{JobStatus.SUCCEEDED.value}'"
         )
         return (
-            f"{set_}{qn('status')} = CASE WHEN {requested} THEN '{JobStatus.CANCELLED.value}'"
+            f"{set_('status')} = CASE WHEN {requested} THEN '{JobStatus.CANCELLED.value}'"
             f" ELSE {source}.status END,"
-            f" {set_}{qn('run_at')} = COALESCE({source}.run_at, {target}.{qn('run_at')}),"
-            f" {set_}{qn('finished_at')} = CASE WHEN {requested} THEN {source}.ended_at"
+            f" {set_('run_at')} = COALESCE({source}.run_at, {target}.{qn('run_at')}),"
+            f" {set_('finished_at')} = CASE WHEN {requested} THEN {source}.ended_at"
             f" ELSE COALESCE({source}.finished_at, {target}.{qn('finished_at')}) END,"
-            f" {set_}{qn('last_error')} = CASE WHEN {requested} THEN {source}.error"
+            f" {set_('last_error')} = CASE WHEN {requested} THEN {source}.error"
             f" ELSE COALESCE({source}.last_error, {target}.{qn('last_error')}) END"
         )
+
+    def joined_update(
+        self, table: str, columns: Sequence[str], count: int, set_: str, where: str
+    ) -> str:
+        """An UPDATE of ``table`` (named ``t``) joined to ``count`` rows of bound values of
+        ``columns`` (named ``v``), in the database's own form: ``set_`` its ``SET``
+        clauses, ``where`` the rows it writes. The settle of a database without one
+        statement for it (SQLite, MariaDB)."""
+        raise NotImplementedError
+
+    def settle_jobs_sql(self, settlements: Sequence[Settlement]) -> tuple[str, list[Any]]:
+        """The UPDATE of the job rows ``settlements`` end, each fenced (:meth:`joined_update`)."""
+        qn, set_ = self.qn, partial(self.assigned, "t")
+        assignments = (
+            f"{self.settled_columns_sql('t', 'v')},"
+            f" {set_('attempts_used')} = t.{qn('attempts_used')} - v.give_back,"
+            f" {set_('result')} = COALESCE(v.result, t.{qn('result')}),"
+            f" {set_('lease_owner')} = NULL, {set_('lease_expires_at')} = NULL"
+        )
+        fenced = (
+            f"t.{qn('id')} = v.id AND t.{qn('lease_owner')} = v.owner"
+            f" AND t.{qn('attempt')} = v.attempt AND {self.running_guard('t')}"
+        )
+        return self.update_from(
+            self.job_table, SETTLED_JOB_COLUMNS, settlements, assignments, fenced
+        )
+
+    def close_attempts(self, cursor: Any, done: Sequence[Settlement]) -> None:
+        """Close the attempt rows of the settlements written (:meth:`joined_update`)."""
+        set_ = partial(self.assigned, "t")
+        closed = ", ".join(
+            f"{set_(column)} = v.{source}"
+            for column, source in (
+                ("outcome", "outcome"),
+                ("finished_at", "ended_at"),
+                ("error", "error"),
+                ("traceback", "traceback"),
+            )
+        )
+        qn = self.qn
+        still_open = f"t.{qn('job_id')} = v.job_id AND t.{qn('number')} = v.number"
+        still_open += f" AND t.{qn('outcome')} IS NULL"
+        cursor.execute(
+            *self.update_from(self.attempt_table, CLOSED_COLUMNS, done, closed, still_open)
+        )
+
+    def update_from(
+        self,
+        table: str,
+        columns: Sequence[str],
+        settlements: Sequence[Settlement],
+        set_: str,
+        where: str,
+    ) -> tuple[str, list[Any]]:
+        """:meth:`joined_update` of ``table`` from the ``columns`` of ``settlements``."""
+        rows = settlement_values(settlements, columns, self.adapt)
+        sql = self.joined_update(table, columns, len(rows), set_, where)
+        return sql, [value for row in rows for value in row]
 
     @staticmethod
     def settled(
@@ -468,30 +523,26 @@ class Driver(Statements):
         if not held:
             return Renewed(set(), expires, set())
         rows = [RenewRow(job_id, attempt, (progress or {}).get(job_id)) for job_id, attempt in held]
-        sql, params = self.renew_sql(owner, rows, now, expires, give_up_seconds)
-        with self.hot_cursor() as cursor:
-            cursor.execute(sql, params)
-            renewed = [RenewedRow._make(row) for row in cursor.fetchall()]
+        renewed = self.renew_leases(Renewal(owner, rows, now, expires, give_up_seconds))
         requested = {row.id for row in renewed if row.cancel_requested_at is not None}
         return Renewed({row.id for row in renewed}, expires, requested)
 
-    def renew_sql(
-        self,
-        owner: str,
-        rows: Sequence[RenewRow],
-        now: datetime,
-        expires: datetime,
-        give_up_seconds: float,
-    ) -> tuple[str, list[Any]]:
+    def renew_leases(self, renewal: Renewal) -> list[RenewedRow]:
+        """The renewal's statement (:meth:`renew_sql`); the leases it extended."""
+        sql, params = self.renew_sql(renewal)
+        with self.hot_cursor() as cursor:
+            cursor.execute(sql, params)
+            return [RenewedRow._make(row) for row in cursor.fetchall()]
+
+    def renew_sql(self, renewal: Renewal) -> tuple[str, list[Any]]:
+        """One fenced UPDATE of the renewal's leases that returns those it extended."""
         raise NotImplementedError
 
-    def progress_assignments(self, target: str, source: str, qualified: bool = False) -> str:
-        """``SET`` clauses that take a row's progress from ``source`` where it reported
-        (``qualified``: as :meth:`settled_columns_sql`)."""
+    def progress_assignments(self, target: str, source: str) -> str:
+        """``SET`` clauses that take a row's progress from ``source`` where it reported."""
         qn = self.qn
-        set_ = f"{target}." if qualified else ""
         return ", ".join(
-            f"{set_}{qn(column)} = CASE WHEN {source}.reported THEN {source}.{field}"
+            f"{self.assigned(target, column)} = CASE WHEN {source}.reported THEN {source}.{field}"
             f" ELSE {target}.{qn(column)} END"
             for column, field in PROGRESS_COLUMNS
         )

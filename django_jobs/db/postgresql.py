@@ -38,11 +38,13 @@ from .notify import CHANNEL
 from .prepared import PreparedStatements
 from .records import (
     RENEW_FIELDS,
+    SETTLED_COLUMNS,
     ClaimedJob,
     ClaimRequest,
-    RenewRow,
+    Renewal,
     Settled,
     Settlement,
+    settlement_values,
 )
 
 T = TypeVar("T")
@@ -344,8 +346,7 @@ class PostgresDriver(Driver):
             "v AS (SELECT * FROM unnest(%s::bigint[], %s::text[], %s::integer[],"
             " %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[], %s::integer[],"
             " %s::text[], %s::text[], %s::timestamptz[], %s::text[], %s::text[])"
-            " AS v(id, owner, attempt, status, run_at, finished_at, last_error, give_back,"
-            " outcome, error, ended_at, result, traceback)),"
+            f" AS v({', '.join(SETTLED_COLUMNS)})),"
             f" settled AS (UPDATE {job} j SET {self.settled_columns_sql('j', 'v')},"
             f" {qn('attempts_used')} = j.{qn('attempts_used')} - v.give_back,"
             f" {qn('result')} = COALESCE(v.result::jsonb, j.{qn('result')}),"
@@ -362,38 +363,20 @@ class PostgresDriver(Driver):
         )
 
     def settle_params(self, settlements: Sequence[Settlement]) -> list[list[Any]]:
-        columns: list[list[Any]] = [[] for _ in range(13)]
-        for s in settlements:
-            row = (
-                s.job_id,
-                s.owner,
-                s.attempt,
-                str(s.status),
-                s.run_at,
-                s.finished_at,
-                s.last_error,
-                int(s.give_back),
-                str(s.outcome),
-                s.error,
-                s.ended_at,
-                s.result,
-                s.traceback,
-            )
-            for column, value in zip(columns, row, strict=True):
-                column.append(value)
-        return columns
+        """The settlements as one array per column of :data:`SETTLED_COLUMNS`."""
+        rows = settlement_values(settlements, SETTLED_COLUMNS)
+        return [[row[i] for row in rows] for i in range(len(SETTLED_COLUMNS))]
 
-    def renew_sql(
-        self,
-        owner: str,
-        rows: Sequence[RenewRow],
-        now: datetime,
-        expires: datetime,
-        give_up_seconds: float,
-    ) -> tuple[str, list[Any]]:
-        sql = self.text("renew", self.renew_text)
-        columns = [[getattr(row, name) for row in rows] for name in RENEW_FIELDS]
-        return sql, [expires, *columns, owner, now, float(give_up_seconds)]
+    def renew_sql(self, renewal: Renewal) -> tuple[str, list[Any]]:
+        rows = renewal.values()
+        columns = [[row[i] for row in rows] for i in range(len(RENEW_FIELDS))]
+        return self.text("renew", self.renew_text), [
+            renewal.expires,
+            *columns,
+            renewal.owner,
+            renewal.now,
+            float(renewal.give_up_seconds),
+        ]
 
     def renew_text(self) -> str:
         """One statement for any number of leases: the rows come as arrays."""
