@@ -42,7 +42,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from functools import partial
-from typing import Any, NamedTuple, Protocol
+from typing import NamedTuple, Protocol
 
 from ..models import Queue
 from .records import (
@@ -54,7 +54,7 @@ from .records import (
     QueueLimits,
     Settled,
     Settlement,
-    as_candidate,
+    with_candidate,
 )
 from .statements import Statements
 
@@ -65,16 +65,9 @@ KEYED_SCAN_EXTRA = 32
 
 
 class LimitedCandidate(NamedTuple):
-    """A due row as a limited claim reads it: a candidate's columns, its key and that
-    key's limit."""
+    """A due row as a limited claim reads it: a candidate, its key and that key's limit."""
 
-    id: int
-    name: str
-    queue: str
-    payload: Any
-    attempt: int
-    attempts_used: int
-    max_attempts: int
+    candidate: Candidate
     key: str | None
     key_limit: int | None
 
@@ -299,7 +292,7 @@ class FlowControl:
             cursor.execute(
                 statements.text(f"limited_candidates:{len(busy)}", build), [*params, scan]
             )
-            read = [LimitedCandidate._make(row) for row in cursor.fetchall()]
+            read = [with_candidate(LimitedCandidate, row) for row in cursor.fetchall()]
         return within_key_limits(read, running, room)
 
     def count_in_window(self, queue: str, window: datetime, count: int) -> None:
@@ -332,7 +325,7 @@ def within_key_limits(
             if counts[row.key] >= (row.key_limit or 1):
                 continue
             counts[row.key] += 1
-        taken.append(as_candidate(row))
+        taken.append(row.candidate)
         if len(taken) == room:
             break
     return taken

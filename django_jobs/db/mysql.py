@@ -58,7 +58,7 @@ from .records import (
     RenewedRow,
     Settled,
     Settlement,
-    as_candidate,
+    with_candidate,
 )
 
 #: The oldest servers with ``SKIP LOCKED``.
@@ -83,13 +83,7 @@ class LockedRow(NamedTuple):
 class ClaimReadRow(NamedTuple):
     """A row the claim's locking read returns: a candidate, and its next attempt number."""
 
-    id: int
-    name: str
-    queue: str
-    payload: Any
-    attempt: int
-    attempts_used: int
-    max_attempts: int
+    candidate: Candidate
     next_attempt: int
 
 
@@ -354,9 +348,9 @@ class MySQLDriver(Driver):
             read = cursor.fetchall()
         if not read:
             return []
-        locked = [ClaimReadRow._make(row) for row in read]
-        rows = [as_candidate(row) for row in locked]
-        attempts = {row.id: int(row.next_attempt) for row in locked}
+        locked = [with_candidate(ClaimReadRow, row) for row in read]
+        rows = [row.candidate for row in locked]
+        attempts = {row.candidate.id: int(row.next_attempt) for row in locked}
         marked = self.mark_locked(rows, attempts, request)
         return self.claimed(rows, marked, request)
 

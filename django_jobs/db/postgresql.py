@@ -37,50 +37,53 @@ from .inserts import INSERTED_COLUMNS, WRITTEN_COLUMNS, inserted_values, written
 from .notify import CHANNEL
 from .prepared import PreparedStatements
 from .records import (
+    CANDIDATE_COLUMNS,
     RENEW_FIELDS,
     SETTLED_COLUMNS,
+    Candidate,
     ClaimedJob,
     ClaimRequest,
     Renewal,
     Settled,
     Settlement,
     settlement_values,
+    with_candidate,
 )
 
 T = TypeVar("T")
 
+#: What the claim returns of a row: a candidate's columns and its place in the claim order.
+CLAIMED_COLUMNS = (*CANDIDATE_COLUMNS, "priority", "run_at")
+
 
 class ClaimedRow(NamedTuple):
-    """A row the claim returns: a candidate's columns and its place in the claim order."""
+    """A row the claim returns: a candidate, and its place in the claim order."""
 
-    id: int
-    name: str
-    queue: str
-    payload: Any
-    attempt: int
-    attempts_used: int
-    max_attempts: int
+    candidate: Candidate
     priority: int
     run_at: datetime
 
+    @classmethod
+    def read(cls, row: Sequence[Any]) -> ClaimedRow:
+        return with_candidate(cls, row)
+
+    @property
+    def pair(self) -> tuple[int, int]:
+        return (self.candidate.id, self.candidate.attempt)
+
 
 class ClaimedOrSettledRow(NamedTuple):
-    """A row the claim that carries outcomes returns: a claimed job, or a settled one."""
+    """A row the claim that carries outcomes returns: a claimed job, or a settled one (of
+    whose job only the id and attempt are filled)."""
 
     claimed: bool
-    id: int
-    name: str | None
-    queue: str | None
-    payload: Any
-    attempt: int
-    attempts_used: int | None
-    max_attempts: int | None
-    priority: int | None
-    run_at: datetime | None
+    job: ClaimedRow
     new_status: str | None
 
-    def job(self) -> ClaimedRow:
-        return ClaimedRow(**{field: getattr(self, field) for field in ClaimedRow._fields})
+    @classmethod
+    def read(cls, row: Sequence[Any]) -> ClaimedOrSettledRow:
+        claimed, *job, new_status = row
+        return cls(claimed, ClaimedRow.read(job), new_status)
 
 
 class SettledRow(NamedTuple):
@@ -233,7 +236,7 @@ class PostgresDriver(Driver):
 
     def claim_batch(self, request: ClaimRequest) -> list[ClaimedJob]:
         sql, params = self.claim_sql(request)
-        rows = [ClaimedRow._make(row) for row in self.execute(sql, params)]
+        rows = [ClaimedRow.read(row) for row in self.execute(sql, params)]
         return self.claimed_jobs(rows, request)
 
     def claim_and_settle(
@@ -252,7 +255,7 @@ class PostgresDriver(Driver):
         claim_ctes, claim_params = self.claim_ctes(request)
         # A settled row fills only the id and attempt columns of a claimed one.
         written_columns = ", ".join(
-            field if field in ("id", "attempt") else "NULL" for field in ClaimedRow._fields
+            field if field in ("id", "attempt") else "NULL" for field in CLAIMED_COLUMNS
         )
         sql = self.text(
             "claim_and_settle",
@@ -263,33 +266,33 @@ class PostgresDriver(Driver):
             ),
         )
         rows = [
-            ClaimedOrSettledRow._make(row)
+            ClaimedOrSettledRow.read(row)
             for row in self.execute(sql, [*settle_params, *claim_params])
         ]
-        written = [(row.id, row.attempt, row.new_status) for row in rows if not row.claimed]
-        claimed = [row.job() for row in rows if row.claimed]
+        written = [(*row.job.pair, row.new_status) for row in rows if not row.claimed]
+        claimed = [row.job for row in rows if row.claimed]
         return self.claimed_jobs(claimed, request), self.settled(settlements, written)
 
     def claimed_jobs(self, rows: list[ClaimedRow], request: ClaimRequest) -> list[ClaimedJob]:
-        rows.sort(key=lambda row: (-row.priority, row.run_at, row.id))  # claim order, no Sort
+        rows.sort(key=lambda row: (-row.priority, row.run_at, row.candidate.id))  # no Sort
         return [
             ClaimedJob(
-                id=row.id,
-                name=row.name,
-                queue=row.queue,
-                raw_payload=row.payload,
-                attempt=row.attempt,
-                attempts_used=row.attempts_used,
-                max_attempts=row.max_attempts,
+                id=job.id,
+                name=job.name,
+                queue=job.queue,
+                raw_payload=job.payload,
+                attempt=job.attempt,
+                attempts_used=job.attempts_used,
+                max_attempts=job.max_attempts,
                 owner=request.owner,
                 lease_expires_at=request.expires_at,
             )
-            for row in rows
+            for job in (row.candidate for row in rows)
         ]
 
     @property
     def claimed_columns(self) -> str:
-        return ", ".join(self.qn(column) for column in ClaimedRow._fields)
+        return ", ".join(self.qn(column) for column in CLAIMED_COLUMNS)
 
     def claim_statement(self, request: ClaimRequest) -> tuple[str, list[Any]]:
         return self.claim_sql(request)
@@ -310,7 +313,7 @@ class PostgresDriver(Driver):
 
     def claim_ctes_text(self, due: str) -> str:
         qn, job, attempts = self.qn, self.job_table, self.attempt_table
-        columns = ", ".join(f"j.{qn(c)}" for c in ClaimedRow._fields)
+        columns = ", ".join(f"j.{qn(c)}" for c in CLAIMED_COLUMNS)
         sql = (
             f"picked AS (SELECT {qn('id')} FROM {job} WHERE {due}"
             f" ORDER BY {self.claim_order} LIMIT %s FOR UPDATE SKIP LOCKED),"

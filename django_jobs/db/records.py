@@ -1,7 +1,9 @@
 """The records the runtime and the database drivers speak in: plain data.
 
-A :class:`ClaimRequest` asks a driver for due jobs; a :class:`ClaimedJob` is
-what a claim returns; a :class:`Settlement` is what
+A :class:`ClaimRequest` asks a driver for due jobs; a :class:`Candidate` is a
+due row as a claim reads it (its columns, :data:`CANDIDATE_COLUMNS`, declared
+here once: a wider row a driver reads holds a candidate, :func:`with_candidate`),
+and a :class:`ClaimedJob` is what a claim returns; a :class:`Settlement` is what
 :func:`django_jobs.outcomes.decide` makes of an attempt's end and what the
 driver writes, and :class:`Settled` what the settle answers (and so how each
 settlement was written). A renewal
@@ -17,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from django.db import DataError, IntegrityError
 
@@ -33,6 +35,8 @@ Pairs = Sequence[tuple[int, int]]
 
 #: The columns a claim reads of a due row (:class:`Candidate`), in its order.
 CANDIDATE_COLUMNS = ("id", "name", "queue", "payload", "attempt", "attempts_used", "max_attempts")
+
+Wide = TypeVar("Wide", bound=tuple[Any, ...])
 
 
 def lease_end(now: datetime, lease_seconds: float) -> datetime:
@@ -96,10 +100,12 @@ class Candidate(NamedTuple):
     max_attempts: int
 
 
-def as_candidate(row: Any) -> Candidate:
-    """The candidate's columns of a wider row a driver read by name (a limited claim's
-    read, MariaDB's locking read)."""
-    return Candidate(*(getattr(row, column) for column in CANDIDATE_COLUMNS))
+def with_candidate(wide: Callable[..., Wide], row: Sequence[Any]) -> Wide:
+    """A row read as the candidate's columns and then others, as ``wide`` holds it: a
+    named tuple whose first field is the :class:`Candidate`, the others' after it (a
+    limited claim's read, MariaDB's locking read, PostgreSQL's claimed row)."""
+    width = len(CANDIDATE_COLUMNS)
+    return wide(Candidate._make(row[:width]), *row[width:])
 
 
 class MarkedRow(NamedTuple):
