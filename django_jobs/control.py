@@ -153,7 +153,7 @@ def pause_queue(
         refuse_unknown_queue(name, using)
     driver = get_driver(using)
     with transaction.atomic(using=driver.using):
-        paused = driver.pause(name, now or timezone.now())
+        paused = driver.flow.pause(name, now or timezone.now())
     if paused:
         logger.info("queue %s paused", name, extra={"event": "queue_paused", "queue": name})
     return paused
@@ -181,7 +181,7 @@ def resume_queue(name: str, *, using: str | None = None) -> bool:
     require_queue_name(name)
     driver = get_driver(using or router.db_for_write(Job))
     with transaction.atomic(using=driver.using):
-        resumed = driver.resume(name)
+        resumed = driver.flow.resume(name)
     if resumed:
         logger.info("queue %s resumed", name, extra={"event": "queue_resumed", "queue": name})
     return resumed

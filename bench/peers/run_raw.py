@@ -137,13 +137,13 @@ class PostgresLimit:
                 if not settlements:
                     sql, params = self.driver.claim_sql(request)
                     cursor.execute(sql, params, prepare=True)
-                    return [(row.id, row.attempt) for row in map(ClaimedRow._make, cursor)]
+                    return [row.pair for row in map(ClaimedRow.read, cursor)]
                 params = self.claim_and_settle_params(request, settlements)
                 cursor.execute(self.claim_and_settle_text, params, prepare=True)
-                rows = list(map(ClaimedOrSettledRow._make, cursor))
+                rows = list(map(ClaimedOrSettledRow.read, cursor))
                 if sum(not row.claimed for row in rows) != len(settlements):
                     raise BenchError("a settlement was fenced out")
-                return [(row.id, row.attempt) for row in rows if row.claimed]
+                return [row.job.pair for row in rows if row.claimed]
 
             yield claim
 

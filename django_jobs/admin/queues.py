@@ -21,6 +21,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..conf import require_queue_name, settings
 from ..control import pause_queue, resume_queue
+from ..db import get_driver
 from ..display import format_time
 from ..models import Job, JobStatus, Queue
 from ..queues import unknown_queue
@@ -63,9 +64,8 @@ def add_missing_rows(using: str) -> None:
     live = Job.objects.using(using).live().order_by().values_list("queue", flat=True).distinct()
     wanted = {name for name in (*settings.QUEUES, *live) if can_be_a_queue(name)}
     missing = wanted - set(Queue.objects.using(using).values_list("name", flat=True))
-    if missing:
-        rows = [Queue(name=name) for name in sorted(missing)]
-        Queue.objects.using(using).bulk_create(rows, ignore_conflicts=True)
+    for name in sorted(missing):
+        get_driver(using).flow.make_queue_row(name)  # as a pause or a claim under limits does
 
 
 def count_jobs(queues: Iterable[Queue], now: datetime, using: str) -> None:

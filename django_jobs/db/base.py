@@ -4,10 +4,19 @@ A :class:`Driver` claims due jobs (marks them running and starts their
 attempts), settles many attempts at once (each row fenced on id, owner and
 attempt), renews all of a process's leases in one statement, reads the
 database's clock and, where the database has it, sends wake-ups. Each
-database has its driver (:mod:`.postgresql`, :mod:`.sqlite`); this module
-holds what they share. Raw SQL lives here and in those modules only, with
+database has its driver (:mod:`.postgresql`, :mod:`.sqlite`, :mod:`.mysql`);
+this module holds what they share. Raw SQL lives in ``db/`` only, with
 parameters bound and identifiers quoted; the ORM serves everything off the
 hot path.
+
+A driver is composed as Django's ``BaseDatabaseWrapper`` is: it builds on
+:class:`~.statements.Statements` (the alias, its connection, the statements'
+texts and the fragments they share), declares what its database can do, and
+builds its parts in ``__init__``, each in a module of its own that imports
+nothing of this one: the leader lease (``driver.leader``, :mod:`.leader`) and
+flow control (``driver.flow``, :mod:`.limits`); PostgreSQL's adds its prepared
+hot cursor (``driver.prepared``, :mod:`.prepared`). A database that needs its
+own part names its class (``leader_class``, ``flow_class``).
 
 When a claim's write is refused (``IntegrityError``, ``DataError``: a row
 edited by hand, say), the claim is tried again one row at a time, each in
@@ -17,62 +26,49 @@ claimed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from datetime import datetime, timedelta
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
 from functools import partial
-from typing import Any, NamedTuple, TypeVar
+from typing import Any
 
 from django.core.checks import CheckMessage
-from django.db import connections, transaction
+from django.db import transaction
 
 from ..conf import settings
-from ..models import Attempt, Job, JobStatus, Leader
-from . import inserts, limits
+from ..models import Job, JobStatus
+from . import inserts
 from .inserts import INSERTED_COLUMNS, WRITTEN_COLUMNS, inserted_values, written_ids
+from .leader import LeaderLease
+from .limits import FlowControl
 from .records import (
     CANDIDATE_COLUMNS,
+    CLOSED_COLUMNS,
     PROGRESS_COLUMNS,
     ROW_ERRORS,
+    SETTLED_JOB_COLUMNS,
     Candidate,
     ClaimedJob,
     ClaimRequest,
-    LeaderRow,
+    MarkedRow,
     Pairs,
     Progress,
+    Renewal,
     Renewed,
+    RenewedRow,
     RenewRow,
     Settled,
     Settlement,
+    lease_end,
+    settlement_values,
 )
-
-T = TypeVar("T")
-
-
-class MarkedRow(NamedTuple):
-    """A row the claim's UPDATE returns: the job and its new attempt numbers."""
-
-    id: int
-    attempt: int
-    attempts_used: int
-
-
-class RenewedRow(NamedTuple):
-    """A row the renewal statement returns."""
-
-    id: int
-    cancel_requested_at: datetime | None
+from .statements import Statements
 
 
 class DatabaseBusy(Exception):
     """The database could not take the write lock in time: nothing was written."""
 
 
-def lease_end(now: datetime, lease_seconds: float) -> datetime:
-    return now + timedelta(seconds=lease_seconds)
-
-
-class Driver:
+class Driver(Statements):
     """The hot-path statements for one database alias.
 
     What the database can do is declared here, as class attributes a driver
@@ -102,61 +98,22 @@ class Driver:
     #: The database's clock is this host's (SQLite's): the worker's clock reads the host's
     #: itself, to the microsecond, not the database's reading of it (:meth:`database_now`).
     clock_is_hosts = False
+    #: An UPDATE of a join names each column it assigns with its table (MariaDB's: the
+    #: other table may have a column of the same name); SQLite's and PostgreSQL's may not.
+    assigns_qualified = False
+
+    #: The parts a driver builds, as ``BaseDatabaseWrapper`` builds its ``features_class``.
+    leader_class = LeaderLease
+    flow_class = FlowControl
 
     def __init__(self, using: str = "default") -> None:
-        self.using = using
+        super().__init__(using)
         # Wake-ups are sent where the database has them and DJANGO_JOBS["LISTEN"] is on.
         self.listen = self.supports_listen and bool(settings.LISTEN)
-        self._quoted: dict[str, str] = {}
-        self._texts: dict[str, str] = {}
-        # The queues whose row this process has made sure of (:func:`.limits.claim_limited`).
-        self.queue_rows: set[str] = set()
-
-    @property
-    def connection(self) -> Any:
-        return connections[self.using]
-
-    def qn(self, name: str) -> str:
-        """``name`` quoted for this database (remembered: it is on every statement's path)."""
-        quoted = self._quoted.get(name)
-        if quoted is None:
-            quoted = self._quoted[name] = str(self.connection.ops.quote_name(name))
-        return quoted
-
-    def text(self, key: str, build: Callable[[], str]) -> str:
-        """A statement's text, built once: the hot path only binds its parameters."""
-        text = self._texts.get(key)
-        if text is None:
-            text = self._texts[key] = build()
-        return text
-
-    @property
-    def job_table(self) -> str:
-        return self.qn(Job._meta.db_table)
-
-    @property
-    def attempt_table(self) -> str:
-        return self.qn(Attempt._meta.db_table)
-
-    def adapt(self, value: datetime | None) -> Any:
-        return None if value is None else self.connection.ops.adapt_datetimefield_value(value)
-
-    @contextmanager
-    def write_transaction(self) -> Iterator[None]:
-        """A transaction for a group of writes on the jobs tables."""
-        with transaction.atomic(using=self.using):
-            yield
-
-    def own_transaction(self, work: Callable[[], T]) -> T:
-        """``work`` in a transaction of the driver's own (a savepoint inside the caller's),
-        in which nothing but the driver's statements run: a driver may run it again
-        (PostgreSQL's, when the server lost its prepared statements)."""
-        with self.write_transaction():
-            return work()
-
-    def hot_cursor(self) -> Any:
-        """The cursor for hot-path statements (a driver may prepare them)."""
-        return self.connection.cursor()
+        #: The leader lease: ``lead``, ``resign``, ``row``.
+        self.leader = self.leader_class(self)
+        #: Flow control: ``pause``, ``resume``, and the claims of queues with limits.
+        self.flow = self.flow_class(self, self)
 
     def bound_session(self, seconds: float) -> None:
         """On a connection a worker's calls run on under a deadline of ``seconds``: have the
@@ -175,16 +132,6 @@ class Driver:
     def journal_mode(self) -> str | None:
         """SQLite's journal mode of the live database file; None elsewhere or unreadable."""
         return None
-
-    # -- flow control (:mod:`.limits`) -----------------------------------------------
-
-    def pause(self, queue: str, now: datetime) -> bool:
-        """Pause ``queue``: no claim takes its jobs until :meth:`resume`; False if it was."""
-        return limits.pause(self, queue, now)
-
-    def resume(self, queue: str) -> bool:
-        """Serve ``queue`` again, waking its workers on commit; False if it was not paused."""
-        return limits.resume(self, queue)
 
     def bound_transaction(self) -> None:
         """Have the server end the current transaction if the client goes silent inside
@@ -263,28 +210,6 @@ class Driver:
 
     # -- claiming -------------------------------------------------------------
 
-    def due_condition(self, queue: str, now: datetime, table: str = "") -> tuple[str, list[Any]]:
-        """What makes a row claimable: the candidate read and the claim's write share it.
-
-        The status is a literal so that the planner can match the partial
-        claim index whatever the driver does with parameters. A paused queue has
-        nothing claimable (:meth:`~.limits.QueueControl.paused_condition`).
-        """
-        qn = self.qn
-        t = f"{table}." if table else ""
-        sql = (
-            f"{t}{qn('status')} = '{JobStatus.PENDING.value}'"
-            f" AND {t}{qn('queue')} = %s AND {t}{qn('run_at')} <= %s"
-            f" AND {t}{qn('attempts_used')} < {t}{qn('max_attempts')}"
-            f" AND {limits.paused_condition(self)}"
-        )
-        return sql, [queue, self.adapt(now), queue]
-
-    @property
-    def claim_order(self) -> str:
-        qn = self.qn
-        return f"{qn('priority')} DESC, {qn('run_at')} ASC, {qn('id')} ASC"
-
     def candidate_sql(
         self, request: ClaimRequest, limit: int | None = None
     ) -> tuple[str, list[Any]]:
@@ -316,7 +241,7 @@ class Driver:
     def claim(self, request: ClaimRequest) -> list[ClaimedJob]:
         """Take up to ``request.limit`` due jobs; the claim commits before returning."""
         if request.limits is not None:
-            return limits.claim_limited(self, request)[0]
+            return self.flow.claim_limited(request)[0]
         try:
             return self.claim_batch(request)
         except ROW_ERRORS:
@@ -334,7 +259,7 @@ class Driver:
         if not settlements:
             return self.claim(request), Settled([])
         if request.limits is not None:
-            return limits.claim_limited(self, request, settlements)
+            return self.flow.claim_limited(request, settlements)
         with self.write_transaction():
             settled = self.settle_rows(settlements)
             claimed = self.claim_rows(request)
@@ -355,12 +280,6 @@ class Driver:
         with self.connection.cursor() as cursor:
             cursor.execute(sql + self.lock_suffix, params)
             return [Candidate(*row) for row in cursor.fetchall()]
-
-    # Appended to the candidate read inside a claim: how the database keeps two claims apart.
-    lock_suffix = ""
-    # Appended to a read of one row the transaction must hold until it ends (a limited
-    # claim's queue row); SQLite has none: its write transaction holds the whole database.
-    row_lock = " FOR UPDATE"
 
     def claim_row_by_row(self, request: ClaimRequest) -> list[ClaimedJob]:
         """The claim after a refused write: each row in a savepoint, a refused one skipped.
@@ -438,7 +357,7 @@ class Driver:
     def mark_running_sql(self, ids: Sequence[int], request: ClaimRequest) -> tuple[str, list[Any]]:
         qn, job = self.qn, self.job_table
         due, due_params = self.due_condition(request.queue, request.now)
-        placeholders = ", ".join(["%s"] * len(ids))
+        placeholders = self.placeholders(len(ids))
         sql = (
             f"UPDATE {job} SET {qn('status')} = '{JobStatus.RUNNING.value}',"
             f" {qn('lease_owner')} = %s, {qn('lease_expires_at')} = %s, {qn('started_at')} = %s,"
@@ -482,30 +401,91 @@ class Driver:
         """The settle's statements, inside the caller's transaction."""
         raise NotImplementedError
 
-    def settled_columns_sql(self, target: str, source: str, qualified: bool = False) -> str:
-        """The ``SET`` clauses of a settle for the outcome columns, from ``source`` (``v``);
-        ``qualified``: each assigned column named with ``target`` (an UPDATE of a join).
+    def assigned(self, target: str, column: str) -> str:
+        """``column`` as an UPDATE of ``target`` assigns it: named with ``target`` where the
+        database's UPDATE of a join asks it (:attr:`assigns_qualified`)."""
+        return f"{target}.{self.qn(column)}" if self.assigns_qualified else self.qn(column)
+
+    def settled_columns_sql(self, target: str, source: str) -> str:
+        """The ``SET`` clauses of a settle for the outcome columns, from ``source`` (``v``).
 
         ``cancel_job()`` may have asked while the attempt ran, after the last
         renewal that would have carried the request back: whatever the
         attempt did short of succeeding, the job then ends cancelled, now,
         with the attempt's error, and is not retried.
         """
-        qn = self.qn
-        set_ = f"{target}." if qualified else ""
+        qn, set_ = self.qn, partial(self.assigned, target)
         requested = (
             f"{target}.{qn('cancel_requested_at')} IS NOT NULL"
             f" AND {source}.status <> '{JobStatus.SUCCEEDED.value}'"
         )
         return (
-            f"{set_}{qn('status')} = CASE WHEN {requested} THEN '{JobStatus.CANCELLED.value}'"
+            f"{set_('status')} = CASE WHEN {requested} THEN '{JobStatus.CANCELLED.value}'"
             f" ELSE {source}.status END,"
-            f" {set_}{qn('run_at')} = COALESCE({source}.run_at, {target}.{qn('run_at')}),"
-            f" {set_}{qn('finished_at')} = CASE WHEN {requested} THEN {source}.ended_at"
+            f" {set_('run_at')} = COALESCE({source}.run_at, {target}.{qn('run_at')}),"
+            f" {set_('finished_at')} = CASE WHEN {requested} THEN {source}.ended_at"
             f" ELSE COALESCE({source}.finished_at, {target}.{qn('finished_at')}) END,"
-            f" {set_}{qn('last_error')} = CASE WHEN {requested} THEN {source}.error"
+            f" {set_('last_error')} = CASE WHEN {requested} THEN {source}.error"
             f" ELSE COALESCE({source}.last_error, {target}.{qn('last_error')}) END"
         )
+
+    def joined_update(
+        self, table: str, columns: Sequence[str], count: int, set_: str, where: str
+    ) -> str:
+        """An UPDATE of ``table`` (named ``t``) joined to ``count`` rows of bound values of
+        ``columns`` (named ``v``), in the database's own form: ``set_`` its ``SET``
+        clauses, ``where`` the rows it writes. The settle of a database without one
+        statement for it (SQLite, MariaDB)."""
+        raise NotImplementedError
+
+    def settle_jobs_sql(self, settlements: Sequence[Settlement]) -> tuple[str, list[Any]]:
+        """The UPDATE of the job rows ``settlements`` end, each fenced (:meth:`joined_update`)."""
+        qn, set_ = self.qn, partial(self.assigned, "t")
+        assignments = (
+            f"{self.settled_columns_sql('t', 'v')},"
+            f" {set_('attempts_used')} = t.{qn('attempts_used')} - v.give_back,"
+            f" {set_('result')} = COALESCE(v.result, t.{qn('result')}),"
+            f" {set_('lease_owner')} = NULL, {set_('lease_expires_at')} = NULL"
+        )
+        fenced = (
+            f"t.{qn('id')} = v.id AND t.{qn('lease_owner')} = v.owner"
+            f" AND t.{qn('attempt')} = v.attempt AND {self.running_guard('t')}"
+        )
+        return self.update_from(
+            self.job_table, SETTLED_JOB_COLUMNS, settlements, assignments, fenced
+        )
+
+    def close_attempts(self, cursor: Any, done: Sequence[Settlement]) -> None:
+        """Close the attempt rows of the settlements written (:meth:`joined_update`)."""
+        set_ = partial(self.assigned, "t")
+        closed = ", ".join(
+            f"{set_(column)} = v.{source}"
+            for column, source in (
+                ("outcome", "outcome"),
+                ("finished_at", "ended_at"),
+                ("error", "error"),
+                ("traceback", "traceback"),
+            )
+        )
+        qn = self.qn
+        still_open = f"t.{qn('job_id')} = v.job_id AND t.{qn('number')} = v.number"
+        still_open += f" AND t.{qn('outcome')} IS NULL"
+        cursor.execute(
+            *self.update_from(self.attempt_table, CLOSED_COLUMNS, done, closed, still_open)
+        )
+
+    def update_from(
+        self,
+        table: str,
+        columns: Sequence[str],
+        settlements: Sequence[Settlement],
+        set_: str,
+        where: str,
+    ) -> tuple[str, list[Any]]:
+        """:meth:`joined_update` of ``table`` from the ``columns`` of ``settlements``."""
+        rows = settlement_values(settlements, columns, self.adapt)
+        sql = self.joined_update(table, columns, len(rows), set_, where)
+        return sql, [value for row in rows for value in row]
 
     @staticmethod
     def settled(
@@ -519,80 +499,6 @@ class Driver:
             if statuses.get(s.pair) == JobStatus.CANCELLED and s.status != JobStatus.CANCELLED
         )
         return Settled([s for s in settlements if s.pair not in statuses], cancelled)
-
-    # -- the leader lease ----------------------------------------------------------
-
-    def lead(self, name: str, owner: str, now: datetime, lease_seconds: float) -> LeaderRow:
-        """Take the leader lease ``name`` for ``owner``, or renew it, until ``now`` plus
-        ``lease_seconds``; return the lease as it then stands, whoever holds it.
-
-        A guarded update: it takes the lease only if ``owner`` holds it already or it
-        has lapsed at ``now`` (the worker's reading of the database's clock). A new
-        holder starts a new epoch; a renewal keeps it. The row is made on the first
-        call. Round trips: the update, then the read of the row; the first call on an
-        empty table adds an insert. The update is the lease's one write, so two
-        processes never both take it.
-        """
-        until = lease_end(now, lease_seconds)
-        table = self.qn(Leader._meta.db_table)
-        qn = self.qn
-        # Each assignment reads the row as it was: MariaDB and MySQL apply them left to
-        # right and let later ones see earlier ones, so the owner is written last.
-        update = self.text(
-            "lead",
-            lambda: (
-                f"UPDATE {table} SET"
-                f" {qn('epoch')} = CASE WHEN {qn('owner')} = %s THEN {qn('epoch')}"
-                f" ELSE {qn('epoch')} + 1 END,"
-                f" {qn('elected_at')} = CASE WHEN {qn('owner')} = %s THEN {qn('elected_at')}"
-                " ELSE %s END,"
-                f" {qn('expires_at')} = %s, {qn('owner')} = %s"
-                f" WHERE {qn('name')} = %s AND ({qn('owner')} = %s"
-                f" OR {qn('expires_at')} IS NULL OR {qn('expires_at')} <= %s)"
-            ),
-        )
-        at, ends = self.adapt(now), self.adapt(until)
-        # Each statement commits on its own, outside the caller's transaction if there is
-        # none: a process cut off between an UPDATE and its COMMIT would leave the row
-        # locked on the server, and every other process's try waiting on it, for as long
-        # as the server takes to notice (TCP keepalives: minutes). The update is the one
-        # write; the read after it only reports.
-        with self.connection.cursor() as cursor:
-            cursor.execute(update, [owner, owner, at, ends, owner, name, owner, at])
-            if cursor.rowcount == 0 and not self.leader_row(name):
-                cursor.execute(self.insert_leader_sql(), [name, owner, 1, at, ends])
-        return self.leader_row(name) or LeaderRow("", 0, None, None)
-
-    def insert_leader_sql(self) -> str:
-        """The first leader's row, unless another process has just written it."""
-        return self.insert_ignore_sql(
-            Leader._meta.db_table, ("name", "owner", "epoch", "elected_at", "expires_at")
-        )
-
-    def insert_ignore_sql(self, table: str, columns: Sequence[str]) -> str:
-        """An insert of one row into ``table`` that does nothing on a conflict of its key
-        (``INSERT IGNORE`` on MariaDB and MySQL)."""
-        names = ", ".join(self.qn(c) for c in columns)
-        values = ", ".join(["%s"] * len(columns))
-        return f"INSERT INTO {self.qn(table)} ({names}) VALUES ({values}) ON CONFLICT DO NOTHING"
-
-    def leader_row(self, name: str) -> LeaderRow | None:
-        row = (
-            Leader.objects.using(self.using)
-            .filter(name=name)
-            .values_list("owner", "epoch", "elected_at", "expires_at")
-            .first()
-        )
-        return None if row is None else LeaderRow(*row)
-
-    def resign(self, name: str, owner: str, epoch: int, now: datetime) -> bool:
-        """End ``owner``'s lease of epoch ``epoch`` at ``now``, so that another process
-        can take it at once (a graceful stop); False if it no longer held it."""
-        return bool(
-            Leader.objects.using(self.using)
-            .filter(name=name, owner=owner, epoch=epoch)
-            .update(expires_at=now)
-        )
 
     def renew(
         self,
@@ -617,33 +523,26 @@ class Driver:
         if not held:
             return Renewed(set(), expires, set())
         rows = [RenewRow(job_id, attempt, (progress or {}).get(job_id)) for job_id, attempt in held]
-        sql, params = self.renew_sql(owner, rows, now, expires, give_up_seconds)
-        with self.hot_cursor() as cursor:
-            cursor.execute(sql, params)
-            renewed = [RenewedRow._make(row) for row in cursor.fetchall()]
+        renewed = self.renew_leases(Renewal(owner, rows, now, expires, give_up_seconds))
         requested = {row.id for row in renewed if row.cancel_requested_at is not None}
         return Renewed({row.id for row in renewed}, expires, requested)
 
-    def renew_sql(
-        self,
-        owner: str,
-        rows: Sequence[RenewRow],
-        now: datetime,
-        expires: datetime,
-        give_up_seconds: float,
-    ) -> tuple[str, list[Any]]:
+    def renew_leases(self, renewal: Renewal) -> list[RenewedRow]:
+        """The renewal's statement (:meth:`renew_sql`); the leases it extended."""
+        sql, params = self.renew_sql(renewal)
+        with self.hot_cursor() as cursor:
+            cursor.execute(sql, params)
+            return [RenewedRow._make(row) for row in cursor.fetchall()]
+
+    def renew_sql(self, renewal: Renewal) -> tuple[str, list[Any]]:
+        """One fenced UPDATE of the renewal's leases that returns those it extended."""
         raise NotImplementedError
 
-    def progress_assignments(self, target: str, source: str, qualified: bool = False) -> str:
-        """``SET`` clauses that take a row's progress from ``source`` where it reported
-        (``qualified``: as :meth:`settled_columns_sql`)."""
+    def progress_assignments(self, target: str, source: str) -> str:
+        """``SET`` clauses that take a row's progress from ``source`` where it reported."""
         qn = self.qn
-        set_ = f"{target}." if qualified else ""
         return ", ".join(
-            f"{set_}{qn(column)} = CASE WHEN {source}.reported THEN {source}.{field}"
+            f"{self.assigned(target, column)} = CASE WHEN {source}.reported THEN {source}.{field}"
             f" ELSE {target}.{qn(column)} END"
             for column, field in PROGRESS_COLUMNS
         )
-
-    def running_guard(self, table: str) -> str:
-        return f"{table}.{self.qn('status')} = '{JobStatus.RUNNING.value}'"

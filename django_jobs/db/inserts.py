@@ -1,7 +1,7 @@
 """New jobs: the one insert every job enters by, whatever it carries.
 
 A driver writes the rows in one statement where its database allows
-(:meth:`~.base.Driver.write_jobs`), every column a new job has, its unique key
+(its ``write_jobs``, :class:`JobWriter`), every column a new job has, its unique key
 and concurrency key too, and wakes the workers of the queues that got a due
 job when the caller's transaction commits. How a unique key is kept is the
 driver's business: the statement passes over a row whose name and key a
@@ -16,15 +16,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from django.db import IntegrityError
 from django.db.models import Q
 
 from ..models import Job
-
-if TYPE_CHECKING:
-    from .base import Driver
 
 #: The columns a driver's insert of new jobs writes, in the order of its values
 #: (:func:`inserted_values`; the text gives the others their constant values).
@@ -58,6 +55,14 @@ class WrittenJob(NamedTuple):
     id: int
     name: str
     unique_key: str | None
+
+
+class JobWriter(Protocol):
+    """What the one insert asks of the driver: its alias, and its statement of new jobs."""
+
+    using: str
+
+    def write_jobs(self, rows: Sequence[Job], now: datetime) -> list[int | None]: ...
 
 
 def inserted_values(row: Job, adapt: Callable[[datetime], Any] = lambda value: value) -> list[Any]:
@@ -98,7 +103,7 @@ def written_ids(rows: Sequence[Job], written: Sequence[Sequence[Any]]) -> list[i
     return ids
 
 
-def insert_jobs(driver: Driver, rows: Sequence[Job], now: datetime) -> list[Job]:
+def insert_jobs(driver: JobWriter, rows: Sequence[Job], now: datetime) -> list[Job]:
     """``rows`` inserted, in order, each with its id; where a live job holds a row's key,
     that job instead (see the module's docstring)."""
     result = list(rows)
@@ -115,7 +120,7 @@ def insert_jobs(driver: Driver, rows: Sequence[Job], now: datetime) -> list[Job]
     raise IntegrityError(f"job {row.name!r} with unique_key {row.unique_key!r} was not inserted")
 
 
-def write(driver: Driver, rows: Sequence[Job], indexes: list[int], now: datetime) -> list[int]:
+def write(driver: JobWriter, rows: Sequence[Job], indexes: list[int], now: datetime) -> list[int]:
     """Write ``rows`` (at ``indexes``); the indexes of those passed over for their key."""
     held = []
     for row, i, job_id in zip(rows, indexes, driver.write_jobs(rows, now), strict=True):

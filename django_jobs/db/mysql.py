@@ -36,28 +36,29 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
-from typing import Any, NamedTuple
+from datetime import UTC, datetime
+from typing import Any, NamedTuple, TypeVar
 
 from django.core.checks import CheckMessage, Error, Warning
 from django.db import DatabaseError
 
 from ..conf import settings
 from ..models import Job, JobStatus
-from .base import Driver, MarkedRow, lease_end
+from .base import Driver
 from .inserts import INSERTED_COLUMNS, WRITTEN_COLUMNS, inserted_values, written_ids
 from .records import (
     CANDIDATE_COLUMNS,
+    RENEW_FIELDS,
+    SETTLEMENT_DATETIMES,
     Candidate,
     ClaimedJob,
     ClaimRequest,
-    Pairs,
-    Progress,
-    Renewed,
-    RenewRow,
+    MarkedRow,
+    Renewal,
+    RenewedRow,
     Settled,
     Settlement,
-    as_candidate,
+    with_candidate,
 )
 
 #: The oldest servers with ``SKIP LOCKED``.
@@ -82,14 +83,12 @@ class LockedRow(NamedTuple):
 class ClaimReadRow(NamedTuple):
     """A row the claim's locking read returns: a candidate, and its next attempt number."""
 
-    id: int
-    name: str
-    queue: str
-    payload: Any
-    attempt: int
-    attempts_used: int
-    max_attempts: int
+    candidate: Candidate
     next_attempt: int
+
+
+#: A row :meth:`MySQLDriver.read_by_id` reads.
+Read = TypeVar("Read", "LockedRow", MarkedRow)
 
 
 class StandingLease(NamedTuple):
@@ -105,6 +104,7 @@ class MySQLDriver(Driver):
     cuts_off_calls = True
     has_connect_timeout = True
     lock_suffix = " FOR UPDATE SKIP LOCKED"
+    assigns_qualified = True
 
     # -- the server and its settings -------------------------------------------
 
@@ -285,20 +285,21 @@ class MySQLDriver(Driver):
         return f"INSERT IGNORE INTO {self.qn(table)} ({names}) VALUES ({values})"
 
     @staticmethod
-    def derived(columns: Sequence[tuple[str, str]], count: int) -> str:
-        """A derived table of ``count`` rows of bound values, ``columns`` (name, SQL type or
-        "" for none) in each: ``SELECT %s AS a, ... UNION ALL SELECT ...``.
+    def derived(columns: Sequence[str], count: int) -> str:
+        """A derived table of ``count`` rows of bound values, ``columns`` in each:
+        ``SELECT %s AS a, ... UNION ALL SELECT ...``.
 
-        A datetime is cast in every row (it arrives as text, and the union's column would
-        be text). Numbers and text are not: a cast would wrap a number too big for the
-        column or cut a text too long, where the write should be refused (strict mode).
+        A datetime (a column of :data:`~.records.SETTLEMENT_DATETIMES`) is cast in every
+        row (it arrives as text, and the union's column would be text). Numbers and text
+        are not: a cast would wrap a number too big for the column or cut a text too long,
+        where the write should be refused (strict mode).
         """
 
-        def value(kind: str) -> str:
-            return f"CAST(%s AS {kind})" if kind else "%s"
+        def value(name: str) -> str:
+            return "CAST(%s AS DATETIME(6))" if name in SETTLEMENT_DATETIMES else "%s"
 
-        first = ", ".join(f"{value(kind)} AS {name}" for name, kind in columns)
-        other = ", ".join(value(kind) for _, kind in columns)
+        first = ", ".join(f"{value(name)} AS {name}" for name in columns)
+        other = ", ".join(value(name) for name in columns)
         return " UNION ALL ".join([f"SELECT {first}"] + [f"SELECT {other}"] * (count - 1))
 
     @contextmanager
@@ -347,9 +348,9 @@ class MySQLDriver(Driver):
             read = cursor.fetchall()
         if not read:
             return []
-        locked = [ClaimReadRow._make(row) for row in read]
-        rows = [as_candidate(row) for row in locked]
-        attempts = {row.id: int(row.next_attempt) for row in locked}
+        locked = [with_candidate(ClaimReadRow, row) for row in read]
+        rows = [row.candidate for row in locked]
+        attempts = {row.candidate.id: int(row.next_attempt) for row in locked}
         marked = self.mark_locked(rows, attempts, request)
         return self.claimed(rows, marked, request)
 
@@ -376,7 +377,7 @@ class MySQLDriver(Driver):
         qn, job = self.qn, self.job_table
         due, due_params = self.due_condition(request.queue, request.now)
         ids = [row.id for row in rows]
-        placeholders = ", ".join(["%s"] * len(ids))
+        placeholders = self.placeholders(len(ids))
         cases = " ".join(["WHEN %s THEN %s"] * len(ids))
         sql = (
             f"UPDATE {job} SET {qn('status')} = '{JobStatus.RUNNING.value}',"
@@ -406,29 +407,33 @@ class MySQLDriver(Driver):
     ) -> dict[int, MarkedRow]:
         """The rows of ``ids`` this claim marked running, read back in its transaction."""
         qn = self.qn
-        placeholders = ", ".join(["%s"] * len(ids))
-        cursor.execute(
-            f"SELECT {qn('id')}, {qn('attempt')}, {qn('attempts_used')} FROM {self.job_table}"
-            f" WHERE {qn('id')} IN ({placeholders}) AND {qn('lease_owner')} = %s"
-            f" AND {self.running_guard(self.job_table)} AND {qn('started_at')} = %s",
-            [*ids, request.owner, self.adapt(request.now)],
+        mine = (
+            f" AND {qn('lease_owner')} = %s AND {self.running_guard(self.job_table)}"
+            f" AND {qn('started_at')} = %s"
         )
-        return {marked.id: marked for marked in map(MarkedRow._make, cursor.fetchall())}
+        return self.read_by_id(
+            cursor, MarkedRow, ids, mine, [request.owner, self.adapt(request.now)]
+        )
+
+    def read_by_id(
+        self, cursor: Any, record: type[Read], ids: Sequence[int], more: str, params: list[Any]
+    ) -> dict[int, Read]:
+        """The job rows ``ids`` where ``more`` holds, read into ``record`` (whose fields are
+        the columns, the id first), by id."""
+        columns = ", ".join(self.qn(field) for field in record._fields)
+        cursor.execute(
+            f"SELECT {columns} FROM {self.job_table}"
+            f" WHERE {self.qn('id')} IN ({self.placeholders(len(ids))}){more}",
+            [*ids, *params],
+        )
+        return {row[0]: row for row in map(record._make, cursor.fetchall())}
 
     # -- settling --------------------------------------------------------------
 
     def lock_jobs(self, cursor: Any, ids: Sequence[int]) -> dict[int, LockedRow]:
         """Lock the job rows ``ids`` (waiting for another writer, up to the lock wait
         timeout) and read what decides their writes."""
-        qn = self.qn
-        placeholders = ", ".join(["%s"] * len(ids))
-        cursor.execute(
-            f"SELECT {qn('id')}, {qn('lease_owner')}, {qn('attempt')}, {qn('status')},"
-            f" {qn('cancel_requested_at')} FROM {self.job_table}"
-            f" WHERE {qn('id')} IN ({placeholders}) FOR UPDATE",
-            list(ids),
-        )
-        return {locked.id: locked for locked in map(LockedRow._make, cursor.fetchall())}
+        return self.read_by_id(cursor, LockedRow, ids, " FOR UPDATE", [])
 
     @staticmethod
     def holds(row: LockedRow | None, owner: str, attempt: int) -> bool:
@@ -449,7 +454,7 @@ class MySQLDriver(Driver):
             ]
             if not fenced_in:
                 return self.settled(settlements, [])
-            self.write_settled_jobs(cursor, fenced_in)
+            cursor.execute(*self.settle_jobs_sql(fenced_in))
             self.close_attempts(cursor, fenced_in)
         written = []
         for s in fenced_in:
@@ -461,142 +466,54 @@ class MySQLDriver(Driver):
             )
         return self.settled(settlements, written)
 
-    SETTLE_SOURCE = (
-        ("id", ""),
-        ("owner", ""),
-        ("attempt", ""),
-        ("status", ""),
-        ("run_at", "DATETIME(6)"),
-        ("finished_at", "DATETIME(6)"),
-        ("last_error", ""),
-        ("give_back", ""),
-        ("result", ""),
-        ("error", ""),
-        ("ended_at", "DATETIME(6)"),
-    )
-
-    def write_settled_jobs(self, cursor: Any, settlements: Sequence[Settlement]) -> None:
-        qn, job = self.qn, self.job_table
-        source = self.derived(self.SETTLE_SOURCE, len(settlements))
-        params: list[Any] = []
-        for s in settlements:
-            params += [
-                s.job_id,
-                s.owner,
-                s.attempt,
-                str(s.status),
-                self.adapt(s.run_at),
-                self.adapt(s.finished_at),
-                s.last_error,
-                int(s.give_back),
-                s.result,
-                s.error,
-                self.adapt(s.ended_at),
-            ]
-        cursor.execute(
-            f"UPDATE {job} j JOIN ({source}) v ON j.{qn('id')} = v.id"
-            f" AND j.{qn('lease_owner')} = v.owner AND j.{qn('attempt')} = v.attempt"
-            f" SET {self.settled_columns_sql('j', 'v', qualified=True)},"
-            f" j.{qn('attempts_used')} = j.{qn('attempts_used')} - v.give_back,"
-            f" j.{qn('result')} = COALESCE(v.result, j.{qn('result')}),"
-            f" j.{qn('lease_owner')} = NULL, j.{qn('lease_expires_at')} = NULL"
-            f" WHERE {self.running_guard('j')}",
-            params,
-        )
-
-    def close_attempts(self, cursor: Any, done: Sequence[Settlement]) -> None:
-        qn, attempts = self.qn, self.attempt_table
-        source = self.derived(
-            (
-                ("job_id", ""),
-                ("number", ""),
-                ("outcome", ""),
-                ("error", ""),
-                ("ended_at", "DATETIME(6)"),
-                ("traceback", ""),
-            ),
-            len(done),
-        )
-        params: list[Any] = []
-        for s in done:
-            params += [
-                s.job_id,
-                s.attempt,
-                str(s.outcome),
-                s.error,
-                self.adapt(s.ended_at),
-                s.traceback,
-            ]
-        cursor.execute(
-            f"UPDATE {attempts} a JOIN ({source}) v ON a.{qn('job_id')} = v.job_id"
-            f" AND a.{qn('number')} = v.number"
-            f" SET a.{qn('outcome')} = v.outcome, a.{qn('finished_at')} = v.ended_at,"
-            f" a.{qn('error')} = v.error, a.{qn('traceback')} = v.traceback"
-            f" WHERE a.{qn('outcome')} IS NULL",
-            params,
-        )
+    def joined_update(
+        self, table: str, columns: Sequence[str], count: int, set_: str, where: str
+    ) -> str:
+        """``UPDATE ... JOIN`` a derived table (:meth:`derived`)."""
+        source = self.derived(columns, count)
+        return f"UPDATE {table} t JOIN ({source}) v ON {where} SET {set_}"
 
     # -- renewing --------------------------------------------------------------
 
-    def renew(
-        self,
-        owner: str,
-        held: Pairs,
-        now: datetime,
-        lease_seconds: float,
-        give_up_seconds: float = 0.0,
-        progress: Mapping[int, Progress] | None = None,
-    ) -> Renewed:
+    def renew_leases(self, renewal: Renewal) -> list[RenewedRow]:
         """Lock and read the leases that still stand past the give-up point, then extend
         them (and write their progress): two statements and the commit."""
-        expires = lease_end(now, lease_seconds)
-        if not held:
-            return Renewed(set(), expires, set())
-        qn, job = self.qn, self.job_table
-        margin = now + timedelta(seconds=give_up_seconds)
-        attempts = dict(held)
-        placeholders = ", ".join(["%s"] * len(attempts))
         with self.write_transaction(), self.cursor() as cursor:
-            cursor.execute(
-                f"SELECT {qn('id')}, {qn('attempt')}, {qn('cancel_requested_at')} FROM {job}"
-                f" WHERE {qn('id')} IN ({placeholders}) AND {qn('lease_owner')} = %s"
-                f" AND {self.running_guard(job)} AND {qn('lease_expires_at')} > %s FOR UPDATE",
-                [*attempts, owner, self.adapt(margin)],
-            )
-            standing = [
-                lease
-                for lease in map(StandingLease._make, cursor.fetchall())
-                if attempts.get(lease.id) == lease.attempt
-            ]
-            if not standing:
-                return Renewed(set(), expires, set())
-            rows = [RenewRow(s.id, s.attempt, (progress or {}).get(s.id)) for s in standing]
-            source = self.derived(
-                (
-                    ("id", ""),
-                    ("attempt", ""),
-                    ("reported", ""),
-                    ("done", ""),
-                    ("total", ""),
-                    ("note", ""),
-                ),
-                len(rows),
-            )
-            flat = [
-                value
-                for row in rows
-                for value in (row.id, row.attempt, int(row.reported), row.done, row.total, row.note)
-            ]
-            cursor.execute(
-                f"UPDATE {job} j JOIN ({source}) h ON j.{qn('id')} = h.id"
-                f" AND j.{qn('attempt')} = h.attempt"
-                f" SET j.{qn('lease_expires_at')} = %s, "
-                + self.progress_assignments("j", "h", qualified=True)
-                + f" WHERE j.{qn('lease_owner')} = %s AND {self.running_guard('j')}",
-                [*flat, self.adapt(expires), owner],
-            )
-        requested = {lease.id for lease in standing if lease.cancel_requested_at is not None}
-        return Renewed({lease.id for lease in standing}, expires, requested)
+            standing = self.standing_leases(cursor, renewal)
+            if standing:
+                self.extend_leases(cursor, renewal, standing)
+        return [RenewedRow(lease.id, lease.cancel_requested_at) for lease in standing]
 
-    def renew_sql(self, *args: Any, **kwargs: Any) -> tuple[str, list[Any]]:
-        raise NotImplementedError("MySQLDriver.renew writes in two statements")
+    def standing_leases(self, cursor: Any, renewal: Renewal) -> list[StandingLease]:
+        """The renewal's leases that stand past its give-up point, locked."""
+        qn, job = self.qn, self.job_table
+        attempts = {row.id: row.attempt for row in renewal.rows}
+        cursor.execute(
+            f"SELECT {qn('id')}, {qn('attempt')}, {qn('cancel_requested_at')} FROM {job}"
+            f" WHERE {qn('id')} IN ({self.placeholders(len(attempts))})"
+            f" AND {qn('lease_owner')} = %s"
+            f" AND {self.running_guard(job)} AND {qn('lease_expires_at')} > %s FOR UPDATE",
+            [*attempts, renewal.owner, self.adapt(renewal.margin)],
+        )
+        return [
+            lease
+            for lease in map(StandingLease._make, cursor.fetchall())
+            if attempts.get(lease.id) == lease.attempt
+        ]
+
+    def extend_leases(
+        self, cursor: Any, renewal: Renewal, standing: Sequence[StandingLease]
+    ) -> None:
+        """Extend the ``standing`` leases, each with its progress: one UPDATE."""
+        qn, job = self.qn, self.job_table
+        kept = {lease.id for lease in standing}
+        rows = [values for values in renewal.values() if values[0] in kept]  # by id
+        flat = [value for row in rows for value in row]
+        cursor.execute(
+            f"UPDATE {job} j JOIN ({self.derived(RENEW_FIELDS, len(rows))}) h"
+            f" ON j.{qn('id')} = h.id AND j.{qn('attempt')} = h.attempt"
+            f" SET j.{qn('lease_expires_at')} = %s, "
+            + self.progress_assignments("j", "h")
+            + f" WHERE j.{qn('lease_owner')} = %s AND {self.running_guard('j')}",
+            [*flat, self.adapt(renewal.expires), renewal.owner],
+        )

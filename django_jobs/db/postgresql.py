@@ -16,7 +16,8 @@
   unprepared, for the sake of transaction-mode poolers; turn this off
   behind a pooler that cannot keep prepared statements (PgBouncer before
   1.21, or without ``max_prepared_statements``). Where a statement is
-  prepared, and what happens when the server loses it: :mod:`.prepared`.
+  prepared, and what happens when the server loses it: :mod:`.prepared` (the
+  driver's ``prepared`` part).
 - ``notify`` sends ``pg_notify`` on the caller's connection: inside a
   transaction it is delivered only on commit.
 """
@@ -24,7 +25,6 @@
 from __future__ import annotations
 
 import math
-import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from functools import partial
@@ -32,53 +32,58 @@ from typing import Any, NamedTuple, TypeVar
 
 from ..conf import settings
 from ..models import Job, JobStatus
-from . import limits, prepared
 from .base import Driver
 from .inserts import INSERTED_COLUMNS, WRITTEN_COLUMNS, inserted_values, written_ids
 from .notify import CHANNEL
+from .prepared import PreparedStatements
 from .records import (
+    CANDIDATE_COLUMNS,
     RENEW_FIELDS,
+    SETTLED_COLUMNS,
+    Candidate,
     ClaimedJob,
     ClaimRequest,
-    RenewRow,
+    Renewal,
     Settled,
     Settlement,
+    settlement_values,
+    with_candidate,
 )
 
 T = TypeVar("T")
 
+#: What the claim returns of a row: a candidate's columns and its place in the claim order.
+CLAIMED_COLUMNS = (*CANDIDATE_COLUMNS, "priority", "run_at")
+
 
 class ClaimedRow(NamedTuple):
-    """A row the claim returns: a candidate's columns and its place in the claim order."""
+    """A row the claim returns: a candidate, and its place in the claim order."""
 
-    id: int
-    name: str
-    queue: str
-    payload: Any
-    attempt: int
-    attempts_used: int
-    max_attempts: int
+    candidate: Candidate
     priority: int
     run_at: datetime
 
+    @classmethod
+    def read(cls, row: Sequence[Any]) -> ClaimedRow:
+        return with_candidate(cls, row)
+
+    @property
+    def pair(self) -> tuple[int, int]:
+        return (self.candidate.id, self.candidate.attempt)
+
 
 class ClaimedOrSettledRow(NamedTuple):
-    """A row the claim that carries outcomes returns: a claimed job, or a settled one."""
+    """A row the claim that carries outcomes returns: a claimed job, or a settled one (of
+    whose job only the id and attempt are filled)."""
 
     claimed: bool
-    id: int
-    name: str | None
-    queue: str | None
-    payload: Any
-    attempt: int
-    attempts_used: int | None
-    max_attempts: int | None
-    priority: int | None
-    run_at: datetime | None
+    job: ClaimedRow
     new_status: str | None
 
-    def job(self) -> ClaimedRow:
-        return ClaimedRow(**{field: getattr(self, field) for field in ClaimedRow._fields})
+    @classmethod
+    def read(cls, row: Sequence[Any]) -> ClaimedOrSettledRow:
+        claimed, *job, new_status = row
+        return cls(claimed, ClaimedRow.read(job), new_status)
 
 
 class SettledRow(NamedTuple):
@@ -101,11 +106,8 @@ class PostgresDriver(Driver):
 
     def __init__(self, using: str = "default") -> None:
         super().__init__(using)
-        # On until the server loses a prepared statement (:func:`.prepared.stop_preparing`).
-        self.prepare = bool(settings.PREPARED_STATEMENTS)
-        self.stopping = threading.Lock()
-        # Found on the first hot statement (.prepared.behind_pooler): none is prepared then.
-        self.behind_pooler: bool | None = None
+        #: The hot cursor, its statements prepared while that holds.
+        self.prepared = PreparedStatements(self, bool(settings.PREPARED_STATEMENTS))
         self.idle_bound_ms: int | None = None
 
     def bound_session(self, seconds: float) -> None:
@@ -139,10 +141,10 @@ class PostgresDriver(Driver):
 
     def hot_cursor(self) -> Any:
         """The cursor for hot-path statements, prepared where it is safe (:mod:`.prepared`)."""
-        return prepared.hot_cursor(self)
+        return self.prepared.hot_cursor()
 
     def own_transaction(self, work: Callable[[], T]) -> T:
-        return prepared.own_transaction(self, work)
+        return self.prepared.own_transaction(work)
 
     def database_now(self) -> datetime | None:
         # CURRENT_TIMESTAMP is the start of the transaction; clock_timestamp() is now.
@@ -234,7 +236,7 @@ class PostgresDriver(Driver):
 
     def claim_batch(self, request: ClaimRequest) -> list[ClaimedJob]:
         sql, params = self.claim_sql(request)
-        rows = [ClaimedRow._make(row) for row in self.execute(sql, params)]
+        rows = [ClaimedRow.read(row) for row in self.execute(sql, params)]
         return self.claimed_jobs(rows, request)
 
     def claim_and_settle(
@@ -248,12 +250,12 @@ class PostgresDriver(Driver):
         if not settlements:
             return self.claim(request), Settled([])
         if request.limits is not None:
-            return limits.claim_limited(self, request, settlements)
+            return self.flow.claim_limited(request, settlements)
         settle_ctes, settle_params = self.settle_ctes(settlements)
         claim_ctes, claim_params = self.claim_ctes(request)
         # A settled row fills only the id and attempt columns of a claimed one.
         written_columns = ", ".join(
-            field if field in ("id", "attempt") else "NULL" for field in ClaimedRow._fields
+            field if field in ("id", "attempt") else "NULL" for field in CLAIMED_COLUMNS
         )
         sql = self.text(
             "claim_and_settle",
@@ -264,33 +266,33 @@ class PostgresDriver(Driver):
             ),
         )
         rows = [
-            ClaimedOrSettledRow._make(row)
+            ClaimedOrSettledRow.read(row)
             for row in self.execute(sql, [*settle_params, *claim_params])
         ]
-        written = [(row.id, row.attempt, row.new_status) for row in rows if not row.claimed]
-        claimed = [row.job() for row in rows if row.claimed]
+        written = [(*row.job.pair, row.new_status) for row in rows if not row.claimed]
+        claimed = [row.job for row in rows if row.claimed]
         return self.claimed_jobs(claimed, request), self.settled(settlements, written)
 
     def claimed_jobs(self, rows: list[ClaimedRow], request: ClaimRequest) -> list[ClaimedJob]:
-        rows.sort(key=lambda row: (-row.priority, row.run_at, row.id))  # claim order, no Sort
+        rows.sort(key=lambda row: (-row.priority, row.run_at, row.candidate.id))  # no Sort
         return [
             ClaimedJob(
-                id=row.id,
-                name=row.name,
-                queue=row.queue,
-                raw_payload=row.payload,
-                attempt=row.attempt,
-                attempts_used=row.attempts_used,
-                max_attempts=row.max_attempts,
+                id=job.id,
+                name=job.name,
+                queue=job.queue,
+                raw_payload=job.payload,
+                attempt=job.attempt,
+                attempts_used=job.attempts_used,
+                max_attempts=job.max_attempts,
                 owner=request.owner,
                 lease_expires_at=request.expires_at,
             )
-            for row in rows
+            for job in (row.candidate for row in rows)
         ]
 
     @property
     def claimed_columns(self) -> str:
-        return ", ".join(self.qn(column) for column in ClaimedRow._fields)
+        return ", ".join(self.qn(column) for column in CLAIMED_COLUMNS)
 
     def claim_statement(self, request: ClaimRequest) -> tuple[str, list[Any]]:
         return self.claim_sql(request)
@@ -311,7 +313,7 @@ class PostgresDriver(Driver):
 
     def claim_ctes_text(self, due: str) -> str:
         qn, job, attempts = self.qn, self.job_table, self.attempt_table
-        columns = ", ".join(f"j.{qn(c)}" for c in ClaimedRow._fields)
+        columns = ", ".join(f"j.{qn(c)}" for c in CLAIMED_COLUMNS)
         sql = (
             f"picked AS (SELECT {qn('id')} FROM {job} WHERE {due}"
             f" ORDER BY {self.claim_order} LIMIT %s FOR UPDATE SKIP LOCKED),"
@@ -347,8 +349,7 @@ class PostgresDriver(Driver):
             "v AS (SELECT * FROM unnest(%s::bigint[], %s::text[], %s::integer[],"
             " %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[], %s::integer[],"
             " %s::text[], %s::text[], %s::timestamptz[], %s::text[], %s::text[])"
-            " AS v(id, owner, attempt, status, run_at, finished_at, last_error, give_back,"
-            " outcome, error, ended_at, result, traceback)),"
+            f" AS v({', '.join(SETTLED_COLUMNS)})),"
             f" settled AS (UPDATE {job} j SET {self.settled_columns_sql('j', 'v')},"
             f" {qn('attempts_used')} = j.{qn('attempts_used')} - v.give_back,"
             f" {qn('result')} = COALESCE(v.result::jsonb, j.{qn('result')}),"
@@ -365,38 +366,20 @@ class PostgresDriver(Driver):
         )
 
     def settle_params(self, settlements: Sequence[Settlement]) -> list[list[Any]]:
-        columns: list[list[Any]] = [[] for _ in range(13)]
-        for s in settlements:
-            row = (
-                s.job_id,
-                s.owner,
-                s.attempt,
-                str(s.status),
-                s.run_at,
-                s.finished_at,
-                s.last_error,
-                int(s.give_back),
-                str(s.outcome),
-                s.error,
-                s.ended_at,
-                s.result,
-                s.traceback,
-            )
-            for column, value in zip(columns, row, strict=True):
-                column.append(value)
-        return columns
+        """The settlements as one array per column of :data:`SETTLED_COLUMNS`."""
+        rows = settlement_values(settlements, SETTLED_COLUMNS)
+        return [[row[i] for row in rows] for i in range(len(SETTLED_COLUMNS))]
 
-    def renew_sql(
-        self,
-        owner: str,
-        rows: Sequence[RenewRow],
-        now: datetime,
-        expires: datetime,
-        give_up_seconds: float,
-    ) -> tuple[str, list[Any]]:
-        sql = self.text("renew", self.renew_text)
-        columns = [[getattr(row, name) for row in rows] for name in RENEW_FIELDS]
-        return sql, [expires, *columns, owner, now, float(give_up_seconds)]
+    def renew_sql(self, renewal: Renewal) -> tuple[str, list[Any]]:
+        rows = renewal.values()
+        columns = [[row[i] for row in rows] for i in range(len(RENEW_FIELDS))]
+        return self.text("renew", self.renew_text), [
+            renewal.expires,
+            *columns,
+            renewal.owner,
+            renewal.now,
+            float(renewal.give_up_seconds),
+        ]
 
     def renew_text(self) -> str:
         """One statement for any number of leases: the rows come as arrays."""

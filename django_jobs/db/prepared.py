@@ -13,7 +13,7 @@ exist``).
 Worse, a name can meet another client's statement with as many parameters of
 the same types: the server runs that one, and nothing fails. So behind a
 pooler nothing is prepared: the first hot statement on an alias asks whether
-its session is the one its connection was given (:func:`behind_pooler`, once
+its session is the one its connection was given (:meth:`~PreparedStatements.pooled`, once
 per alias and process), and if not, preparing stops there, with one warning
 (``prepared_statements_off``) that names the setting.
 
@@ -22,24 +22,28 @@ are prepared. Should the server's prepared statements still not be psycopg's,
 the first such failure stops the preparing on that alias for the process, with
 the same warning, and the statement is sent again unprepared: on its own
 (autocommit) at once, and in a transaction of the driver's own
-(:func:`own_transaction`: a savepoint inside the caller's) by running that
+(:meth:`~PreparedStatements.own_transaction`: a savepoint inside the caller's) by running that
 transaction again. Only a failure inside the caller's transaction, which it
 aborts, cannot be undone: behind a pooler, where they happen, nothing is
 prepared.
+
+A part of PostgreSQL's driver (``driver.prepared``): it keeps whether its alias
+prepares, and is given the driver's :class:`~.statements.Statements`, not the
+driver.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from django.db import DatabaseError
 
-if TYPE_CHECKING:
-    from .postgresql import PostgresDriver
+from .statements import Statements
 
 logger = logging.getLogger(__name__)
 
@@ -80,133 +84,142 @@ def lost_prepared_statement(error: BaseException) -> bool:
     return sqlstate in LOST_PREPARED_STATEMENT
 
 
-@contextmanager
-def hot_cursor(driver: PostgresDriver) -> Iterator[Any]:
-    """A Django cursor whose statements are bound, and prepared, on the server.
+class PreparedStatements:
+    """The hot cursor of one PostgreSQL alias, its statements prepared while that holds."""
 
-    Wrapped like Django's own cursors, so query logging and
-    ``execute_wrapper`` see its statements. One is kept per connection and
-    used again (making and wrapping one costs as much CPU as the
-    statement's own round trip): it is made anew when the connection was
-    opened again, query logging was switched on or off, or preparing stopped.
-    """
-    connection = driver.connection
-    connection.ensure_connection()
-    kept: HotCursor | None = getattr(connection, HOT_CURSOR, None)
-    if (
-        kept is None
-        or kept.raw_connection is not connection.connection
-        or kept.logged != connection.queries_logged
-        or kept.prepare != driver.prepare
-    ):
-        kept = make_hot_cursor(driver, connection)
-        setattr(connection, HOT_CURSOR, kept)
-    yield kept.cursor
+    def __init__(self, statements: Statements, prepare: bool) -> None:
+        self.statements = statements
+        # On until the server loses a prepared statement (:meth:`stop_preparing`).
+        self.prepare = prepare
+        self.stopping = threading.Lock()
+        # Found on the first hot statement (:meth:`pooled`): none is prepared then.
+        self.behind_pooler: bool | None = None
 
+    @contextmanager
+    def hot_cursor(self) -> Iterator[Any]:
+        """A Django cursor whose statements are bound, and prepared, on the server.
 
-def make_hot_cursor(driver: PostgresDriver, connection: Any) -> HotCursor:
-    from django.db.backends.postgresql import base as backend
+        Wrapped like Django's own cursors, so query logging and
+        ``execute_wrapper`` see its statements. One is kept per connection and
+        used again (making and wrapping one costs as much CPU as the
+        statement's own round trip): it is made anew when the connection was
+        opened again, query logging was switched on or off, or preparing stopped.
+        """
+        connection = self.statements.connection
+        connection.ensure_connection()
+        kept: HotCursor | None = getattr(connection, HOT_CURSOR, None)
+        if (
+            kept is None
+            or kept.raw_connection is not connection.connection
+            or kept.logged != connection.queries_logged
+            or kept.prepare != self.prepare
+        ):
+            kept = self.make_hot_cursor(connection)
+            setattr(connection, HOT_CURSOR, kept)
+        yield kept.cursor
 
-    raw: Any = backend.ServerBindingCursor(connection.connection)  # type: ignore[call-arg]
-    # A logged connection (DEBUG, assertNumQueries) runs them unprepared, even those
-    # prepared before: psycopg keeps no text of a prepared statement's run for the log.
-    if driver.prepare and not connection.queries_logged:
-        raw.execute = partial(run, driver, connection, raw, raw.execute)
-        if connection.connection.prepare_threshold is None:
-            # Django's default, under which psycopg prepares nothing, even when asked.
-            # A threshold no statement reaches: only the hot path's are prepared.
-            connection.connection.prepare_threshold = NEVER_BY_COUNT
-    else:
-        raw.execute = partial(raw.execute, prepare=False)
-    return HotCursor(
-        connection.connection,
-        connection.queries_logged,
-        driver.prepare,
-        connection._prepare_cursor(raw),
-    )
+    def make_hot_cursor(self, connection: Any) -> HotCursor:
+        from django.db.backends.postgresql import base as backend
 
+        raw: Any = backend.ServerBindingCursor(connection.connection)  # type: ignore[call-arg]
+        # A logged connection (DEBUG, assertNumQueries) runs them unprepared, even those
+        # prepared before: psycopg keeps no text of a prepared statement's run for the log.
+        if self.prepare and not connection.queries_logged:
+            raw.execute = partial(self.run, connection, raw, raw.execute)
+            if connection.connection.prepare_threshold is None:
+                # Django's default, under which psycopg prepares nothing, even when asked.
+                # A threshold no statement reaches: only the hot path's are prepared.
+                connection.connection.prepare_threshold = NEVER_BY_COUNT
+        else:
+            raw.execute = partial(raw.execute, prepare=False)
+        return HotCursor(
+            connection.connection,
+            connection.queries_logged,
+            self.prepare,
+            connection._prepare_cursor(raw),
+        )
 
-def run(
-    driver: PostgresDriver,
-    connection: Any,
-    raw: Any,
-    execute: Callable[..., Any],
-    query: Any,
-    params: Any = None,
-) -> Any:
-    """Run one statement of the hot cursor ``raw`` (``execute``: its psycopg method),
-    prepared unless a pooler stands between this process and the server
-    (:func:`prepares_now`).
+    def run(
+        self,
+        connection: Any,
+        raw: Any,
+        execute: Callable[..., Any],
+        query: Any,
+        params: Any = None,
+    ) -> Any:
+        """Run one statement of the hot cursor ``raw`` (``execute``: its psycopg method),
+        prepared unless a pooler stands between this process and the server
+        (:meth:`prepares_now`).
 
-    If the server's prepared statements are not psycopg's all the same, preparing
-    stops and the statement is sent again unprepared (autocommit); in a transaction
-    of the driver's own, which the failure aborted, the error goes on to
-    :func:`own_transaction`, which runs it again.
-    """
-    if not prepares_now(driver, connection):
+        If the server's prepared statements are not psycopg's all the same, preparing
+        stops and the statement is sent again unprepared (autocommit); in a transaction
+        of the driver's own, which the failure aborted, the error goes on to
+        :meth:`own_transaction`, which runs it again.
+        """
+        if not self.prepares_now(connection):
+            return execute(query, params, prepare=False)
+        try:
+            return execute(query, params, prepare=True)
+        except Exception as error:  # psycopg's own: Django wraps it further out
+            if not lost_prepared_statement(error):
+                raise
+            self.stop_preparing(error)
+            if not connection.autocommit:
+                raise
+            if raw.pgresult is not None:
+                # It ran: what failed is the DEALLOCATE of an old statement that psycopg
+                # sends after one (past its ``prepared_max``). Not again.
+                return raw
         return execute(query, params, prepare=False)
-    try:
-        return execute(query, params, prepare=True)
-    except Exception as error:  # psycopg's own: Django wraps it further out
-        if not lost_prepared_statement(error):
-            raise
-        stop_preparing(driver, error)
-        if not connection.autocommit:
-            raise
-        if raw.pgresult is not None:
-            # It ran: what failed is the DEALLOCATE of an old statement that psycopg
-            # sends after one (past its ``prepared_max``). Not again.
-            return raw
-    return execute(query, params, prepare=False)
 
+    def prepares_now(self, connection: Any) -> bool:
+        """Whether the next hot statement on ``connection`` is prepared: only straight to
+        the server (a pooler found stops the preparing, :meth:`pooled`)."""
+        return self.prepare and not self.pooled(connection)
 
-def prepares_now(driver: PostgresDriver, connection: Any) -> bool:
-    """Whether the next hot statement on ``connection`` is prepared: only straight to the
-    server (a pooler found stops the preparing, :func:`behind_pooler`)."""
-    return driver.prepare and not behind_pooler(driver, connection)
+    def pooled(self, connection: Any) -> bool:
+        """Whether the alias reaches the server through a pooler, as the first of its
+        connections in this process to ask finds: the session its statements run in is not
+        the one the connection was told of at its start (a pooler gives a key of its own,
+        and hands the client's transactions to whichever server connection it has free).
+        One round trip, once; a pooler found stops the preparing, saying so."""
+        if self.behind_pooler is None:
+            raw = connection.connection
+            (pid,) = raw.execute("SELECT pg_backend_pid()", prepare=False).fetchone()
+            self.behind_pooler = pid != raw.info.backend_pid
+            if self.behind_pooler:
+                self.stop_preparing("its connections reach the server through a pooler")
+        return bool(self.behind_pooler)
 
+    def stop_preparing(self, why: BaseException | str) -> None:
+        """Prepare nothing more on the alias in this process, and say so, once."""
+        with self.stopping:
+            if not self.prepare:
+                return
+            self.prepare = False
+        using = self.statements.using
+        logger.warning(
+            "database %r: %s, where prepared statements do not hold (a pooler in transaction"
+            " mode hands them to other clients): django-jobs prepares none there from now on,"
+            ' in this process. Set DJANGO_JOBS["PREPARED_STATEMENTS"] = False behind a pooler.',
+            using,
+            why
+            if isinstance(why, str)
+            else f"its server lost a prepared statement ({why})".strip(),
+            extra={"event": "prepared_statements_off", "database": using},
+        )
 
-def behind_pooler(driver: PostgresDriver, connection: Any) -> bool:
-    """Whether the driver's alias reaches the server through a pooler, as the first of its
-    connections in this process to ask finds: the session its statements run in is not
-    the one the connection was told of at its start (a pooler gives a key of its own, and
-    hands the client's transactions to whichever server connection it has free). One
-    round trip, once; a pooler found stops the preparing, saying so."""
-    if driver.behind_pooler is None:
-        raw = connection.connection
-        (pid,) = raw.execute("SELECT pg_backend_pid()", prepare=False).fetchone()
-        driver.behind_pooler = pid != raw.info.backend_pid
-        if driver.behind_pooler:
-            stop_preparing(driver, "its connections reach the server through a pooler")
-    return bool(driver.behind_pooler)
-
-
-def stop_preparing(driver: PostgresDriver, why: BaseException | str) -> None:
-    """Prepare nothing more on the driver's alias in this process, and say so, once."""
-    with driver.stopping:
-        if not driver.prepare:
-            return
-        driver.prepare = False
-    logger.warning(
-        "database %r: %s, where prepared statements do not hold (a pooler in transaction"
-        " mode hands them to other clients): django-jobs prepares none there from now on,"
-        ' in this process. Set DJANGO_JOBS["PREPARED_STATEMENTS"] = False behind a pooler.',
-        driver.using,
-        why if isinstance(why, str) else f"its server lost a prepared statement ({why})".strip(),
-        extra={"event": "prepared_statements_off", "database": driver.using},
-    )
-
-
-def own_transaction(driver: PostgresDriver, work: Callable[[], T]) -> T:
-    """``work`` in a transaction of the driver's own (a savepoint inside the caller's),
-    its hot statements prepared; run once more, unprepared, if the server's prepared
-    statements were not psycopg's (the failure rolled it back)."""
-    try:
-        with driver.write_transaction():
+    def own_transaction(self, work: Callable[[], T]) -> T:
+        """``work`` in a transaction of the driver's own (a savepoint inside the caller's),
+        its hot statements prepared; run once more, unprepared, if the server's prepared
+        statements were not psycopg's (the failure rolled it back)."""
+        write_transaction = self.statements.write_transaction
+        try:
+            with write_transaction():
+                return work()
+        except DatabaseError as error:
+            if not lost_prepared_statement(error):
+                raise
+            self.stop_preparing(error)
+        with write_transaction():
             return work()
-    except DatabaseError as error:
-        if not lost_prepared_statement(error):
-            raise
-        stop_preparing(driver, error)
-    with driver.write_transaction():
-        return work()

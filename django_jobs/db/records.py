@@ -1,12 +1,16 @@
 """The records the runtime and the database drivers speak in: plain data.
 
-A :class:`ClaimRequest` asks a driver for due jobs; a :class:`ClaimedJob` is
-what a claim returns; a :class:`Settlement` is what
+A :class:`ClaimRequest` asks a driver for due jobs; a :class:`Candidate` is a
+due row as a claim reads it (its columns, :data:`CANDIDATE_COLUMNS`, declared
+here once: a wider row a driver reads holds a candidate, :func:`with_candidate`),
+and a :class:`ClaimedJob` is what a claim returns; a :class:`Settlement` is what
 :func:`django_jobs.outcomes.decide` makes of an attempt's end and what the
 driver writes, and :class:`Settled` what the settle answers (and so how each
 settlement was written). A renewal
-carries :class:`RenewRow` rows (with a handler's ``Progress``) and
-answers :class:`Renewed`. Rows a driver reads are read into named tuples,
+carries :class:`RenewRow` rows (with a handler's ``Progress``) in a
+:class:`Renewal` and answers :class:`Renewed`. What a settle binds of a
+settlement, by the names its statements give the columns, is built in one place
+(:func:`settlement_values`), for every driver. Rows a driver reads are read into named tuples,
 never by position.
 """
 
@@ -15,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from django.db import DataError, IntegrityError
 
@@ -29,7 +33,14 @@ ROW_ERRORS = (IntegrityError, DataError)
 #: (job id, attempt) pairs: the fencing token of each lease.
 Pairs = Sequence[tuple[int, int]]
 
+#: The columns a claim reads of a due row (:class:`Candidate`), in its order.
 CANDIDATE_COLUMNS = ("id", "name", "queue", "payload", "attempt", "attempts_used", "max_attempts")
+
+Wide = TypeVar("Wide", bound=tuple[Any, ...])
+
+
+def lease_end(now: datetime, lease_seconds: float) -> datetime:
+    return now + timedelta(seconds=lease_seconds)
 
 
 class Rate(NamedTuple):
@@ -89,10 +100,20 @@ class Candidate(NamedTuple):
     max_attempts: int
 
 
-def as_candidate(row: Any) -> Candidate:
-    """The candidate's columns of a wider row a driver read by name (a limited claim's
-    read, MariaDB's locking read)."""
-    return Candidate(*(getattr(row, column) for column in CANDIDATE_COLUMNS))
+def with_candidate(wide: Callable[..., Wide], row: Sequence[Any]) -> Wide:
+    """A row read as the candidate's columns and then others, as ``wide`` holds it: a
+    named tuple whose first field is the :class:`Candidate`, the others' after it (a
+    limited claim's read, MariaDB's locking read, PostgreSQL's claimed row)."""
+    width = len(CANDIDATE_COLUMNS)
+    return wide(Candidate._make(row[:width]), *row[width:])
+
+
+class MarkedRow(NamedTuple):
+    """A row the claim's UPDATE returns: the job and its new attempt numbers."""
+
+    id: int
+    attempt: int
+    attempts_used: int
 
 
 @dataclass(frozen=True)
@@ -140,6 +161,66 @@ class Settlement:
     @property
     def pair(self) -> tuple[int, int]:
         return (self.job_id, self.attempt)
+
+
+#: A settlement's value under each name a settle's statements give a column of their source:
+#: the job's columns (``id``, ...) and its attempt row's (``job_id``, ``number``, ...).
+SETTLEMENT_VALUES: dict[str, Callable[[Settlement], Any]] = {
+    "id": lambda s: s.job_id,
+    "job_id": lambda s: s.job_id,
+    "owner": lambda s: s.owner,
+    "attempt": lambda s: s.attempt,
+    "number": lambda s: s.attempt,
+    "status": lambda s: str(s.status),
+    "run_at": lambda s: s.run_at,
+    "finished_at": lambda s: s.finished_at,
+    "last_error": lambda s: s.last_error,
+    "give_back": lambda s: int(s.give_back),
+    "outcome": lambda s: str(s.outcome),
+    "error": lambda s: s.error,
+    "ended_at": lambda s: s.ended_at,
+    "result": lambda s: s.result,
+    "traceback": lambda s: s.traceback,
+}
+#: The settle source's columns that hold a datetime (a driver may adapt or cast them).
+SETTLEMENT_DATETIMES = frozenset({"run_at", "finished_at", "ended_at"})
+#: What a settle writes of each settlement, in the order PostgreSQL's statement binds it.
+SETTLED_COLUMNS = (
+    "id",
+    "owner",
+    "attempt",
+    "status",
+    "run_at",
+    "finished_at",
+    "last_error",
+    "give_back",
+    "outcome",
+    "error",
+    "ended_at",
+    "result",
+    "traceback",
+)
+#: What a settle writes on the job row, where the attempt row takes a statement of its own
+#: (SQLite, MariaDB): all but what goes on the attempt row alone.
+SETTLED_JOB_COLUMNS = tuple(c for c in SETTLED_COLUMNS if c not in ("outcome", "traceback"))
+#: What closes the attempt row of a settlement written, where that is a statement of its own.
+CLOSED_COLUMNS = ("job_id", "number", "outcome", "error", "ended_at", "traceback")
+
+
+def settlement_values(
+    settlements: Sequence[Settlement],
+    columns: Sequence[str],
+    adapt: Callable[[Any], Any] | None = None,
+) -> list[list[Any]]:
+    """Each settlement's values for ``columns`` (names of :data:`SETTLEMENT_VALUES`), its
+    datetimes made the database's by ``adapt``: one list a row."""
+    read = [
+        (SETTLEMENT_VALUES[column], adapt if adapt and column in SETTLEMENT_DATETIMES else None)
+        for column in columns
+    ]
+    return [
+        [value(s) if made is None else made(value(s)) for value, made in read] for s in settlements
+    ]
 
 
 class UnleasedRow(NamedTuple):
@@ -231,6 +312,36 @@ class RenewRow(NamedTuple):
 
 # A renewal source's fields, in the order the drivers bind them.
 RENEW_FIELDS = ("id", "attempt", "reported", "done", "total", "note")
+
+
+@dataclass(frozen=True)
+class Renewal:
+    """One renewal statement's worth: ``owner``'s leases of ``rows`` extended to
+    ``expires``, each only while it stands past ``now`` plus ``give_up_seconds``."""
+
+    owner: str
+    rows: Sequence[RenewRow]
+    now: datetime
+    expires: datetime
+    give_up_seconds: float
+
+    @property
+    def margin(self) -> datetime:
+        """The give-up point: a lease that ends before it is not extended."""
+        return self.now + timedelta(seconds=self.give_up_seconds)
+
+    def values(self) -> list[list[Any]]:
+        """Each row's values, in the order of :data:`RENEW_FIELDS`."""
+        return [[getattr(row, name) for name in RENEW_FIELDS] for row in self.rows]
+
+
+class RenewedRow(NamedTuple):
+    """A lease a renewal extended, as its statement returns it."""
+
+    id: int
+    cancel_requested_at: datetime | None
+
+
 # The progress columns and the renewal source's fields that fill them.
 PROGRESS_COLUMNS = (
     ("progress_done", "done"),

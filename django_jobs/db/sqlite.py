@@ -17,7 +17,6 @@ import logging
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from datetime import datetime
 from typing import Any
 
 from django.core.checks import CheckMessage, Error, Warning
@@ -29,13 +28,19 @@ from .records import (
     RENEW_FIELDS,
     ClaimedJob,
     ClaimRequest,
-    Pairs,
-    Progress,
-    Renewed,
-    RenewRow,
+    Renewal,
+    RenewedRow,
     Settled,
     Settlement,
 )
+
+
+def values_table(name: str, columns: Sequence[str], count: int) -> str:
+    """``name(columns) AS (VALUES (%s, ...), ...)``: ``count`` rows of bound values as a
+    table, for a ``WITH``."""
+    one = f"({', '.join(['%s'] * len(columns))})"
+    return f"{name}({', '.join(columns)}) AS (VALUES {', '.join([one] * count)})"
+
 
 logger = logging.getLogger(__name__)
 
@@ -217,40 +222,12 @@ class SQLiteDriver(Driver):
     def settle_rows(self, settlements: Sequence[Settlement]) -> Settled:
         if not settlements:
             return Settled([])
-        qn, job = self.qn, self.job_table
-        columns = (
-            "id, owner, attempt, status, run_at, finished_at, last_error, give_back,"
-            " outcome, error, ended_at, result"
-        )
-        values = ", ".join(["(%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"] * len(settlements))
-        params: list[Any] = []
-        for s in settlements:
-            params += [
-                s.job_id,
-                s.owner,
-                s.attempt,
-                str(s.status),
-                self.adapt(s.run_at),
-                self.adapt(s.finished_at),
-                s.last_error,
-                int(s.give_back),
-                str(s.outcome),
-                s.error,
-                self.adapt(s.ended_at),
-                s.result,
-            ]
-        update_jobs = (
-            f"WITH v({columns}) AS (VALUES {values})"
-            f" UPDATE {job} SET {self.settled_columns_sql(job, 'v')},"
-            f" {qn('attempts_used')} = {job}.{qn('attempts_used')} - v.give_back,"
-            f" {qn('result')} = COALESCE(v.result, {job}.{qn('result')}),"
-            f" {qn('lease_owner')} = NULL, {qn('lease_expires_at')} = NULL"
-            f" FROM v WHERE {job}.{qn('id')} = v.id AND {job}.{qn('lease_owner')} = v.owner"
-            f" AND {job}.{qn('attempt')} = v.attempt AND {self.running_guard(job)}"
-            f" RETURNING {job}.{qn('id')}, {job}.{qn('attempt')}, {job}.{qn('status')}"
-        )
+        qn = self.qn
+        sql, params = self.settle_jobs_sql(settlements)
+        # Unqualified: SQLite's RETURNING names the target's columns only, not by its alias.
+        returning = f" RETURNING {qn('id')}, {qn('attempt')}, {qn('status')}"
         with self.connection.cursor() as cursor:
-            cursor.execute(update_jobs, params)
+            cursor.execute(sql + returning, params)
             written = [(job_id, attempt, status) for job_id, attempt, status in cursor.fetchall()]
             pairs = {(job_id, attempt) for job_id, attempt, _ in written}
             done = [s for s in settlements if s.pair in pairs]
@@ -258,43 +235,23 @@ class SQLiteDriver(Driver):
                 self.close_attempts(cursor, done)
         return self.settled(settlements, written)
 
-    def close_attempts(self, cursor: Any, done: Sequence[Settlement]) -> None:
-        qn, attempts = self.qn, self.attempt_table
-        values = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(done))
-        params: list[Any] = []
-        for s in done:
-            params += [
-                s.job_id,
-                s.attempt,
-                str(s.outcome),
-                s.error,
-                self.adapt(s.ended_at),
-                s.traceback,
-            ]
-        cursor.execute(
-            f"WITH v(job_id, number, outcome, error, ended_at, traceback) AS (VALUES {values})"
-            f" UPDATE {attempts} SET {qn('outcome')} = v.outcome,"
-            f" {qn('finished_at')} = v.ended_at, {qn('error')} = v.error,"
-            f" {qn('traceback')} = v.traceback"
-            f" FROM v WHERE {attempts}.{qn('job_id')} = v.job_id"
-            f" AND {attempts}.{qn('number')} = v.number AND {attempts}.{qn('outcome')} IS NULL",
-            params,
-        )
+    def joined_update(
+        self, table: str, columns: Sequence[str], count: int, set_: str, where: str
+    ) -> str:
+        """``UPDATE ... FROM`` a table of ``VALUES`` (:func:`values_table`)."""
+        source = values_table("v", columns, count)
+        return f"WITH {source} UPDATE {table} AS t SET {set_} FROM v WHERE {where}"
 
-    def renew_sql(
-        self,
-        owner: str,
-        rows: Sequence[RenewRow],
-        now: datetime,
-        expires: datetime,
-        give_up_seconds: float,
-    ) -> tuple[str, list[Any]]:
-        from datetime import timedelta
+    def renew_leases(self, renewal: Renewal) -> list[RenewedRow]:
+        """The renewal's statement in a write transaction of its own, the lock taken first."""
+        with self.write_transaction():
+            return super().renew_leases(renewal)
 
+    def renew_sql(self, renewal: Renewal) -> tuple[str, list[Any]]:
         qn, job = self.qn, self.job_table
-        values = ", ".join(["(%s, %s, %s, %s, %s, %s)"] * len(rows))
+        rows = renewal.values()
         sql = (
-            f"WITH h({', '.join(RENEW_FIELDS)}) AS (VALUES {values})"
+            f"WITH {values_table('h', RENEW_FIELDS, len(rows))}"
             f" UPDATE {job} SET {qn('lease_expires_at')} = %s, "
             + self.progress_assignments(job, "h")
             + f" FROM h WHERE {job}.{qn('id')} = h.id AND {job}.{qn('attempt')} = h.attempt"
@@ -304,18 +261,6 @@ class SQLiteDriver(Driver):
             # in this RETURNING even where the column is NULL.
             f" RETURNING {qn('id')}, {qn('cancel_requested_at')}"
         )
-        flat = [getattr(row, name) for row in rows for name in RENEW_FIELDS]
-        margin = now + timedelta(seconds=give_up_seconds)
-        return sql, [*flat, self.adapt(expires), owner, self.adapt(margin)]
-
-    def renew(
-        self,
-        owner: str,
-        held: Pairs,
-        now: datetime,
-        lease_seconds: float,
-        give_up_seconds: float = 0.0,
-        progress: Mapping[int, Progress] | None = None,
-    ) -> Renewed:
-        with self.write_transaction():
-            return super().renew(owner, held, now, lease_seconds, give_up_seconds, progress)
+        flat = [value for row in rows for value in row]
+        params = [self.adapt(renewal.expires), renewal.owner, self.adapt(renewal.margin)]
+        return sql, [*flat, *params]

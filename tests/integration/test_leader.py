@@ -22,7 +22,7 @@ LEASE = 30
 
 
 def lead(owner, now=START, lease=LEASE):
-    return get_driver().lead(NAME, owner, now, lease)
+    return get_driver().leader.lead(NAME, owner, now, lease)
 
 
 # -- the driver's operation: the same on SQLite, PostgreSQL and MariaDB ----------------
@@ -58,9 +58,9 @@ def test_the_holder_renews_in_the_same_epoch_and_a_lapsed_lease_passes_on():
 def test_resigning_ends_the_lease_now_for_its_epoch_only():
     driver = get_driver()
     first = lead("a")
-    assert driver.resign(NAME, "a", first.epoch + 1, START) is False  # not its epoch
-    assert driver.resign(NAME, "b", first.epoch, START) is False  # not its lease
-    assert driver.resign(NAME, "a", first.epoch, START + timedelta(seconds=1)) is True
+    assert driver.leader.resign(NAME, "a", first.epoch + 1, START) is False  # not its epoch
+    assert driver.leader.resign(NAME, "b", first.epoch, START) is False  # not its lease
+    assert driver.leader.resign(NAME, "a", first.epoch, START + timedelta(seconds=1)) is True
     taken = lead("b", START + timedelta(seconds=1))
     assert (taken.owner, taken.epoch) == ("b", 2)
 
@@ -82,7 +82,7 @@ def race(owners: list[str], when) -> dict[str, str]:
     def ask(owner: str) -> None:
         try:
             barrier.wait(5)
-            seen[owner] = get_driver().lead(NAME, owner, when, LEASE).owner
+            seen[owner] = get_driver().leader.lead(NAME, owner, when, LEASE).owner
         except BaseException as error:  # noqa: BLE001 - reported below
             errors.append(error)
         finally:

@@ -36,7 +36,7 @@ def driver(settings: Any) -> Any:
     settings.DJANGO_JOBS = {**settings.DJANGO_JOBS, "PREPARED_STATEMENTS": True}
     connection.close()
     made = get_driver()
-    assert made.prepare
+    assert made.prepared.prepare
     return made
 
 
@@ -87,7 +87,7 @@ def assert_turned_off_once(driver: Any, caplog: pytest.LogCaptureFixture) -> Non
     [warning] = turned_off(caplog)
     assert warning.levelno == logging.WARNING
     assert 'DJANGO_JOBS["PREPARED_STATEMENTS"]' in warning.getMessage()
-    assert driver.prepare is False
+    assert driver.prepared.prepare is False
 
 
 def statuses(*job_ids: int) -> list[str]:
@@ -112,7 +112,7 @@ def prepared_here() -> int:
 def test_nothing_is_prepared_behind_a_pooler_in_or_out_of_the_callers_transaction(driver, caplog):
     """Behind a pooler a prepared statement's name can meet another client's statement of
     as many parameters, which the server would run without an error: none is prepared."""
-    driver.behind_pooler = True  # as found through PgBouncer
+    driver.prepared.behind_pooler = True  # as found through PgBouncer
     take_next_names()
     taken = prepared_here()
     with transaction.atomic():
@@ -132,7 +132,7 @@ def test_prepared_inserts_in_the_callers_transaction_straight_to_the_server_are_
 ):
     with transaction.atomic():
         schedule_job("tests.ok")
-    assert driver.behind_pooler is False
+    assert driver.prepared.behind_pooler is False
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",

@@ -39,7 +39,7 @@ def believing_it_leads(worker: Worker) -> Worker:
 
 
 def lease_of(owner: str, now: datetime, expires_at: datetime | None = None) -> Leader:
-    """The leader lease as ``Driver.lead`` leaves it, written by hand: epoch 3, taken five
+    """The leader lease as ``driver.leader.lead`` leaves it, written by hand: epoch 3, taken five
     minutes before ``now``, until ``expires_at`` (by default 30 s after ``now``)."""
     return Leader.objects.create(
         name=Leader.DEFAULT,

@@ -4,7 +4,7 @@ One process per database leads: it runs the chores that need doing once for ever
 (taking back expired leases, dead-lettering what has no attempt left, firing recurring
 schedules, pruning finished jobs, sweeping stale workers); the others serve jobs only.
 The lease is a row the driver takes and renews by a guarded update
-(:meth:`~django_jobs.db.Driver.lead`), on the worker's clock (the database's, as
+(:meth:`~django_jobs.db.leader.LeaderLease.lead`), on the worker's clock (the database's, as
 measured), for ``LEADER_LEASE_SECONDS``.
 
 - The leader renews every third of the lease. The others try to take it every third
@@ -99,7 +99,7 @@ class Leadership:
         third = self.lease / 3
         self.next_try = now + third  # a failed try waits as long as a lost one
         with self.deadline("the leader lease"):
-            row = self.driver.lead(NAME, self.owner, now, self.lease.total_seconds())
+            row = self.driver.leader.lead(NAME, self.owner, now, self.lease.total_seconds())
         self.seen = row
         if row.held_by(self.owner):
             self.took(row, now)
@@ -133,6 +133,6 @@ class Leadership:
         self.holds_until = None
         now = self.clock.now()
         with self.deadline("handing over the leader lease"):
-            ended = self.driver.resign(NAME, self.owner, term.epoch, now)
+            ended = self.driver.leader.resign(NAME, self.owner, term.epoch, now)
         if ended:
             report_leader("leader_resigned", self.owner, term.epoch)
