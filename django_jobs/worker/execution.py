@@ -25,9 +25,9 @@ from ..outcomes import HandlerResult, Settlement, cancelled, snoozed
 from ..payloads import decode_payload, encode_payload
 from ..registry import get_definition
 from .clock import Clock
-from .inflight import Held, InFlight
+from .inflight import Held, InFlight, Outcome
 from .recording import OutcomeWriter
-from .settler import Outcome, Settler
+from .settler import Settler
 
 logger = logging.getLogger(__name__)
 

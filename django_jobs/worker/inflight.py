@@ -41,7 +41,6 @@ from ..outcomes import HandlerResult
 from ..text import first_line
 from .deadlines import CallerBusy, DatabaseTimeout, Deadlines, OffThread
 from .heartbeat import LeaseKeeper, Renewal
-from .settler import Outcome
 
 logger = logging.getLogger(__name__)
 
@@ -106,6 +105,15 @@ class Held:
             return False
         last = self.progress_sent_at
         return last is None or (now - last).total_seconds() >= PROGRESS_SECONDS
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """A result waiting to be written; ``held`` is its entry in the held set, if any."""
+
+    claimed: ClaimedJob
+    result: HandlerResult
+    held: Held | None = None
 
 
 class InFlight:

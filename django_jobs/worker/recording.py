@@ -38,8 +38,7 @@ from ..registry import queue_limits
 from ..retry_policy import RetryPolicy
 from .clock import Clock
 from .deadlines import Deadlines
-from .inflight import InFlight
-from .settler import Outcome
+from .inflight import InFlight, Outcome
 from .waker import Doorbells
 
 logger = logging.getLogger(__name__)

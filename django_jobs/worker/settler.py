@@ -22,31 +22,16 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from django.db import connections
 
-from ..db import ClaimedJob
-from ..outcomes import HandlerResult
-
-if TYPE_CHECKING:
-    from .inflight import Held
+from .inflight import Outcome
 
 logger = logging.getLogger(__name__)
 
 MAX_BATCH = 500
 # How long an outcome waits for a claim to carry it before the settler writes it itself.
 LINGER_SECONDS = 0.005
-
-
-@dataclass(frozen=True)
-class Outcome:
-    """A result waiting to be written; ``held`` is its entry in the held set, if any."""
-
-    claimed: ClaimedJob
-    result: HandlerResult
-    held: Held | None = None
 
 
 Writer = Callable[[Sequence[Outcome]], object]
