@@ -67,7 +67,9 @@ def test_burst_waiting_for_a_job_another_worker_runs_says_so_once_with_its_lease
 
 def test_burst_waiting_for_its_own_long_job_names_it_here(settings, caplog):
     settings.DJANGO_JOBS = FAST
-    job = schedule_job("tests.sleepy", {"seconds": 0.4})
+    # Long enough that the main loop's first turn (the election, the chores: a few writes,
+    # slow on a loaded host) ends before the job does, and the drained check sees it run.
+    job = schedule_job("tests.sleepy", {"seconds": 1.5})
     caplog.set_level(logging.INFO, logger="django_jobs")
     _, thread = burst_worker()
     thread.join(10)
