@@ -281,6 +281,18 @@ LONG_ERROR = (
 )
 
 
+def assert_list_fits(page: Any, width: int) -> None:
+    """The change list's page is no wider than the window, and the list's own box (which
+    scrolls sideways when its table is wider) does not scroll."""
+    scroll_width = page.evaluate("document.documentElement.scrollWidth")
+    assert scroll_width <= width, f"the page is {scroll_width} px wide"
+    widths = page.evaluate(
+        "(() => { const r = document.querySelector('#changelist .results');"
+        " return [r.scrollWidth, r.clientWidth]; })()"
+    )
+    assert widths[0] <= widths[1], f"the table is {widths[0]} px in {widths[1]} px"
+
+
 def test_jobs_list_fits_a_1366_px_window_with_the_sidebar_open(
     live_server, django_user_model, settings, tmp_path
 ):
@@ -312,14 +324,7 @@ def test_jobs_list_fits_a_1366_px_window_with_the_sidebar_open(
             sync_api.expect(page.locator("#nav-sidebar")).to_be_visible()  # open, as it starts
 
             page.screenshot(path=str(shots / "admin-jobs-1366.png"))
-            scroll_width = page.evaluate("document.documentElement.scrollWidth")
-            assert scroll_width <= 1366, f"the page is {scroll_width} px wide"
-            # The list's own box scrolls sideways when its table is wider: it must not.
-            widths = page.evaluate(
-                "(() => { const r = document.querySelector('#changelist .results');"
-                " return [r.scrollWidth, r.clientWidth]; })()"
-            )
-            assert widths[0] <= widths[1], f"the table is {widths[0]} px in {widths[1]} px"
+            assert_list_fits(page, 1366)
             shown = page.locator("#changelist .results").bounding_box()
             error_cell = page.locator("#result_list td.field-short_error", has_text="HTTPS").first
             box = error_cell.bounding_box()
@@ -373,13 +378,7 @@ def test_workers_list_fits_a_1366_px_window_with_the_sidebar_open(
             log_in(page, live_server.url, workers)
             sync_api.expect(page.locator("#nav-sidebar")).to_be_visible()
             page.screenshot(path=str(shots / "admin-workers-1366.png"))
-            scroll_width = page.evaluate("document.documentElement.scrollWidth")
-            assert scroll_width <= 1366, f"the page is {scroll_width} px wide"
-            widths = page.evaluate(
-                "(() => { const r = document.querySelector('#changelist .results');"
-                " return [r.scrollWidth, r.clientWidth]; })()"
-            )
-            assert widths[0] <= widths[1], f"the table is {widths[0]} px in {widths[1]} px"
+            assert_list_fits(page, 1366)
         finally:
             browser.close()
 
