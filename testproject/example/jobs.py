@@ -39,7 +39,8 @@ def noop(ctx: JobContext, payload: Any) -> None:
 
 @job("example.record")
 def record(ctx: JobContext, payload: dict[str, Any] | None) -> None:
-    """Write a witness row, so tests can count how often each job ran."""
+    """Write a witness row, so tests can count how often each job ran; with ``mark`` (a
+    file's path), first append ``job_id:attempt`` to it, so a test knows the handler runs."""
     import os
     import time
 
@@ -48,6 +49,10 @@ def record(ctx: JobContext, payload: dict[str, Any] | None) -> None:
     from .models import Execution
 
     started_at = timezone.now()
+    mark = (payload or {}).get("mark")
+    if mark:
+        with open(mark, "a", encoding="utf-8") as file:
+            file.write(f"{ctx.job_id}:{ctx.attempt}\n")
     seconds = float((payload or {}).get("sleep", 0))
     if seconds:
         time.sleep(seconds)

@@ -55,10 +55,13 @@ def test_runjobs_two_processes_run_each_of_500_jobs_exactly_once(runjobs_process
     assert len(set(Execution.objects.values_list("pid", flat=True))) == 2  # both worked
 
 
-def test_runjobs_sigterm_mid_job_finishes_it_and_exits_0(runjobs_process):
-    job = schedule_job("example.record", {"sleep": 1.0})
+def test_runjobs_sigterm_mid_job_finishes_it_and_exits_0(runjobs_process, tmp_path):
+    mark = tmp_path / "started"
+    job = schedule_job("example.record", {"sleep": 1.0, "mark": str(mark)})
     process = runjobs_process.start("--queue", "default")
-    wait_until(lambda: Attempt.objects.filter(job=job).exists(), timeout=20)
+    # The handler's own mark: the attempt's row is written at the claim, before a handler
+    # thread takes the job, and a stop in between hands the job back unstarted.
+    wait_until(lambda: mark.exists() and mark.read_text() == f"{job.pk}:1\n", timeout=20)
     os.kill(process.pid, signal.SIGTERM)
     assert process.wait(20) == 0, runjobs_process.log(process)
     job.refresh_from_db()
