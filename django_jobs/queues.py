@@ -27,6 +27,10 @@ from .registry import get_definition, registered_names
 logger = logging.getLogger(__name__)
 
 _warned: set[str] = set()
+# Queues found named, outside QUEUES (another job's, a schedule's): schedule_job() onto one
+# does not work the known queues out again. The registry only grows, so a name stays known
+# until the settings change.
+_named: set[str] = set()
 _warned_lock = threading.Lock()
 
 
@@ -47,17 +51,24 @@ def known_queues() -> set[str]:
 def unknown_queue(name: str) -> str | None:
     """``None`` if the project names queue ``name``; else the sentence that says it does
     not, with the closest queue it does name."""
-    if name in settings.QUEUES:
+    if name in settings.QUEUES or name in _named:
         return None
     known = known_queues()
     if name in known:
+        _named.add(name)
         return None
-    close = difflib.get_close_matches(name, sorted(known), n=1)
-    guess = f" (did you mean {close[0]!r}?)" if close else ""
+    close = closest_queue(name, known)
+    guess = f" (did you mean {close!r}?)" if close else ""
     return (
         f"queue {name!r} is not in DJANGO_JOBS['QUEUES'] and no registered job, schedule or "
         f"task backend uses it{guess}"
     )
+
+
+def closest_queue(name: str, known: set[str]) -> str | None:
+    """The queue of ``known`` whose name is closest to ``name`` (a typo's), if any is close."""
+    close = difflib.get_close_matches(name, sorted(known), n=1)
+    return close[0] if close else None
 
 
 def check_scheduled_queue(name: str, default: str) -> None:
@@ -88,6 +99,8 @@ def check_scheduled_queue(name: str, default: str) -> None:
 
 @receiver(setting_changed)
 def forget_warnings(**kwargs: Any) -> None:
-    """Warn again of every queue once the settings change (the tests do)."""
+    """Warn again of every queue, and work the known ones out again, once the settings
+    change (the tests do)."""
     with _warned_lock:
         _warned.clear()
+        _named.clear()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -18,7 +17,7 @@ from ...conf import require_queue_name, require_use_tz, settings
 from ...db.journal import use_wal_mode
 from ...exceptions import JobsError, NotMigrated
 from ...models import Job
-from ...queues import known_queues
+from ...queues import closest_queue, known_queues
 from ...text import first_line
 
 logger = logging.getLogger(__name__)
@@ -170,8 +169,8 @@ def warn_unknown_queues(chosen: list[str]) -> None:
     for name in chosen:
         if name in known:
             continue
-        close = difflib.get_close_matches(name, sorted(known), n=1)
-        guess = f"did you mean {close[0]!r}? " if close else ""
+        close = closest_queue(name, known)
+        guess = f"did you mean {close!r}? " if close else ""
         logger.warning(
             "--queue %r is not in DJANGO_JOBS['QUEUES'] and no registered job, schedule or "
             "task backend uses it; %sserving it anyway (a job can be scheduled onto any queue)",
