@@ -171,9 +171,7 @@ class Worker:
             settler=self.settler,
             writer=self.writer,
         )
-        self.executor = Executor(
-            clock=self.clock, inflight=self.inflight, settler=self.settler, writer=self.writer
-        )
+        self.executor = Executor(clock=self.clock, inflight=self.inflight, settler=self.settler)
         self.leadership = Leadership(
             self.driver,
             self.owner,

@@ -3,9 +3,9 @@
 :meth:`Executor.execute` gives the handler its context, finds its timeout,
 holds the job (the heartbeat keeps its lease from then on), runs the
 handler, judges the result against a cancel request, and hands the outcome
-on: to the settler, which writes it in a batch, or, with no settler thread
-(``Worker.run_once``, tests), to the outcome writer at once. Production and
-the tick take this same path.
+to the settler, which writes it in a batch, or, with no settler thread
+(``Worker.run_once``, tests), at once. Production and the tick take this
+same path. The job's definition is looked up once per attempt.
 """
 
 from __future__ import annotations
@@ -23,10 +23,9 @@ from ..exceptions import JobCancelled, PayloadError, ResultError, Snooze, Unknow
 from ..models import Attempt, AttemptOutcome
 from ..outcomes import HandlerResult, Settlement, cancelled, snoozed
 from ..payloads import decode_payload, encode_payload
-from ..registry import get_definition
+from ..registry import JobDefinition, get_definition
 from .clock import Clock
 from .inflight import Held, InFlight, Outcome
-from .recording import OutcomeWriter
 from .settler import Settler
 
 logger = logging.getLogger(__name__)
@@ -35,13 +34,10 @@ logger = logging.getLogger(__name__)
 class Executor:
     """Runs claimed jobs on the calling thread while the heartbeat keeps their leases."""
 
-    def __init__(
-        self, *, clock: Clock, inflight: InFlight, settler: Settler, writer: OutcomeWriter
-    ) -> None:
+    def __init__(self, *, clock: Clock, inflight: InFlight, settler: Settler) -> None:
         self.clock = clock
         self.inflight = inflight
         self.settler = settler
-        self.writer = writer
 
     def execute(self, claimed: ClaimedJob) -> Settlement | None:
         """Run ``claimed`` and hand its outcome on.
@@ -52,32 +48,27 @@ class Executor:
         was dropped.
         """
         ctx = make_context(claimed)
+        definition = definition_of(claimed)
+        held: Held | None = None
         try:
-            timeout = timeout_for(claimed)
+            timeout = timeout_for(claimed, definition)
         except Exception as exc:  # a bad setting: a failed attempt, not a stuck job
-            return self.hand_on(
-                Outcome(claimed, HandlerResult.from_exception(AttemptOutcome.FAILED, exc, None))
-            )
-        held = self.inflight.add(claimed, ctx, self.clock.now(), timeout)
-        result = self.run(held)
-        if result is None:
-            return None
-        return self.hand_on(Outcome(claimed, judge(held, result), held))
+            result = HandlerResult.from_exception(AttemptOutcome.FAILED, exc, None)
+        else:
+            held = self.inflight.add(claimed, ctx, self.clock.now(), timeout)
+            ran = self.run(held, definition)
+            if ran is None:
+                return None
+            result = judge(held, ran)
+        return self.settler.submit(Outcome(claimed, result, held))
 
-    def run(self, held: Held) -> HandlerResult | None:
+    def run(self, held: Held, definition: Definition) -> HandlerResult | None:
         """The handler's result, or None if its attempt is over (the heartbeat ended it)."""
         try:
-            result = run_handler(held.claimed, held.ctx)
+            result = run_handler(held.claimed, held.ctx, definition)
         finally:
             still_ours = self.inflight.finish(held)
         return result if still_ours else None
-
-    def hand_on(self, outcome: Outcome) -> Settlement | None:
-        if self.settler.running:
-            self.settler.submit(outcome)
-            return None
-        [written] = self.writer.write([outcome])
-        return written
 
 
 def judge(held: Held, result: HandlerResult) -> HandlerResult:
@@ -87,12 +78,21 @@ def judge(held: Held, result: HandlerResult) -> HandlerResult:
     return result
 
 
-def timeout_for(claimed: ClaimedJob) -> float | None:
-    """The job's ``@job(timeout=...)``, else its queue's ``timeout`` option."""
+#: A claimed job's definition, or why it has none (its attempt fails with it).
+Definition = JobDefinition | UnknownJob
+
+
+def definition_of(claimed: ClaimedJob) -> Definition:
+    """The claimed job's definition, looked up once per attempt."""
     try:
-        timeout = get_definition(claimed.name).timeout
-    except UnknownJob:
-        timeout = None  # the attempt fails when the handler is looked up
+        return get_definition(claimed.name)
+    except UnknownJob as exc:
+        return exc
+
+
+def timeout_for(claimed: ClaimedJob, definition: Definition) -> float | None:
+    """The job's ``@job(timeout=...)``, else its queue's ``timeout`` option."""
+    timeout = definition.timeout if isinstance(definition, JobDefinition) else None
     return timeout if timeout is not None else settings.queue_timeout(claimed.queue)
 
 
@@ -106,8 +106,8 @@ def make_context(claimed: ClaimedJob) -> JobContext:
     )
 
 
-def run_handler(claimed: ClaimedJob, ctx: JobContext) -> HandlerResult:
-    """Call the job's handler and return how its attempt ended; never raises.
+def run_handler(claimed: ClaimedJob, ctx: JobContext, definition: Definition) -> HandlerResult:
+    """Call ``definition``'s handler and return how its attempt ended; never raises.
 
     Whatever the handler raises, ``SystemExit`` and ``KeyboardInterrupt``
     included, is a failed attempt: the worker stops only by its own stop
@@ -116,7 +116,8 @@ def run_handler(claimed: ClaimedJob, ctx: JobContext) -> HandlerResult:
     """
     report_started(claimed)
     try:
-        definition = get_definition(claimed.name)
+        if isinstance(definition, UnknownJob):
+            raise definition
         ctx.payload = decode_payload(claimed.raw_payload)
         value = definition.func(ctx, ctx.payload)
         if value is None:

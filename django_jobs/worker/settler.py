@@ -12,7 +12,8 @@ Outcomes are written one of two ways, whichever comes first:
 
 On a stop, :meth:`Settler.stop` writes what is queued before the worker
 hands back what is still running. Without a started thread
-(``Worker.run_once``, tests), :meth:`submit` writes on the calling thread.
+(``Worker.run_once``, tests), :meth:`submit` writes on the calling thread and
+returns the outcome as written.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from collections.abc import Callable, Sequence
 
 from django.db import connections
 
+from ..db.records import Settlement
 from .inflight import Outcome
 
 logger = logging.getLogger(__name__)
@@ -34,7 +36,8 @@ MAX_BATCH = 500
 LINGER_SECONDS = 0.005
 
 
-Writer = Callable[[Sequence[Outcome]], object]
+#: Writes outcomes in one batch: each as written, None where its lease was lost.
+Writer = Callable[[Sequence[Outcome]], Sequence[Settlement | None]]
 
 
 class Settler:
@@ -57,14 +60,17 @@ class Settler:
         self._thread = threading.Thread(target=self._run, name="django-jobs-settler", daemon=True)
         self._thread.start()
 
-    def submit(self, outcome: Outcome) -> None:
+    def submit(self, outcome: Outcome) -> Settlement | None:
+        """Queue ``outcome`` for the next batch (None); with no thread, write it now and
+        return it as written (None if its lease was lost)."""
         if not self.running:
-            self.write([outcome])
-            return
+            [written] = self.write([outcome])
+            return written
         with self._cond:
             self._pending.append((time.monotonic(), outcome))
             if len(self._pending) == 1:
                 self._cond.notify()
+        return None
 
     def take(self, limit: int | None = None) -> list[Outcome]:
         """Take up to ``limit`` waiting outcomes, for a claim to settle in its statement."""

@@ -9,7 +9,7 @@ from django.db import connection
 from django_jobs.context import Progress
 from django_jobs.models import AttemptOutcome, Job, JobStatus
 from django_jobs.outcomes import HandlerResult
-from django_jobs.worker.execution import make_context, timeout_for
+from django_jobs.worker.execution import definition_of, make_context, timeout_for
 from tests.conftest import wait_until
 from tests.support.triggers import refusing
 
@@ -29,7 +29,7 @@ def start(worker, clock, make_job, **job):
     make_job(**job)
     [claimed] = w.claimer.claim("default", clock.now(), 1)
     ctx = make_context(claimed)
-    held = w.inflight.add(claimed, ctx, clock.now(), timeout_for(claimed))
+    held = w.inflight.add(claimed, ctx, clock.now(), timeout_for(claimed, definition_of(claimed)))
     return w, claimed, ctx, held
 
 

@@ -26,6 +26,7 @@ class Writes:
     def __call__(self, batch):
         with self.lock:
             self.batches.append([o.claimed.id for o in batch])
+        return [f"written #{o.claimed.id}" for o in batch]
 
     @property
     def ids(self) -> list[int]:
@@ -35,7 +36,19 @@ class Writes:
 
 def test_settler_without_its_thread_writes_on_the_calling_thread():
     writes = Writes()
-    Settler(writes).submit(outcome(1))
+    assert Settler(writes).submit(outcome(1)) == "written #1"
+    assert writes.batches == [[1]]
+
+
+def test_settler_with_its_thread_queues_and_returns_nothing_yet():
+    writes = Writes()
+    settler = Settler(writes, linger_seconds=30)
+    settler.start()
+    try:
+        assert settler.submit(outcome(1)) is None
+        assert writes.batches == []
+    finally:
+        settler.stop(5)
     assert writes.batches == [[1]]
 
 
