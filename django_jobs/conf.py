@@ -239,6 +239,32 @@ def require_max_attempts(max_attempts: Any, argument: str = "max_attempts") -> i
     return int(max_attempts)
 
 
+def check_job_options(
+    *,
+    queue: Any,
+    priority: Any,
+    max_attempts: Any,
+    unique_key: Any = None,
+    schedule: Any = None,
+) -> None:
+    """``ValueError`` for an option no job can have (None: the default, or none).
+
+    What :func:`~django_jobs.scheduling.build_job` checks of every new job, and the
+    recurring schedules of theirs, so a schedule is refused when it is saved rather
+    than on every tick.
+    """
+    if max_attempts is not None:
+        require_max_attempts(max_attempts)
+    if priority is not None:
+        require_priority(priority)
+    if queue is not None:
+        require_queue_name(queue)
+    if unique_key is not None:
+        require_text(unique_key, "unique_key", UNIQUE_KEY_MAX_LENGTH, blank=True)
+    if schedule is not None:
+        require_text(schedule, "schedule", SCHEDULE_NAME_MAX_LENGTH)
+
+
 def setting_problem(key: str, value: Any) -> Problem | None:
     """What is wrong with ``DJANGO_JOBS[key] = value`` (the keys with rules here), or None."""
     where = f"DJANGO_JOBS[{key!r}]"

@@ -22,14 +22,19 @@ from django.db import (
 )
 from django.utils import timezone as dj_timezone
 
-from .conf import SCHEDULE_NAME_MAX_LENGTH, require_text, require_use_tz, settings
+from .conf import (
+    SCHEDULE_NAME_MAX_LENGTH,
+    check_job_options,
+    require_text,
+    require_use_tz,
+    settings,
+)
 from .cron import get_zone, next_occurrence, validate_cron
 from .events import report_recurring
 from .exceptions import JobsError, NotMigrated, ScheduleError
 from .models import RecurringJob, ScheduleSource
 from .payloads import encode_payload
 from .registry import get_definition
-from .scheduling import check_job_options
 
 SCHEDULE_KEYS = {
     "cron",

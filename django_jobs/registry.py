@@ -21,6 +21,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .conf import (
+    CONCURRENCY_KEY_MAX_LENGTH,
     JOB_NAME_MAX_LENGTH,
     concurrency_problem,
     parse_rate,
@@ -61,6 +62,26 @@ class JobDefinition:
     @property
     def func_path(self) -> str:
         return f"{self.func.__module__}.{self.func.__qualname__}"
+
+    def concurrency_key(self, key: str | None, queue: str) -> str | None:
+        """The concurrency key a new job of this definition on ``queue`` carries: ``key``,
+        else the job's name, for a job with a concurrency limit; None for one without."""
+        if self.concurrency is None:
+            if key is not None:
+                raise ValueError(
+                    f"concurrency_key is given, but job {self.name!r} has no concurrency "
+                    f"limit: declare one, as @job({self.name!r}, concurrency=1)"
+                )
+            return None
+        if queue not in keyed_queues():
+            raise ValueError(
+                f"job {self.name!r} has a concurrency limit, which its workers hold on "
+                f"queues that a job with a limit declares ({self.queue!r}); queue {queue!r} "
+                "has none: schedule it there, or declare a job with concurrency= on that queue"
+            )
+        if key is None:
+            return self.name
+        return require_text(key, "concurrency_key", CONCURRENCY_KEY_MAX_LENGTH)
 
 
 @dataclass(frozen=True)

@@ -22,24 +22,14 @@ from typing import Any
 from django.db import router, transaction
 from django.utils import timezone
 
-from .conf import (
-    CONCURRENCY_KEY_MAX_LENGTH,
-    SCHEDULE_NAME_MAX_LENGTH,
-    UNIQUE_KEY_MAX_LENGTH,
-    require_max_attempts,
-    require_priority,
-    require_queue_name,
-    require_text,
-    require_use_tz,
-    settings,
-)
+from .conf import check_job_options, require_use_tz, settings
 from .db import get_driver
 from .events import report_enqueued
 from .exceptions import UnknownJob
 from .models import Job
 from .payloads import encode_payload
 from .queues import check_scheduled_queue
-from .registry import JobDefinition, get_definition, keyed_queues
+from .registry import get_definition
 
 JobRef = str | Callable[..., Any]
 
@@ -88,20 +78,6 @@ def _resolve_run_at(run_at: datetime | None, delay: timedelta | None) -> datetim
     return run_at
 
 
-def check_job_options(*, queue: str | None, priority: int | None, max_attempts: int | None) -> None:
-    """``ValueError`` for a queue, priority or max_attempts no job can have (None: the default).
-
-    Shared by :func:`build_job` and the recurring schedules, so a schedule is
-    refused when it is saved rather than on every tick.
-    """
-    if max_attempts is not None:
-        require_max_attempts(max_attempts)
-    if priority is not None:
-        require_priority(priority)
-    if queue is not None:
-        require_queue_name(queue)
-
-
 def build_job(spec: JobSpec) -> Job:
     """Validate a spec and return an unsaved :class:`Job`."""
     definition = get_definition(spec.job)
@@ -115,13 +91,15 @@ def build_job(spec: JobSpec) -> Job:
     )
     priority = spec.priority if spec.priority is not None else definition.priority
     queue = spec.queue if spec.queue is not None else definition.queue
-    check_job_options(queue=queue, priority=priority, max_attempts=max_attempts)
+    check_job_options(
+        queue=queue,
+        priority=priority,
+        max_attempts=max_attempts,
+        unique_key=spec.unique_key,
+        schedule=spec.schedule,
+    )
     check_scheduled_queue(queue, definition.queue)
-    if spec.unique_key is not None:
-        require_text(spec.unique_key, "unique_key", UNIQUE_KEY_MAX_LENGTH, blank=True)
-    if spec.schedule is not None:
-        require_text(spec.schedule, "schedule", SCHEDULE_NAME_MAX_LENGTH)
-    key = concurrency_key(definition, spec.concurrency_key, queue)
+    key = definition.concurrency_key(spec.concurrency_key, queue)
     return unsaved_job(
         name=definition.name,
         queue=queue,
@@ -134,27 +112,6 @@ def build_job(spec: JobSpec) -> Job:
         concurrency_key=key,
         concurrency_limit=None if key is None else definition.concurrency,
     )
-
-
-def concurrency_key(definition: JobDefinition, key: str | None, queue: str) -> str | None:
-    """The concurrency key a new job of ``definition`` on ``queue`` carries: the one given,
-    else the job's name, for a job with a concurrency limit; None for one without."""
-    if definition.concurrency is None:
-        if key is not None:
-            raise ValueError(
-                f"concurrency_key is given, but job {definition.name!r} has no concurrency "
-                f"limit: declare one, as @job({definition.name!r}, concurrency=1)"
-            )
-        return None
-    if queue not in keyed_queues():
-        raise ValueError(
-            f"job {definition.name!r} has a concurrency limit, which its workers hold on "
-            f"queues that a job with a limit declares ({definition.queue!r}); queue {queue!r} "
-            "has none: schedule it there, or declare a job with concurrency= on that queue"
-        )
-    if key is None:
-        return definition.name
-    return require_text(key, "concurrency_key", CONCURRENCY_KEY_MAX_LENGTH)
 
 
 @functools.cache

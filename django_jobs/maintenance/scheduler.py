@@ -20,7 +20,7 @@ from django.db.models import Q
 from ..cron import next_occurrence
 from ..db import get_driver
 from ..events import report_recurring
-from ..models import RecurringJob
+from ..models import Job, RecurringJob
 from ..scheduling import JobSpec, build_job, enqueue
 
 
@@ -72,28 +72,23 @@ def fire(schedule: RecurringJob, now: datetime, using: str) -> int:
     """Fire one due occurrence of ``schedule``; 1 if this call enqueued its job.
 
     A row that cannot make a job (its job no longer registered, a stored
-    cron, payload or option that is not valid) is moved on rather than left
-    due: see :func:`_move_past`.
+    payload or option that is not valid) is moved past the occurrence rather
+    than left due, and one whose cron or zone gives no next occurrence is
+    disabled: see :func:`_move_past`.
     """
     occurrence = schedule.next_run_at
     assert occurrence is not None
+    job: Job | Exception
+    try:  # the row's own content: no database call in either
+        job = build_job(occurrence_spec(schedule, occurrence))
+    except Exception as exc:
+        job = exc
     try:
         following = next_occurrence(schedule.cron, schedule.timezone, max(now, occurrence))
-        job = build_job(
-            JobSpec(
-                schedule.job_name,
-                schedule.payload,
-                run_at=occurrence,
-                queue=schedule.queue,
-                priority=schedule.priority,
-                max_attempts=schedule.max_attempts,
-                unique_key=None if schedule.overlap else f"recurring:{schedule.name}",
-                schedule=schedule.name,
-            )
-        )
-    except Exception as exc:  # the row's own content: no database call above
-        _move_past(schedule, occurrence, now, exc, using)
-        return 0
+    except Exception as exc:
+        return _move_past(schedule, occurrence, None, exc, using)
+    if isinstance(job, Exception):
+        return _move_past(schedule, occurrence, following, job, using)
     with get_driver(using).write_transaction():
         moved = (
             RecurringJob.objects.using(using)
@@ -111,28 +106,44 @@ def fire(schedule: RecurringJob, now: datetime, using: str) -> int:
     return 1
 
 
+def occurrence_spec(schedule: RecurringJob, occurrence: datetime) -> JobSpec:
+    """The job ``schedule`` enqueues for ``occurrence``: at most one pending or running at
+    once unless the schedule allows overlap."""
+    return JobSpec(
+        schedule.job_name,
+        schedule.payload,
+        run_at=occurrence,
+        queue=schedule.queue,
+        priority=schedule.priority,
+        max_attempts=schedule.max_attempts,
+        unique_key=None if schedule.overlap else f"recurring:{schedule.name}",
+        schedule=schedule.name,
+    )
+
+
 def _move_past(
-    schedule: RecurringJob, occurrence: datetime, now: datetime, error: Exception, using: str
-) -> None:
-    """Log why ``occurrence`` cannot fire, and take the row out of the due set.
+    schedule: RecurringJob,
+    occurrence: datetime,
+    following: datetime | None,
+    error: Exception,
+    using: str,
+) -> int:
+    """Log why ``occurrence`` cannot fire, and take the row out of the due set; 0.
 
     Like cron when a command fails: the occurrence is skipped and the schedule
-    tries again at its next one, so it resumes by itself once the job is
-    registered again or the row is fixed. A cron or zone that gives no next
-    occurrence leaves nothing to wait for: the schedule is disabled, to be
-    enabled again once fixed. Both writes are guarded by the occurrence read,
-    so they never undo a fire by another worker.
+    tries again at its next one (``following``), so it resumes by itself once
+    the job is registered again or the row is fixed. A cron or zone that gives
+    no next occurrence (``following`` None) leaves nothing to wait for: the
+    schedule is disabled, to be enabled again once fixed. Both writes are
+    guarded by the occurrence read, so they never undo a fire by another worker.
     """
-    problem = f"{type(error).__name__}: {error}"
+    said = {"error": f"{type(error).__name__}: {error}", "occurrence": occurrence.isoformat()}
     guard = RecurringJob.objects.using(using).filter(
         pk=schedule.pk, enabled=True, next_run_at=occurrence
     )
-    said = {"error": problem, "occurrence": occurrence.isoformat()}
-    try:
-        following = next_occurrence(schedule.cron, schedule.timezone, max(now, occurrence))
-    except Exception:
+    if following is None:
         if guard.update(enabled=False):
             report_recurring("recurring_broken", schedule.name, **said)
-        return
-    if guard.update(next_run_at=following):
+    elif guard.update(next_run_at=following):
         report_recurring("recurring_passed", schedule.name, following=following.isoformat(), **said)
+    return 0
