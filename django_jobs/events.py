@@ -28,6 +28,10 @@ if TYPE_CHECKING:
     from .outcomes import HandlerResult
     from .tasks.framework import TaskResult
 
+    #: An outcome a worker wrote: the job as claimed, the handler's result, the settlement
+    #: decided for it, and that settlement as written (None: the lease was lost before).
+    Written = tuple[ClaimedJob, HandlerResult, Settlement, Settlement | None]
+
 logger = logging.getLogger(__name__)
 
 
@@ -267,6 +271,20 @@ def report_outcome(claimed: ClaimedJob, result: HandlerResult, settled: Settleme
             },
         )
     _send_all(report, claimed.id, claimed.name, claimed.queue, claimed.attempt, settled.error)
+
+
+def report_written(outcomes: Sequence[Written]) -> list[str]:
+    """Report each outcome a worker wrote (:func:`report_outcome`; one whose lease was lost,
+    ``job_lease_lost``) and return each one's kind (:data:`OUTCOMES`' keys, ``lease_lost``)."""
+    kinds: list[str] = []
+    for claimed, result, decided, written in outcomes:
+        if written is None:
+            kinds.append("lease_lost")
+            report_lease("job_lease_lost", decided.job_id, decided.attempt, outcome=decided.outcome)
+        else:
+            kinds.append(outcome_kind(written.status, result.outcome))
+            report_outcome(claimed, result, written)
+    return kinds
 
 
 def _send_all(report: Report, job_id: int, name: str, queue: str, attempt: int, error: str) -> None:

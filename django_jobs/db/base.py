@@ -339,6 +339,7 @@ class Driver(Statements):
                 max_attempts=row.max_attempts,
                 owner=request.owner,
                 lease_expires_at=request.expires_at,
+                holds_slot=request.limits is not None,
             )
             for row in rows
             if row.id in marked

@@ -286,6 +286,7 @@ class PostgresDriver(Driver):
                 max_attempts=job.max_attempts,
                 owner=request.owner,
                 lease_expires_at=request.expires_at,
+                holds_slot=request.limits is not None,
             )
             for job in (row.candidate for row in rows)
         ]

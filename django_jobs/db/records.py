@@ -129,6 +129,8 @@ class ClaimedJob:
     max_attempts: int
     owner: str
     lease_expires_at: datetime
+    #: Claimed under its queue's limits: its end frees a slot other workers may wait for.
+    holds_slot: bool = False
 
     @property
     def pair(self) -> tuple[int, int]:

@@ -31,10 +31,9 @@ from ..conf import settings
 from ..db import ROW_ERRORS, Driver
 from ..db.outage import with_backoff
 from ..db.records import ClaimedJob, Pairs, Settled
-from ..events import outcome_kind, report_lease, report_outcome
+from ..events import report_lease, report_written
 from ..models import AttemptOutcome, JobStatus
 from ..outcomes import HandlerResult, Settlement, decide, released, unrecorded
-from ..registry import queue_limits
 from ..retry_policy import RetryPolicy
 from .clock import Clock
 from .deadlines import Deadlines
@@ -261,35 +260,21 @@ class OutcomeWriter:
         claim carried the outcomes, ``carried_by``: a limited claim wakes its own queue in
         its transaction), then report each outcome."""
         final = [settled.as_written(d.settlement) for d in decided]
-        kinds = [
-            "lease_lost" if w is None else outcome_kind(w.status, d.outcome.result.outcome)
-            for d, w in zip(decided, final, strict=True)
+        woken = [
+            claimed.queue
+            for claimed, s in zip((d.outcome.claimed for d in decided), final, strict=True)
+            if s and (due_again(s) or (claimed.holds_slot and claimed.queue != carried_by))
         ]
+        self.wake(woken)
+        kinds = report_written(
+            [
+                (d.outcome.claimed, d.outcome.result, d.settlement, written)
+                for d, written in zip(decided, final, strict=True)
+            ]
+        )
         with self._counting:
             self.jobs_run += len(decided) - len(settled.lost)
             self.counts.update(kinds)
-        self.wake(
-            [
-                d.outcome.claimed.queue
-                for d, s in zip(decided, final, strict=True)
-                if s
-                and (
-                    due_again(s)
-                    or (
-                        d.outcome.claimed.queue != carried_by
-                        and self.limited(d.outcome.claimed.queue)
-                    )
-                )
-            ]
-        )
-        for d, written in zip(decided, final, strict=True):
-            if written is None:
-                decision = d.settlement
-                report_lease(
-                    "job_lease_lost", decision.job_id, decision.attempt, outcome=decision.outcome
-                )
-            else:
-                report_outcome(d.outcome.claimed, d.outcome.result, written)
         return final
 
     def take_counts(self) -> Counter[str]:
@@ -311,11 +296,6 @@ class OutcomeWriter:
         if handed_back:
             self.wake(self.queues)  # a settlement names no queue: wake this process's
         return handed_back
-
-    def limited(self, queue: str) -> bool:
-        """The queue has limits: an outcome written there frees a slot other workers may
-        be waiting for."""
-        return queue_limits(queue) is not None
 
     def wake(self, queues: Sequence[str]) -> None:
         """Wake the workers of ``queues``: a job there is due again at once (handed back at a
