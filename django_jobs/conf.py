@@ -14,11 +14,13 @@ import math
 import os
 import reprlib
 from collections.abc import Mapping
-from datetime import timedelta
+from datetime import datetime, timedelta
+from datetime import timezone as dt_timezone
 from typing import Any, NamedTuple
 
 from django.conf import settings as django_settings
 from django.core.exceptions import ImproperlyConfigured
+from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from .text import UNSTORABLE, is_number_text
@@ -246,6 +248,7 @@ def check_job_options(
     max_attempts: Any,
     unique_key: Any = None,
     schedule: Any = None,
+    concurrency_key: Any = None,
 ) -> None:
     """``ValueError`` for an option no job can have (None: the default, or none).
 
@@ -263,6 +266,36 @@ def check_job_options(
         require_text(unique_key, "unique_key", UNIQUE_KEY_MAX_LENGTH, blank=True)
     if schedule is not None:
         require_text(schedule, "schedule", SCHEDULE_NAME_MAX_LENGTH)
+    if concurrency_key is not None:
+        require_text(concurrency_key, "concurrency_key", CONCURRENCY_KEY_MAX_LENGTH)
+
+
+def resolve_run_at(run_at: Any, delay: Any) -> datetime:
+    """When a new job is due: ``run_at``, or ``delay`` from now, or now; ``ValueError`` for
+    both, or a value no job can have."""
+    require_use_tz()
+    if run_at is not None and delay is not None:
+        raise ValueError("give run_at or delay, not both")
+    if delay is not None:
+        if not isinstance(delay, timedelta):
+            raise ValueError(f"delay must be a timedelta, got {delay!r}")
+        try:
+            return timezone.now() + delay
+        except OverflowError:
+            raise ValueError(
+                f"delay must keep run_at within the years 1 to 9999, got {delay!r}"
+            ) from None
+    if run_at is None:
+        return timezone.now()
+    if not isinstance(run_at, datetime):
+        raise ValueError(f"run_at must be a datetime, got {run_at!r}")
+    if timezone.is_naive(run_at):
+        raise ValueError("run_at must be timezone-aware")
+    try:
+        run_at.astimezone(dt_timezone.utc)  # as SQLite stores it: the calendar's ends overflow
+    except OverflowError:
+        raise ValueError(f"run_at must be from year 1 to 9999 in UTC, got {run_at!r}") from None
+    return run_at
 
 
 def setting_problem(key: str, value: Any) -> Problem | None:

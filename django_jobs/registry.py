@@ -21,7 +21,6 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from .conf import (
-    CONCURRENCY_KEY_MAX_LENGTH,
     JOB_NAME_MAX_LENGTH,
     concurrency_problem,
     parse_rate,
@@ -79,9 +78,7 @@ class JobDefinition:
                 f"queues that a job with a limit declares ({self.queue!r}); queue {queue!r} "
                 "has none: schedule it there, or declare a job with concurrency= on that queue"
             )
-        if key is None:
-            return self.name
-        return require_text(key, "concurrency_key", CONCURRENCY_KEY_MAX_LENGTH)
+        return self.name if key is None else key
 
 
 @dataclass(frozen=True)

@@ -11,18 +11,16 @@ is announced once it commits.
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
 from typing import Any
 
 from django.db import router, transaction
 from django.utils import timezone
 
-from .conf import check_job_options, require_use_tz, settings
+from .conf import check_job_options, resolve_run_at, settings
 from .db import get_driver
 from .events import report_enqueued
 from .exceptions import UnknownJob
@@ -52,37 +50,13 @@ class JobSpec:
     concurrency_key: str | None = None
 
 
-def _resolve_run_at(run_at: datetime | None, delay: timedelta | None) -> datetime:
-    require_use_tz()
-    if run_at is not None and delay is not None:
-        raise ValueError("give run_at or delay, not both")
-    if delay is not None:
-        if not isinstance(delay, timedelta):
-            raise ValueError(f"delay must be a timedelta, got {delay!r}")
-        try:
-            return timezone.now() + delay
-        except OverflowError:
-            raise ValueError(
-                f"delay must keep run_at within the years 1 to 9999, got {delay!r}"
-            ) from None
-    if run_at is None:
-        return timezone.now()
-    if not isinstance(run_at, datetime):
-        raise ValueError(f"run_at must be a datetime, got {run_at!r}")
-    if timezone.is_naive(run_at):
-        raise ValueError("run_at must be timezone-aware")
-    try:
-        run_at.astimezone(dt_timezone.utc)  # as SQLite stores it: the calendar's ends overflow
-    except OverflowError:
-        raise ValueError(f"run_at must be from year 1 to 9999 in UTC, got {run_at!r}") from None
-    return run_at
-
-
 def build_job(spec: JobSpec) -> Job:
     """Validate a spec and return an unsaved :class:`Job`."""
     definition = get_definition(spec.job)
     if definition.unavailable is not None:
         raise UnknownJob(definition.unavailable)
+    queue = spec.queue if spec.queue is not None else definition.queue
+    key = definition.concurrency_key(spec.concurrency_key, queue)
     text = encode_payload(spec.payload)
     max_attempts = (
         spec.max_attempts
@@ -90,45 +64,28 @@ def build_job(spec: JobSpec) -> Job:
         else definition.max_attempts or int(settings.MAX_ATTEMPTS)
     )
     priority = spec.priority if spec.priority is not None else definition.priority
-    queue = spec.queue if spec.queue is not None else definition.queue
     check_job_options(
         queue=queue,
         priority=priority,
         max_attempts=max_attempts,
         unique_key=spec.unique_key,
         schedule=spec.schedule,
+        concurrency_key=key,
     )
+    run_at = resolve_run_at(spec.run_at, spec.delay)
     check_scheduled_queue(queue, definition.queue)
-    key = definition.concurrency_key(spec.concurrency_key, queue)
-    return unsaved_job(
+    return Job.unsaved(
         name=definition.name,
         queue=queue,
         payload=json.loads(text),
         priority=priority,
-        run_at=_resolve_run_at(spec.run_at, spec.delay),
+        run_at=run_at,
         max_attempts=max_attempts,
         unique_key=spec.unique_key,
         schedule=spec.schedule,
         concurrency_key=key,
         concurrency_limit=None if key is None else definition.concurrency,
     )
-
-
-@functools.cache
-def job_defaults() -> tuple[tuple[str, Callable[[], Any]], ...]:
-    """Each concrete field of :class:`Job` in order, with what makes its default."""
-    return tuple((field.attname, field.get_default) for field in Job._meta.concrete_fields)
-
-
-def unsaved_job(**values: Any) -> Job:
-    """An unsaved :class:`Job` of ``values``, the other fields at their defaults.
-
-    Built with every field's value in order, as Django makes the rows it
-    loads: a third of the CPU of the keyword form, which looks up and pops
-    each field's keyword. ``pre_init`` and ``post_init`` are sent as ever.
-    """
-    fields = [values[name] if name in values else default() for name, default in job_defaults()]
-    return Job(*fields)  # type: ignore[misc]  # the plugin reads one positional as the id
 
 
 def enqueue(rows: Sequence[Job], using: str) -> list[Job]:
