@@ -78,17 +78,28 @@ def fire(schedule: RecurringJob, now: datetime, using: str) -> int:
     """
     occurrence = schedule.next_run_at
     assert occurrence is not None
-    job: Job | Exception
+    spec = JobSpec(
+        schedule.job_name,
+        schedule.payload,
+        run_at=occurrence,
+        queue=schedule.queue,
+        priority=schedule.priority,
+        max_attempts=schedule.max_attempts,
+        unique_key=None if schedule.overlap else f"recurring:{schedule.name}",  # one at a time
+        schedule=schedule.name,
+    )
+    job: Job | None = None
+    problem: Exception | None = None
     try:  # the row's own content: no database call in either
-        job = build_job(occurrence_spec(schedule, occurrence))
+        job = build_job(spec)
     except Exception as exc:
-        job = exc
+        problem = exc
     try:
         following = next_occurrence(schedule.cron, schedule.timezone, max(now, occurrence))
-    except Exception as exc:
-        return _move_past(schedule, occurrence, None, exc, using)
-    if isinstance(job, Exception):
-        return _move_past(schedule, occurrence, following, job, using)
+    except Exception as exc:  # nothing to wait for: the schedule is disabled
+        following, problem = None, exc
+    if problem is not None or job is None:
+        return _move_past(schedule, occurrence, following, problem, using)
     with get_driver(using).write_transaction():
         moved = (
             RecurringJob.objects.using(using)
@@ -106,26 +117,11 @@ def fire(schedule: RecurringJob, now: datetime, using: str) -> int:
     return 1
 
 
-def occurrence_spec(schedule: RecurringJob, occurrence: datetime) -> JobSpec:
-    """The job ``schedule`` enqueues for ``occurrence``: at most one pending or running at
-    once unless the schedule allows overlap."""
-    return JobSpec(
-        schedule.job_name,
-        schedule.payload,
-        run_at=occurrence,
-        queue=schedule.queue,
-        priority=schedule.priority,
-        max_attempts=schedule.max_attempts,
-        unique_key=None if schedule.overlap else f"recurring:{schedule.name}",
-        schedule=schedule.name,
-    )
-
-
 def _move_past(
     schedule: RecurringJob,
     occurrence: datetime,
     following: datetime | None,
-    error: Exception,
+    error: Exception | None,
     using: str,
 ) -> int:
     """Log why ``occurrence`` cannot fire, and take the row out of the due set; 0.
@@ -137,13 +133,17 @@ def _move_past(
     schedule is disabled, to be enabled again once fixed. Both writes are
     guarded by the occurrence read, so they never undo a fire by another worker.
     """
-    said = {"error": f"{type(error).__name__}: {error}", "occurrence": occurrence.isoformat()}
     guard = RecurringJob.objects.using(using).filter(
         pk=schedule.pk, enabled=True, next_run_at=occurrence
     )
     if following is None:
-        if guard.update(enabled=False):
-            report_recurring("recurring_broken", schedule.name, **said)
-    elif guard.update(next_run_at=following):
-        report_recurring("recurring_passed", schedule.name, following=following.isoformat(), **said)
+        moved, event, said = guard.update(enabled=False), "recurring_broken", {}
+    else:
+        moved = guard.update(next_run_at=following)
+        event, said = "recurring_passed", {"following": following.isoformat()}
+    if moved:
+        error_text = f"{type(error).__name__}: {error}"
+        report_recurring(
+            event, schedule.name, error=error_text, occurrence=occurrence.isoformat(), **said
+        )
     return 0
