@@ -64,27 +64,23 @@ def build_job(spec: JobSpec) -> Job:
         else definition.max_attempts or int(settings.MAX_ATTEMPTS)
     )
     priority = spec.priority if spec.priority is not None else definition.priority
-    check_job_options(
-        queue=queue,
-        priority=priority,
-        max_attempts=max_attempts,
-        unique_key=spec.unique_key,
-        schedule=spec.schedule,
-        concurrency_key=key,
-    )
+    options = {
+        "queue": queue,
+        "priority": priority,
+        "max_attempts": max_attempts,
+        "unique_key": spec.unique_key,
+        "schedule": spec.schedule,
+        "concurrency_key": key,
+    }
+    check_job_options(**options)
     run_at = resolve_run_at(spec.run_at, spec.delay)
     check_scheduled_queue(queue, definition.queue)
     return Job.unsaved(
         name=definition.name,
-        queue=queue,
         payload=json.loads(text),
-        priority=priority,
         run_at=run_at,
-        max_attempts=max_attempts,
-        unique_key=spec.unique_key,
-        schedule=spec.schedule,
-        concurrency_key=key,
         concurrency_limit=None if key is None else definition.concurrency,
+        **options,
     )
 
 
