@@ -12,9 +12,7 @@ import importlib
 import io
 import logging
 import sys
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from textwrap import dedent
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -27,8 +25,6 @@ from django_jobs.models import Job
 from django_jobs.registry import ATTRIBUTE, get_definition, register, unreached_jobs, unregister
 
 pytestmark = pytest.mark.django_db
-
-Write = Callable[[str, str], None]
 
 HELPERS = """
 from django_jobs import job
@@ -58,31 +54,6 @@ from store import views
 
 urlpatterns = [path("sync/", views.sync)]
 """
-
-
-@pytest.fixture
-def project_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Write]:
-    """``write(name, text)``: a module of the project's, importable; forgotten after the
-    test, with the jobs it registered."""
-    monkeypatch.syspath_prepend(str(tmp_path))
-    packages: set[str] = set()
-
-    def write(name: str, text: str) -> None:
-        parts = name.split(".")
-        for depth in range(1, len(parts)):
-            package = tmp_path.joinpath(*parts[:depth])
-            package.mkdir(exist_ok=True)
-            (package / "__init__.py").touch()
-        tmp_path.joinpath(*parts[:-1], f"{parts[-1]}.py").write_text(dedent(text))
-        packages.add(parts[0])
-        importlib.invalidate_caches()
-
-    yield write
-    for name, module in unreached_jobs():
-        if module.split(".")[0] in packages:
-            unregister(name)
-    for name in [name for name in sys.modules if name.split(".")[0] in packages]:
-        del sys.modules[name]
 
 
 def late_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
