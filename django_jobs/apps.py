@@ -15,15 +15,13 @@ class DjangoJobsConfig(AppConfig):
 
     def ready(self) -> None:
         """The one place that registers things: the system checks, the ``post_migrate``
-        receiver that puts a SQLite file in WAL mode, every installed app's ``@job``
-        handlers, and the job that runs Django tasks when a ``TASKS`` backend is a
-        ``JobsBackend``."""
+        receiver (a SQLite file put in WAL mode, what the checks say of the new tables),
+        every installed app's ``@job`` handlers, and the job that runs Django tasks when a
+        ``TASKS`` backend is a ``JobsBackend``."""
         from . import checks  # noqa: F401  (registers the system checks)
-        from .db.journal import use_wal_mode_after_migrate
+        from .db.migrated import after_migrate
 
-        post_migrate.connect(
-            use_wal_mode_after_migrate, sender=self, dispatch_uid="django_jobs.wal_mode"
-        )
+        post_migrate.connect(after_migrate, sender=self, dispatch_uid="django_jobs.after_migrate")
 
         # Import every installed app's jobs.py so that its @job handlers register.
         autodiscover_modules("jobs")

@@ -22,7 +22,7 @@ from django.db import router, transaction
 from .conf import JOB_NAME_MAX_LENGTH
 from .conf import settings as jobs_settings
 from .tasks.arguments import json_arguments
-from .tasks.declared import declare, is_module_name
+from .tasks.declared import declare, is_module_name, require_reached
 from .tasks.framework import (
     BaseTaskBackend,
     InvalidTask,
@@ -98,7 +98,8 @@ class JobsBackend(BaseTaskBackend):
         )
 
     def validate_task(self, task: Task) -> None:
-        """Django's checks, a path that fits a job's name; then ``task``'s path is one
+        """Django's checks, a path that fits a job's name, a module a worker imports (see
+        :func:`~django_jobs.tasks.declared.require_reached`); then ``task``'s path is one
         this process's rows may name."""
         super().validate_task(task)
         if len(task.module_path) > JOB_NAME_MAX_LENGTH:
@@ -106,6 +107,8 @@ class JobsBackend(BaseTaskBackend):
                 f"Task path {task.module_path!r} is longer than a job's name may be "
                 f"({JOB_NAME_MAX_LENGTH} characters)."
             )
+        if not apps.ready or apps.is_installed("django_jobs"):  # else: E031 says what is wrong
+            require_reached(task, self.alias, self.task_modules)
         declare(task)
 
     def enqueue(self, task: Task, args: Any, kwargs: Any) -> TaskResult:

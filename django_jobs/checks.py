@@ -504,3 +504,34 @@ def _unserved_warning(queue: str, names: list[str]) -> CheckMessage:
         f"`manage.py runjobs --queue {queue}` and silence django_jobs.W010.",
         id="django_jobs.W010",
     )
+
+
+@register(Tags.compatibility)
+def check_jobs_reached(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
+    """W006: a job registered from a module a worker does not import (see
+    :mod:`django_jobs.reach`). The URLconf is imported first, as Django's URL check
+    does, so that the jobs of the modules views import are registered by then."""
+    from .registry import unreached_jobs
+
+    import_url_config()
+    return [
+        Warning(
+            f"Job {name!r} is registered in {module!r}, a module imported only after "
+            "start-up (by a view or the URLconf, say): `runjobs` does not import it, so its "
+            "jobs fail there with UnknownJob and are dead-lettered.",
+            hint=f"Define it in an installed app's jobs.py, or import {module!r} from there.",
+            id="django_jobs.W006",
+        )
+        for name, module in unreached_jobs()
+    ]
+
+
+def import_url_config() -> None:
+    """Import ``ROOT_URLCONF`` and what it includes, if it is set and imports; Django's
+    URL check says what keeps it from importing."""
+    if not getattr(django_settings, "ROOT_URLCONF", None):
+        return
+    from django.urls import get_resolver
+
+    with contextlib.suppress(Exception):
+        get_resolver().url_patterns  # noqa: B018  (imports the URLconf's modules)

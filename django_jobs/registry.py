@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
+import logging
 import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from .conf import (
     settings,
 )
 from .exceptions import DuplicateJobName, UnknownJob
+from .reach import app_modules, reached
 
 if TYPE_CHECKING:
     from .context import JobContext
@@ -39,6 +41,8 @@ if TYPE_CHECKING:
 
 Handler = Callable[["JobContext", Any], Any]
 H = TypeVar("H", bound=Callable[..., Any])
+
+logger = logging.getLogger(__name__)
 
 ATTRIBUTE = "django_job"
 
@@ -94,6 +98,9 @@ class Finder:
 _registry: dict[str, JobDefinition] = {}
 _limits: dict[str, QueueLimits | None] = {}  # queue_limits(), by queue
 _finders: dict[str, Finder] = {}
+#: The jobs registered from a module a worker does not import (see :mod:`.reach`): name ->
+#: that module.
+_unreached: dict[str, str] = {}
 _lock = threading.Lock()
 
 
@@ -166,6 +173,8 @@ def require_handler(name: str, func: Callable[..., Any]) -> None:
 
 
 def register(definition: JobDefinition) -> None:
+    """Register ``definition``; one made from a module a worker does not import is
+    recorded (:func:`unreached_jobs`) and said once, as it is made."""
     with _lock:
         existing = _registry.get(definition.name)
         if existing is not None and existing.func_path != definition.func_path:
@@ -175,6 +184,37 @@ def register(definition: JobDefinition) -> None:
             )
         _registry[definition.name] = definition
         _limits.clear()
+        module = _newly_unreached(definition)
+    if module is None:
+        return
+    logger.warning(
+        "job %r is registered by %s, a module imported after start-up: `runjobs` does not "
+        "import it, so its jobs fail there as unknown; define it in an installed app's "
+        "jobs.py, or import %s from there",
+        definition.name,
+        module,
+        module,
+        extra={"event": "late_job_registered", "job": definition.name, "job_module": module},
+    )
+
+
+def _newly_unreached(definition: JobDefinition) -> str | None:
+    """The module of ``definition``'s handler if a worker does not import it and it was
+    not recorded yet; None otherwise. Called under the lock."""
+    module = definition.func.__module__
+    if reached(module, lambda: app_modules("jobs")):
+        _unreached.pop(definition.name, None)
+        return None
+    if _unreached.get(definition.name) == module:
+        return None
+    _unreached[definition.name] = module
+    return module
+
+
+def unreached_jobs() -> list[tuple[str, str]]:
+    """The jobs registered from a module a worker does not import, with that module."""
+    with _lock:
+        return sorted(_unreached.items())
 
 
 def keyed_queues() -> frozenset[str]:
@@ -221,6 +261,7 @@ def _forget_limits(setting: str, **kwargs: Any) -> None:
 def unregister(name: str) -> None:
     with _lock:
         _registry.pop(name, None)
+        _unreached.pop(name, None)
         _limits.clear()
 
 

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import importlib
 import io
 import json
 import os
@@ -13,6 +14,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from textwrap import dedent
 from typing import Any
 
 import pytest
@@ -341,6 +343,36 @@ def fresh_database_url(tmp_path: Path) -> Iterator[str]:
 @pytest.fixture(autouse=True, scope="session")
 def _register_test_jobs() -> None:
     import tests.support.jobs  # noqa: F401
+
+
+@pytest.fixture
+def project_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[[str, str], None]]:
+    """``write(name, text)``: a module of the project's own (not a test module: see
+    ``django_jobs.reach``), importable; forgotten after the test, with the jobs it
+    registered. Give a task's module a name of its test's: a task's path stays declared."""
+    from django_jobs.registry import unreached_jobs, unregister
+
+    monkeypatch.syspath_prepend(str(tmp_path))
+    packages: set[str] = set()
+
+    def write(name: str, text: str) -> None:
+        parts = name.split(".")
+        for depth in range(1, len(parts)):
+            package = tmp_path.joinpath(*parts[:depth])
+            package.mkdir(exist_ok=True)
+            (package / "__init__.py").touch()
+        tmp_path.joinpath(*parts[:-1], f"{parts[-1]}.py").write_text(dedent(text))
+        packages.add(parts[0])
+        importlib.invalidate_caches()
+
+    yield write
+    for name, module in unreached_jobs():
+        if module.split(".")[0] in packages:
+            unregister(name)
+    for name in [name for name in sys.modules if name.split(".")[0] in packages]:
+        del sys.modules[name]
 
 
 @pytest.fixture

@@ -129,6 +129,11 @@ class Driver(Statements):
         ``database`` checks, which ``migrate``, ``check --database`` and ``runjobs`` run."""
         return []
 
+    def table_messages(self) -> list[CheckMessage]:
+        """System-check messages about the jobs tables as ``migrate`` made them: part of
+        :meth:`check_database`, and said again right after ``migrate``."""
+        return []
+
     def journal_mode(self) -> str | None:
         """SQLite's journal mode of the live database file; None elsewhere or unreadable."""
         return None

@@ -12,15 +12,12 @@ when it starts. A project that sets a journal mode in
 from __future__ import annotations
 
 import logging
-import sys
-from typing import Any
+from typing import TextIO
 
-from django.core.exceptions import ImproperlyConfigured
-from django.db import DatabaseError, connections, router
+from django.db import DatabaseError, connections
 
-from ..models import Job
 from ..text import first_line
-from . import driver_class, get_driver
+from . import get_driver
 
 logger = logging.getLogger(__name__)
 
@@ -53,21 +50,13 @@ def use_wal_mode(using: str) -> str | None:
     return line
 
 
-def use_wal_mode_after_migrate(
-    sender: Any, using: str = "default", verbosity: int = 1, **kwargs: Any
-) -> None:
-    """``post_migrate`` of django_jobs: WAL for the database its tables are migrated on.
+def say_wal_mode_after_migrate(using: str, verbosity: int, stdout: TextIO) -> None:
+    """``migrate``'s step (:mod:`.migrated`): WAL for the database the jobs tables were
+    migrated on.
 
     Said on ``migrate``'s output too (at verbosity 1 or more) when no logging
     configuration prints django_jobs' records, which by default none does.
     """
-    if not router.allow_migrate_model(using, Job):
-        return
-    try:
-        driver_class(using)
-    except ImproperlyConfigured:
-        return  # a database django-jobs does not run on: nothing of ours is there
     line = use_wal_mode(using)
     if line is not None and verbosity >= 1 and not logger.hasHandlers():
-        stdout = kwargs.get("stdout") or sys.stdout
         stdout.write(f"  {line[0].upper()}{line[1:]}.\n")

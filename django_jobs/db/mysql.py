@@ -184,9 +184,12 @@ class MySQLDriver(Driver):
         except DatabaseError:
             return []  # not reachable: the other checks and runjobs say so
         messages = self.version_messages(tuple(self.connection.mysql_version))
-        messages += self.engine_messages(self.table_engine())
+        messages += self.table_messages()
         messages += self.packet_messages()
         return messages
+
+    def table_messages(self) -> list[CheckMessage]:
+        return self.engine_messages(self.table_engine())
 
     def version_messages(self, version: tuple[int, ...]) -> list[CheckMessage]:
         """E041: a server without ``SKIP LOCKED``."""

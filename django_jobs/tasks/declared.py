@@ -6,12 +6,21 @@ before anything is imported. It resolves when it is
 
 - a task declared in this process: Django's ``Task`` calls its backend's
   ``validate_task`` as ``@task`` makes it, and ``JobsBackend.validate_task``
-  records its path here (its module is imported already); or
+  records its path here (its module is imported already) if it is made while
+  the apps load, as it is in every worker too (or in a test module); or
 - in a module the project allows: each installed app's ``tasks`` module, and
   those its backend's ``OPTIONS["MODULES"]`` lists. That module is imported,
   and the path must then name a ``Task``.
 
 Anything else is refused with :class:`ValueError`, and nothing is imported.
+
+A worker makes a task only where it imports its module: as the apps load, or
+on demand from an allowed module (see :mod:`django_jobs.reach`). So
+``JobsBackend`` refuses a task made after start-up outside the allowed modules
+(:func:`require_reached`) with Django's ``InvalidTask`` as ``@task`` makes it, and
+each time it is enqueued: its rows would reach workers that never make it.
+``schedule_job()`` of the path of a task made here whose module is no longer
+allowed says the same (:func:`made_here_but_refused`).
 
 A declared path whose import now fails (the module or the task was moved or
 renamed) resolves to a stand-in ``Task`` under the same path that raises that
@@ -24,14 +33,18 @@ import sys
 from collections.abc import Collection
 from typing import Any
 
-from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.module_loading import import_string
 
 from ..exceptions import PermanentFailure
-from .framework import Task, task_backends
+from ..reach import app_modules, reached
+from .framework import InvalidTask, Task, task_backends
 
-#: The module paths of the tasks made for a ``JobsBackend`` in this process.
+#: The module paths of the tasks made for a ``JobsBackend`` in this process, with the alias
+#: each was made for.
+_made: dict[str, str] = {}
+#: Those of them a worker makes too, whatever their module: made while the apps loaded
+#: (or in a test module, whose worker runs in its process; see :mod:`django_jobs.reach`).
 _declared: set[str] = set()
 
 
@@ -40,14 +53,40 @@ STAND_IN = "django_jobs_stand_in"
 
 
 def declare(task: Task) -> None:
-    """Record ``task``'s path: this process made it, so rows may name it."""
-    if not getattr(task.func, STAND_IN, False):
-        _declared.add(task.module_path)
+    """Record ``task``'s path: this process made it. Rows may name it if a worker makes it
+    too, or when its module is allowed (:func:`may_name`)."""
+    if getattr(task.func, STAND_IN, False):
+        return
+    path = task.module_path
+    _made[path] = task.backend
+    if reached(path.rpartition(".")[0], frozenset):
+        _declared.add(path)
+
+
+def require_reached(task: Task, backend: str, listed: Collection[str]) -> None:
+    """:class:`InvalidTask`, saying how to declare it, for a task a worker of ``backend``
+    (whose ``MODULES`` are ``listed``) does not import: made after start-up, outside the
+    installed apps' ``tasks`` modules and ``listed``."""
+    path = task.module_path
+    if path in _declared:
+        return
+    if not reached(path.rpartition(".")[0], lambda: app_modules("tasks") | set(listed)):
+        raise InvalidTask(refusal(path, backend))
 
 
 def declared_names() -> list[str]:
-    """The paths of the tasks declared in this process whose modules are imported."""
-    return sorted(path for path in list(_declared) if is_declared(path))
+    """The paths of the tasks made in this process that rows may name, whose modules are
+    imported."""
+    return sorted(
+        path for path in list(_made) if path.rpartition(".")[0] in sys.modules and may_name(path)
+    )
+
+
+def made_here_but_refused(path: str) -> str | None:
+    """Why rows may not name ``path``, a task made in this process whose module is no longer
+    allowed (:func:`refusal`); None for any other path."""
+    backend = _made.get(path)
+    return None if backend is None or may_name(path) else refusal(path, backend)
 
 
 def is_module_name(name: Any) -> bool:
@@ -56,7 +95,7 @@ def is_module_name(name: Any) -> bool:
 
 def allowed_modules(backend: str) -> set[str]:
     """Every installed app's ``tasks`` module, and the modules ``backend``'s ``MODULES`` lists."""
-    modules = {f"{app.name}.tasks" for app in apps.get_app_configs()}
+    modules = app_modules("tasks")
     try:
         listed: Collection[str] = getattr(task_backends[backend], "task_modules", ())
     except ImproperlyConfigured:  # not a configured alias: Task.using() says so afterwards

@@ -40,7 +40,7 @@ from ..outcomes import TRACEBACK_LIMIT
 from ..redaction import Mask, masker
 from ..registry import Finder, JobDefinition, add_finder, get_definition, job
 from ..text import keep_end
-from .declared import declared_names, may_name
+from .declared import declared_names, made_here_but_refused, may_name
 from .framework import (
     Task,
     TaskContext,
@@ -220,10 +220,12 @@ def task_definition(name: str) -> JobDefinition | None:
 
     Nothing is imported for a path outside the declared modules. A declared path
     that no longer imports still names a task: its rows run and fail as that import
-    does, but no new job of it can be enqueued.
+    does, but no new job of it can be enqueued; nor can one of a task made in this
+    process whose module is no longer allowed (the definition says why).
     """
     if not may_name(name):
-        return None
+        refused = made_here_but_refused(name)  # enqueued by its path: say how to declare it
+        return None if refused is None else JobDefinition(name, run_task, unavailable=refused)
     try:
         found = import_string(name)
     except Exception as exc:  # ImportError, or what the module raised as it was imported

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -184,3 +185,28 @@ def test_check_live_database_skips_the_journal_of_a_sqlite_file_it_cannot_open(
     finally:
         wrapper.close()
         wrapper.settings_dict["NAME"] = name
+
+
+# -- after migrate: what only the tables migrate made can tell --------------------------------
+
+
+def test_migrate_says_what_the_checks_find_of_its_new_tables(
+    monkeypatch: pytest.MonkeyPatch, settings: Any
+) -> None:
+    """``migrate`` runs the checks before it migrates; what the driver finds of the tables
+    once they are there (MariaDB's engine: test_mysql.py makes one) is said on its output,
+    whatever its verbosity, unless silenced."""
+    from django.core.checks import Error
+    from django.core.management import call_command
+
+    from django_jobs.db import get_driver
+
+    error = Error("the jobs table is wrong", hint="fix it", id="django_jobs.E042")
+    monkeypatch.setattr(get_driver("default"), "table_messages", lambda: [error])
+    out = io.StringIO()
+    call_command("migrate", verbosity=0, stdout=out)
+    assert out.getvalue() == "?: (django_jobs.E042) the jobs table is wrong\n\tHINT: fix it\n"
+    settings.SILENCED_SYSTEM_CHECKS = ["django_jobs.E042"]
+    out = io.StringIO()
+    call_command("migrate", verbosity=0, stdout=out)
+    assert out.getvalue() == ""

@@ -16,6 +16,7 @@ from django_jobs import schedule_job
 from django_jobs.db import get_driver
 from django_jobs.models import Job, JobStatus
 from django_jobs.worker import deadlines
+from tests.conftest import manage
 
 pytestmark = [
     pytest.mark.skipif(connection.vendor != "mysql", reason="MariaDB's and MySQL's own"),
@@ -151,3 +152,37 @@ def test_four_byte_text_is_stored_as_given():
     job = schedule_job("tests.ok", {"note": "deploy 🚀 done"})
     job.refresh_from_db()
     assert job.payload == {"note": "deploy 🚀 done"}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_migrate_says_at_once_that_the_jobs_table_is_not_innodb(fresh_database_url):
+    """``migrate`` runs the database checks before the tables exist: a jobs table made in
+    another engine is said right after it, not first when ``runjobs`` starts. (The table is
+    made MyISAM here by hand, after a first migrate: the schema's keys are too long for
+    MyISAM to make it; the second migrate skips its checks, which find nothing on a
+    database without the tables.)"""
+    first = manage("migrate", url=fresh_database_url)
+    assert first.returncode == 0, first.stderr
+    assert "E042" not in first.stdout + first.stderr
+    schema = fresh_database_url.rsplit("/", 1)[1]
+    qn = connection.ops.quote_name
+    with connection.cursor() as cursor:  # MyISAM has no foreign keys: drop the one to the jobs
+        cursor.execute(
+            "SELECT table_name, constraint_name FROM information_schema.referential_constraints"
+            " WHERE constraint_schema = %s AND referenced_table_name = %s",
+            [schema, Job._meta.db_table],
+        )
+        for table, constraint in cursor.fetchall():
+            cursor.execute(
+                f"ALTER TABLE {qn(schema)}.{qn(table)} DROP FOREIGN KEY {qn(constraint)}"
+            )
+        cursor.execute(f"ALTER TABLE {qn(schema)}.{qn(Job._meta.db_table)} ENGINE=MyISAM")
+    again = manage("migrate", "--skip-checks", url=fresh_database_url)
+    assert again.returncode == 0, again.stderr
+    assert (
+        again.stdout.count(
+            "?: (django_jobs.E042) The jobs table of the database 'default' uses the storage "
+            "engine MyISAM, not InnoDB"
+        )
+        == 1
+    ), again.stdout
