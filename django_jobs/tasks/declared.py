@@ -47,9 +47,9 @@ STAND_IN = "django_jobs_stand_in"
 
 def declare(task: Task) -> None:
     """Record ``task``'s path: this process made it, so rows may name it."""
-    if not getattr(task.func, STAND_IN, False) and task.module_path not in _declared:
+    if not getattr(task.func, STAND_IN, False):
         _declared.add(task.module_path)
-        names_changed()
+        names_changed()  # new, or its module imported again: a name workers know now
 
 
 def declared_names() -> list[str]:

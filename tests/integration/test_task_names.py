@@ -179,6 +179,21 @@ def test_task_names_older_runner_rows_still_run(worker, make_job):
     assert (result.return_value, result.task.func) == (9, tasks.add.func)
 
 
+def test_task_names_a_listed_module_is_imported_as_the_worker_starts_and_its_tasks_run(
+    worker, make_job, settings, monkeypatch
+):
+    """Nothing imported it yet: the worker does, as it starts, so its tasks are names the
+    worker knows and claims."""
+    monkeypatch.delitem(sys.modules, "tests.support.lazy_tasks", raising=False)
+    monkeypatch.delattr(sys.modules["tests.support"], "lazy_tasks", raising=False)
+    default = settings.TASKS["default"]
+    modules = ["tests.support.tasks", "tests.support.lazy_tasks"]
+    settings.TASKS = {**settings.TASKS, "default": {**default, "OPTIONS": {"MODULES": modules}}}
+    row = make_job(name="tests.support.lazy_tasks.double", payload={"args": [21]})
+    assert worker().run_once().succeeded == 1
+    assert backend().get_result(str(row.pk)).return_value == 42
+
+
 @pytest.mark.parametrize(
     "name",
     [
