@@ -309,6 +309,12 @@ class WorkerProcess(models.Model):
         default=0,
         help_text="A supervisor's number of worker processes; 0 for one that runs jobs itself.",
     )
+    names = models.JSONField(
+        null=True,
+        blank=True,
+        help_text="The job names this process knows and so claims; empty for a supervisor, and"
+        " for a process older than the field, which claims every name.",
+    )
 
     class Meta:
         db_table = "django_jobs_worker"

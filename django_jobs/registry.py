@@ -93,6 +93,9 @@ class Finder:
 
     find: Callable[[str], JobDefinition | None]
     names: Callable[[], Iterable[str]]
+    #: Make every name the finder would resolve one of ``names()`` (import the modules
+    #: its names live in), as a worker does when it starts (:func:`discover_names`).
+    discover: Callable[[], None] | None = None
 
 
 _registry: dict[str, JobDefinition] = {}
@@ -102,6 +105,10 @@ _finders: dict[str, Finder] = {}
 #: that module.
 _unreached: dict[str, str] = {}
 _lock = threading.Lock()
+#: Bumped whenever the names known may have changed (:func:`names_changed`).
+_generation = 0
+#: :func:`known_names` as of a generation.
+_known: tuple[int, tuple[str, ...]] | None = None
 
 
 def _seconds(timeout: float | timedelta | None) -> float | None:
@@ -185,6 +192,7 @@ def register(definition: JobDefinition) -> None:
         _registry[definition.name] = definition
         _limits.clear()
         module = _newly_unreached(definition)
+    names_changed()
     if module is None:
         return
     logger.warning(
@@ -263,12 +271,14 @@ def unregister(name: str) -> None:
         _registry.pop(name, None)
         _unreached.pop(name, None)
         _limits.clear()
+    names_changed()
 
 
 def add_finder(key: str, finder: Finder) -> None:
     """Put the names no ``@job`` registered to ``finder`` too; once per ``key``."""
     with _lock:
         _finders[key] = finder
+    names_changed()
 
 
 def _found(name: str) -> JobDefinition | None:
@@ -279,6 +289,36 @@ def _found(name: str) -> JobDefinition | None:
         if definition is not None:
             return definition
     return None
+
+
+def names_changed() -> None:
+    """Say that the names known may have changed (a registration, a finder's new name):
+    :func:`known_names` reads them again."""
+    global _generation
+    with _lock:
+        _generation += 1
+
+
+def known_names() -> tuple[str, ...]:
+    """The names a worker in this process runs, the package's own included: those of
+    :func:`registered_names`. Read again only after :func:`names_changed` (the registry
+    only grows while a worker runs): a worker's claims ask for it each time, and bind it."""
+    global _known
+    known, generation = _known, _generation
+    if known is None or known[0] != generation:
+        known = _known = (generation, tuple(registered_names()))
+    return known[1]
+
+
+def discover_names() -> None:
+    """Have each finder make known the names it would resolve (:attr:`Finder.discover`):
+    what a worker does as it starts, so that its claims take the jobs of every name it can
+    run."""
+    with _lock:
+        finders = list(_finders.values())
+    for finder in finders:
+        if finder.discover is not None:
+            finder.discover()
 
 
 def get_definition(job: str | Callable[..., Any]) -> JobDefinition:
@@ -292,8 +332,18 @@ def get_definition(job: str | Callable[..., Any]) -> JobDefinition:
         raise UnknownJob(f"a job is a registered name or @job function, not {job!r}")
     definition = _registry.get(job) or _found(job)
     if definition is None:
-        raise UnknownJob(f"no job is registered under the name {job!r}{_suggest(job)}")
+        raise UnknownJob(
+            f"no job is registered under the name {job!r}{_suggest(job) or '.'} {HOW_TO_REGISTER}"
+        )
     return definition
+
+
+#: How a name comes to be known, as an unknown name's error says it.
+HOW_TO_REGISTER = (
+    "A job is registered by decorating its handler with @job(name) in an installed app's"
+    " jobs.py (which runjobs imports as it starts); a task, by defining it in an installed"
+    " app's tasks.py or listing its module in TASKS[alias]['OPTIONS']['MODULES']."
+)
 
 
 def _suggest(name: str) -> str:

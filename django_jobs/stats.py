@@ -1,4 +1,5 @@
-"""The counts the dashboard and ``jobs status`` share: per queue, the workers, the last hour.
+"""The counts the dashboard and ``jobs status`` share: per queue, the workers, the last hour,
+and the due jobs that wait for a worker that knows their name.
 
 Each count is one grouped query whose condition is an index's partial condition, so
 live counts read only the small live indexes, however many finished rows pile up.
@@ -11,9 +12,11 @@ estimates, read from one ``EXPLAIN`` (see ``docs/operations.md``).
 from __future__ import annotations
 
 import json
+import operator
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from functools import reduce
 from typing import Any, NamedTuple
 
 from django.db import router
@@ -86,6 +89,23 @@ class LiveWorker:
     supervisor: str | None = None  # runjobs --processes: the supervisor's id, for its children
     process_count: int = 0  # a supervisor's: how many children it runs; it serves no queue itself
     leads: bool = False  # it holds the leader lease: it runs the rescuer, scheduler and pruning
+    names: list[str] | None = None  # the job names it claims; None: every name (an older worker)
+
+
+@dataclass
+class WaitingName:
+    """Due jobs of one name and queue that no live worker of the queue knows how to run (a
+    rolling deploy under way, or a name nobody registers): they stay pending, no attempt
+    used, until a worker that knows the name serves the queue."""
+
+    queue: str
+    name: str
+    count: int
+    oldest_due_at: datetime
+
+    def age(self, now: datetime) -> timedelta:
+        """How long the oldest of them has waited past its run_at."""
+        return max(now - self.oldest_due_at, timedelta())
 
 
 @dataclass
@@ -118,6 +138,8 @@ class Overview:
     finished_estimated: bool  # succeeded, dead_lettered, cancelled are estimates
     throughput: dict[str, list[Minute]] = field(default_factory=dict)  # by queue
     leader: LeaderInfo | None = None  # the leader lease, if one holds at ``now``
+    #: Due jobs whose name no fresh worker of their queue knows (``waiting_for_names()``).
+    waiting: list[WaitingName] = field(default_factory=list)
 
     @property
     def unserved_queues(self) -> list[QueueStats]:
@@ -223,6 +245,7 @@ def overview(
         finished_estimated=estimated,
         throughput=throughput(using, now, [s.queue for s in queues]) if chart else {},
         leader=leader,
+        waiting=waiting_for_names(using, now, fresh),
     )
 
 
@@ -368,6 +391,53 @@ def throughput(
     return charts
 
 
+def known_by_queue(workers: Iterable[LiveWorker]) -> dict[str, set[str] | None]:
+    """Per queue its live workers serve, the job names they know between them; None where
+    one of them claims every name (a worker older than the names on its row). A supervisor
+    runs no job: its children count."""
+    known: dict[str, set[str] | None] = {}
+    for worker in workers:
+        if worker.process_count:
+            continue
+        for queue in worker.queues:
+            names = known.get(queue, set())
+            if names is None or worker.names is None:
+                known[queue] = None
+            else:
+                known[queue] = names | set(worker.names)
+    return known
+
+
+def waiting_for_names(
+    using: str | None = None,
+    now: datetime | None = None,
+    workers: Iterable[LiveWorker] | None = None,
+) -> list[WaitingName]:
+    """The due jobs, by queue and name, that the live ``workers`` (else ``live_workers()``)
+    of their queue do not know how to run, the oldest first: one grouped query, none when
+    no worker is live or every queue has a worker that claims every name. A queue no live
+    worker serves is not looked at: it is unserved (``QueueStats.unserved``)."""
+    using, now = resolve(using, now)
+    if workers is None:
+        workers = live_workers(using, now)
+    unknown = [
+        Q(queue=queue) & ~Q(name__in=sorted(names))
+        for queue, names in sorted(known_by_queue(workers).items())
+        if names is not None
+    ]
+    if not unknown:
+        return []
+    rows = (
+        Job.objects.using(using)
+        .due(now)
+        .filter(reduce(operator.or_, unknown))
+        .values("queue", "name")
+        .annotate(count=Count("id"), oldest_due_at=Min("run_at"))
+        .order_by("oldest_due_at", "queue", "name")
+    )
+    return [WaitingName(**row) for row in rows]
+
+
 def current_leader(using: str | None = None, now: datetime | None = None) -> LeaderInfo | None:
     """The leader lease if it holds at ``now`` (it expires later), else None: one query,
     of the one row by its primary key. A lease that lapsed or was handed over marks nobody."""
@@ -468,6 +538,7 @@ def as_live_worker(row: WorkerProcess) -> LiveWorker:
         last_heartbeat_at=row.last_heartbeat_at,
         supervisor=row.supervisor,
         process_count=row.process_count,
+        names=None if row.names is None else list(row.names),
     )
 
 

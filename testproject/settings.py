@@ -111,6 +111,10 @@ if env("JOBS_DEFAULT_RATE_LIMIT"):
 if env("JOBS_GLOBAL_LIMIT"):  # a queue "limited": at most that many of its jobs run at once
     DJANGO_JOBS["QUEUES"]["limited"] = {"workers": 4, "global_limit": env("JOBS_GLOBAL_LIMIT")}
 
+# Job modules the example app imports as it is ready, beyond its jobs.py: a runjobs given
+# JOBS_EXAMPLE_JOB_MODULES=testproject.example.next_deploy runs the code of the next deploy.
+EXAMPLE_JOB_MODULES = env.list("JOBS_EXAMPLE_JOB_MODULES", default=[])
+
 # Behind PgBouncer in transaction mode (the tests' pooled suite, scripts/pgbouncer.py):
 # no server-side cursors nor prepared statements, and LISTEN on a direct connection.
 # JOBS_KEEP_PREPARED_STATEMENTS leaves DJANGO_JOBS["PREPARED_STATEMENTS"] at its default,

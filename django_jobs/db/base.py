@@ -218,11 +218,19 @@ class Driver(Statements):
     def candidate_sql(
         self, request: ClaimRequest, limit: int | None = None
     ) -> tuple[str, list[Any]]:
-        """The statement that reads due jobs, in claim order (``limit``: the request's)."""
-        columns = ", ".join(self.qn(column) for column in CANDIDATE_COLUMNS)
-        due, params = self.due_condition(request.queue, request.now)
-        sql = f"SELECT {columns} FROM {self.job_table} WHERE {due} ORDER BY {self.claim_order}"
-        return sql + " LIMIT %s", [*params, int(request.limit if limit is None else limit)]
+        """The statement that reads due jobs, in claim order (``limit``: the request's); its
+        text built once (for claims of any names, once more)."""
+        due, params = self.due_condition(request.queue, request.now, request.names)
+
+        def build() -> str:
+            columns = ", ".join(self.qn(column) for column in CANDIDATE_COLUMNS)
+            return (
+                f"SELECT {columns} FROM {self.job_table} WHERE {due}"
+                f" ORDER BY {self.claim_order} LIMIT %s"
+            )
+
+        sql = self.text("candidates" + self.names_key(request.names), build)
+        return sql, [*params, int(request.limit if limit is None else limit)]
 
     def claim_statement(self, request: ClaimRequest) -> tuple[str, list[Any]]:
         """The statement that finds the claim's rows (the one whose plan matters)."""
@@ -362,7 +370,7 @@ class Driver(Statements):
 
     def mark_running_sql(self, ids: Sequence[int], request: ClaimRequest) -> tuple[str, list[Any]]:
         qn, job = self.qn, self.job_table
-        due, due_params = self.due_condition(request.queue, request.now)
+        due, due_params = self.due_condition(request.queue, request.now, request.names)
         placeholders = self.placeholders(len(ids))
         sql = (
             f"UPDATE {job} SET {qn('status')} = '{JobStatus.RUNNING.value}',"

@@ -271,7 +271,7 @@ class FlowControl:
         rows taken before it in this claim)."""
         statements = self.statements
         qn = statements.qn
-        due, params = statements.due_condition(request.queue, request.now)
+        due, params = statements.due_condition(request.queue, request.now, request.names)
         busy = sorted(key for key in running if key is not None) if limits.keyed else []
         # The rows of full keys are passed over in the read itself.
         params += [value for name in busy for value in (name, running[name])]
@@ -290,7 +290,10 @@ class FlowControl:
 
         with statements.hot_cursor() as cursor:
             cursor.execute(
-                statements.text(f"limited_candidates:{len(busy)}", build), [*params, scan]
+                statements.text(
+                    f"limited_candidates:{len(busy)}{statements.names_key(request.names)}", build
+                ),
+                [*params, scan],
             )
             read = [with_candidate(LimitedCandidate, row) for row in cursor.fetchall()]
         return within_key_limits(read, running, room)

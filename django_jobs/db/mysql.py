@@ -360,7 +360,7 @@ class MySQLDriver(Driver):
     def claim_statement(self, request: ClaimRequest) -> tuple[str, list[Any]]:
         """The claim's locking read: the due rows in claim order, each with its next attempt
         number (:meth:`~.base.Driver.next_attempt_sql`)."""
-        due, params = self.due_condition(request.queue, request.now)
+        due, params = self.due_condition(request.queue, request.now, request.names)
 
         def build() -> str:
             columns = ", ".join(self.qn(column) for column in CANDIDATE_COLUMNS)
@@ -370,7 +370,8 @@ class MySQLDriver(Driver):
                 f" ORDER BY {self.claim_order} LIMIT %s{self.lock_suffix}"
             )
 
-        return self.text("claim_read", build), [*params, int(request.limit)]
+        key = "claim_read" + self.names_key(request.names)
+        return self.text(key, build), [*params, int(request.limit)]
 
     def mark_locked(
         self, rows: Sequence[Candidate], attempts: Mapping[int, int], request: ClaimRequest
@@ -378,7 +379,7 @@ class MySQLDriver(Driver):
         """Mark the rows the claim's read locked running, each with the attempt number it
         read: none can have changed since, so each is written (the WHERE says so again)."""
         qn, job = self.qn, self.job_table
-        due, due_params = self.due_condition(request.queue, request.now)
+        due, due_params = self.due_condition(request.queue, request.now, request.names)
         ids = [row.id for row in rows]
         placeholders = self.placeholders(len(ids))
         cases = " ".join(["WHEN %s THEN %s"] * len(ids))

@@ -110,6 +110,17 @@ class PostgresDriver(Driver):
         self.prepared = PreparedStatements(self, bool(settings.PREPARED_STATEMENTS))
         self.idle_bound_ms: int | None = None
 
+    def names_condition(self, count: int) -> str:
+        """One array parameter, whatever the number of names: one text, one prepared
+        statement."""
+        return f"{self.qn('name')} = ANY(%s::text[])"
+
+    def names_params(self, names: Sequence[str]) -> list[Any]:
+        return [list(names)]
+
+    def names_key(self, names: Sequence[str] | None) -> str:
+        return "" if names is None else ":names"
+
     def bound_session(self, seconds: float) -> None:
         """Nothing is set on the session (a transaction-mode pooler would pass it to other
         clients): a limited claim's transaction bounds itself (:meth:`bound_transaction`)."""
@@ -258,7 +269,7 @@ class PostgresDriver(Driver):
             field if field in ("id", "attempt") else "NULL" for field in CLAIMED_COLUMNS
         )
         sql = self.text(
-            "claim_and_settle",
+            "claim_and_settle" + self.names_key(request.names),
             lambda: (
                 f"WITH {settle_ctes}, {claim_ctes}"
                 f" SELECT TRUE, {self.claimed_columns}, NULL FROM marked"
@@ -301,16 +312,18 @@ class PostgresDriver(Driver):
     def claim_sql(self, request: ClaimRequest) -> tuple[str, list[Any]]:
         ctes, params = self.claim_ctes(request)
         return self.text(
-            "claim", lambda: f"WITH {ctes} SELECT {self.claimed_columns} FROM marked"
+            "claim" + self.names_key(request.names),
+            lambda: f"WITH {ctes} SELECT {self.claimed_columns} FROM marked",
         ), params
 
     def claim_ctes(self, request: ClaimRequest) -> tuple[str, list[Any]]:
         """``picked`` (due rows, locked), ``marked`` (running, this owner's), ``started``."""
-        due, due_params = self.due_condition(request.queue, request.now)
+        due, due_params = self.due_condition(request.queue, request.now, request.names)
         now = self.adapt(request.now)
         stamp = [request.owner, self.adapt(request.expires_at), now]
         params = [*due_params, int(request.limit), *stamp, request.owner, now]
-        return self.text("claim_ctes", lambda: self.claim_ctes_text(due)), params
+        key = "claim_ctes" + self.names_key(request.names)
+        return self.text(key, lambda: self.claim_ctes_text(due)), params
 
     def claim_ctes_text(self, due: str) -> str:
         qn, job, attempts = self.qn, self.job_table, self.attempt_table

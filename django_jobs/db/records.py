@@ -72,7 +72,9 @@ class QueueLimits:
 class ClaimRequest:
     """A claim: up to ``limit`` due jobs of ``queue`` at ``now``, leased to ``owner``;
     ``limits``, when the queue has any. A row the database refuses to claim is skipped and
-    told to ``refused`` (its id and the error), if given: the driver reports nothing."""
+    told to ``refused`` (its id and the error), if given: the driver reports nothing.
+    ``names``: only jobs of these names (those the worker knows how to run), bound as one
+    parameter of the claim's statement; None takes a job of any name."""
 
     queue: str
     owner: str
@@ -81,6 +83,7 @@ class ClaimRequest:
     limit: int = 1
     limits: QueueLimits | None = None
     refused: Callable[[int, BaseException], None] | None = None
+    names: tuple[str, ...] | None = None
 
     @property
     def expires_at(self) -> datetime:

@@ -13,6 +13,7 @@ the whole batch. RETURNING and UPDATE FROM need SQLite 3.35 or newer.
 
 from __future__ import annotations
 
+import json
 import logging
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
@@ -69,6 +70,8 @@ class SQLiteDriver(Driver):
     # the database's time, it put the worker's clock up to a millisecond behind the clock
     # that stamped a job's run_at, and a job enqueued in that millisecond was not yet due.
     clock_is_hosts = True
+    #: The last names :meth:`names_params` made a JSON array of, and that array.
+    names_json: tuple[Sequence[str], str] | None = None
 
     @contextmanager
     def write_transaction(self) -> Iterator[None]:
@@ -86,6 +89,21 @@ class SQLiteDriver(Driver):
                 yield
         finally:
             connection.transaction_mode = saved
+
+    def names_condition(self, count: int) -> str:
+        """One JSON array parameter, whatever the number of names: one text."""
+        return f"{self.qn('name')} IN (SELECT value FROM json_each(%s))"
+
+    def names_params(self, names: Sequence[str]) -> list[Any]:
+        """The names as one JSON array, made once for a worker's names (it passes the same
+        tuple to every claim until its registry grows)."""
+        made = self.names_json
+        if made is None or made[0] is not names:
+            made = self.names_json = (names, json.dumps(list(names)))
+        return [made[1]]
+
+    def names_key(self, names: Sequence[str] | None) -> str:
+        return "" if names is None else ":names"
 
     def check_configuration(self) -> list[CheckMessage]:
         if sqlite3.sqlite_version_info >= MINIMUM_SQLITE:

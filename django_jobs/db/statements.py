@@ -92,22 +92,48 @@ class Statements:
 
     # -- fragments the parts share ---------------------------------------------------
 
-    def due_condition(self, queue: str, now: datetime, table: str = "") -> tuple[str, list[Any]]:
+    def due_condition(
+        self, queue: str, now: datetime, names: Sequence[str] | None = None
+    ) -> tuple[str, list[Any]]:
         """What makes a row claimable: the candidate read and the claim's write share it.
 
         The status is a literal so that the planner can match the partial
         claim index whatever the driver does with parameters. A paused queue has
-        nothing claimable (:meth:`paused_condition`).
+        nothing claimable (:meth:`paused_condition`). With ``names`` (a claim's: the
+        names its worker knows), only a row of one of them (:meth:`names_condition`).
         """
         qn = self.qn
-        t = f"{table}." if table else ""
         sql = (
-            f"{t}{qn('status')} = '{JobStatus.PENDING.value}'"
-            f" AND {t}{qn('queue')} = %s AND {t}{qn('run_at')} <= %s"
-            f" AND {t}{qn('attempts_used')} < {t}{qn('max_attempts')}"
+            f"{qn('status')} = '{JobStatus.PENDING.value}'"
+            f" AND {qn('queue')} = %s AND {qn('run_at')} <= %s"
+            f" AND {qn('attempts_used')} < {qn('max_attempts')}"
             f" AND {self.paused_condition()}"
         )
-        return sql, [queue, self.adapt(now), queue]
+        params = [queue, self.adapt(now), queue]
+        if names is None:
+            return sql, params
+        return f"{sql} AND {self.names_condition(len(names))}", [
+            *params,
+            *self.names_params(names),
+        ]
+
+    def names_condition(self, count: int) -> str:
+        """The job's name is one of ``count`` names (:meth:`names_params` binds them): here
+        an ``IN`` list of as many parameters, its text one per number of names (the
+        statements' keys say it: :meth:`names_key`). PostgreSQL and SQLite bind the list as
+        one parameter (an array, a JSON array)."""
+        if not count:
+            return "1 = 0"
+        return f"{self.qn('name')} IN ({self.placeholders(count)})"
+
+    def names_params(self, names: Sequence[str]) -> list[Any]:
+        """What :meth:`names_condition` binds of ``names``: here, each name."""
+        return list(names)
+
+    def names_key(self, names: Sequence[str] | None) -> str:
+        """What a claim statement's text depends on of its ``names``, for its key in
+        :meth:`text`: here their number (an ``IN`` list), and whether there are any."""
+        return "" if names is None else f":names{len(names)}"
 
     def paused_condition(self) -> str:
         """The condition every claim carries, in its read and its write: the queue (bound

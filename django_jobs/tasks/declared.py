@@ -29,8 +29,11 @@ error when called: its job fails as the import did, and its result still reads.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections.abc import Collection
+from importlib import import_module
+from importlib.util import find_spec
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -38,7 +41,10 @@ from django.utils.module_loading import import_string
 
 from ..exceptions import PermanentFailure
 from ..reach import app_modules, reached
+from ..registry import names_changed
 from .framework import InvalidTask, Task, task_backends
+
+logger = logging.getLogger(__name__)
 
 #: The module paths of the tasks made for a ``JobsBackend`` in this process, with the alias
 #: each was made for.
@@ -61,6 +67,7 @@ def declare(task: Task) -> None:
     _made[path] = task.backend
     if reached(path.rpartition(".")[0], frozenset):
         _declared.add(path)
+    names_changed()  # new, or its module imported again: a name workers may know now
 
 
 def require_reached(task: Task, backend: str, listed: Collection[str]) -> None:
@@ -87,6 +94,42 @@ def made_here_but_refused(path: str) -> str | None:
     allowed (:func:`refusal`); None for any other path."""
     backend = _made.get(path)
     return None if backend is None or may_name(path) else refusal(path, backend)
+
+
+def import_task_modules() -> None:
+    """Import every module a task may live in (:func:`allowed_modules`, of every alias) that
+    exists (an installed app's ``tasks``; a module ``MODULES`` lists must), so that its tasks
+    are declared: a worker does so as it starts, and then claims the jobs of those tasks (and
+    of no other path). One that fails to import is logged and passed over: its tasks' jobs
+    wait for a worker that declares them."""
+    try:
+        aliases = list(task_backends)
+    except ImproperlyConfigured:
+        return
+    modules = sorted({module for alias in aliases for module in allowed_modules(alias)})
+    apps_modules = app_modules("tasks")
+    for module in modules:
+        if module in sys.modules or (module in apps_modules and not exists(module)):
+            continue  # imported already, or an app without tasks (a listed one must import)
+        try:
+            import_module(module)
+        except Exception as exc:  # whatever the module raised as it was imported
+            logger.warning(
+                "task module %r cannot be imported (%s: %s): its tasks' jobs wait for a"
+                " worker that can",
+                module,
+                type(exc).__name__,
+                exc,
+                extra={"event": "task_module_not_imported", "task_module": module},
+            )
+
+
+def exists(module: str) -> bool:
+    """Whether ``module`` can be found (its package is imported to look, not it)."""
+    try:
+        return find_spec(module) is not None
+    except (ImportError, ValueError):  # its package is missing, or not a package
+        return False
 
 
 def is_module_name(name: Any) -> bool:

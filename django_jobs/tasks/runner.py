@@ -40,7 +40,7 @@ from ..outcomes import TRACEBACK_LIMIT
 from ..redaction import Mask, masker
 from ..registry import Finder, JobDefinition, add_finder, get_definition, job
 from ..text import keep_end
-from .declared import declared_names, made_here_but_refused, may_name
+from .declared import declared_names, import_task_modules, made_here_but_refused, may_name
 from .framework import (
     Task,
     TaskContext,
@@ -259,4 +259,7 @@ def is_task_job(name: str) -> bool:
         return False
 
 
-add_finder("django_jobs.tasks", Finder(find=task_definition, names=declared_names))
+add_finder(
+    "django_jobs.tasks",
+    Finder(find=task_definition, names=declared_names, discover=import_task_modules),
+)

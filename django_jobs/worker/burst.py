@@ -1,7 +1,8 @@
 """When a burst worker (``runjobs --burst``) is done, and what it says while it waits.
 
 A burst worker exits once no job on its queues is due (or due within a second)
-or running. While
+or running, but for the jobs of names it does not know, which wait for a worker that
+does. While
 nothing is due but jobs still run (here, or on another worker whose lease
 may have to run out first), it says once which jobs it waits for and until
 when their leases hold; when it exits, it names the jobs it leaves for a
@@ -17,6 +18,7 @@ from typing import Any
 
 from ..display import format_age, format_time
 from ..models import Job, JobStatus, Queue
+from ..registry import known_names
 from .core import Parts
 
 logger = logging.getLogger(__name__)
@@ -55,9 +57,11 @@ class BurstCheck:
 
     def due(self, now: datetime) -> Any:
         """The jobs a claim could take now or within :data:`DUE_SOON`: none of a paused
-        queue's."""
+        queue's, nor of a name this process does not know (they wait for a worker that
+        does)."""
         paused = Queue.objects.using(self.parts.using).paused().values("name")
-        return self.jobs().due(now + DUE_SOON).exclude(queue__in=paused)
+        due = self.jobs().due(now + DUE_SOON).exclude(queue__in=paused)
+        return due.filter(name__in=known_names())
 
     def drained(self, busy: bool) -> bool:
         """True when no job on the worker's queues is due or running (``busy``: a handler
@@ -132,9 +136,18 @@ class BurstCheck:
             )
         if paused:
             left += f"; paused, not waited for: {', '.join(paused)} (`jobs resume NAME`)"
+        with p.deadline("the jobs of names not known"):
+            unknown = self.jobs().due(now).exclude(name__in=known_names()).count()
+        if unknown:
+            left += f"; {unknown} job(s) due of names this worker does not know, not waited for"
         logger.info(
             "burst: nothing due or running on queues %s; exiting%s",
             ", ".join(p.queues),
             left,
-            extra={"event": "burst_drained", "due_later": count, "paused": paused},
+            extra={
+                "event": "burst_drained",
+                "due_later": count,
+                "paused": paused,
+                "unknown_names": unknown,
+            },
         )

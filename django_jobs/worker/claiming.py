@@ -1,7 +1,10 @@
 """Claiming: take due jobs through the driver, carrying waiting outcomes along.
 
 A claim takes as many due jobs of one queue as there are free threads, in
-one statement, and commits before any of them runs. Under load the
+one statement, and commits before any of them runs. It takes only jobs whose
+names this process knows (:func:`~django_jobs.registry.known_names`, bound as
+one parameter): during a rolling deploy, a job of a name only the new code
+registers waits, pending and with no attempt used, for a worker that knows it. Under load the
 outcomes waiting in the settler ride in the same statement
 (:meth:`Claimer.claim_and_settle`): one round trip and one commit carry a
 batch of outcomes and the next batch of jobs. The claim is then the
@@ -16,7 +19,7 @@ from datetime import datetime
 from ..db import ROW_ERRORS, ClaimedJob, ClaimRequest, DatabaseBusy, Driver
 from ..db.records import Settled
 from ..events import report_claim_refused, report_claimed
-from ..registry import queue_limits
+from ..registry import known_names, queue_limits
 from .clock import Clock
 from .deadlines import Deadlines
 from .recording import Decided, OutcomeWriter
@@ -46,9 +49,18 @@ class Claimer:
         self.writer = writer
 
     def request(self, queue: str, now: datetime, limit: int) -> ClaimRequest:
+        """The claim of ``queue``: of the jobs whose names this process knows (the same
+        tuple until its registry grows: the driver binds it as it is)."""
         limits = queue_limits(queue)
         return ClaimRequest(
-            queue, self.owner, now, self.lease_seconds, limit, limits, report_claim_refused
+            queue,
+            self.owner,
+            now,
+            self.lease_seconds,
+            limit,
+            limits,
+            report_claim_refused,
+            names=known_names(),
         )
 
     def claim(self, queue: str, now: datetime, limit: int) -> list[ClaimedJob]:

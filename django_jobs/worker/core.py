@@ -35,6 +35,7 @@ from ..db import Driver, get_driver
 from ..maintenance.scheduler import enqueue_due
 from ..models import AttemptOutcome, Job, JobStatus
 from ..outcomes import Settlement
+from ..registry import discover_names
 from ..retry_policy import RetryPolicy
 from .claiming import Claimer
 from .clock import Clock, DatabaseClock
@@ -132,6 +133,8 @@ class Worker:
         supervisor: str | None = None,
     ) -> None:
         self.queues = normalise_queues(queues)
+        # Every name this process can run made known before the first claim asks for them.
+        discover_names()
         self.using = using or router.db_for_write(Job)
         self.clock: Clock = clock or DatabaseClock(self.using)
         self.driver: Driver = get_driver(self.using)

@@ -2,14 +2,17 @@
 remove their row as they stop (after a second signal too), so a stopped one is not listed.
 
 A supervisor (``runjobs --processes``) registers a row of its own; its children's rows
-name it in ``supervisor``."""
+name it in ``supervisor``. A worker's row keeps the job names it knows (``names``), for the
+dashboard and ``jobs status`` to say which due jobs wait for a worker that knows theirs; a
+supervisor's has none (it runs no job)."""
 
 from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any
 
 from ..models import WorkerProcess
 
@@ -22,10 +25,12 @@ def register_worker(
     jobs_run: int = 0,
     supervisor: str | None = None,
     process_count: int = 0,
+    names: Sequence[str] | None = None,
 ) -> None:
     """Register process ``owner``; ``supervisor``: the id of the supervisor (``runjobs
     --processes``) whose child it is, under whose entry the Workers page lists it;
-    ``process_count``: for a supervisor, how many children it runs (it serves no queue itself)."""
+    ``process_count``: for a supervisor, how many children it runs (it serves no queue itself);
+    ``names``: the job names it knows (None: a supervisor's, or a row that says nothing)."""
     WorkerProcess.objects.using(using).update_or_create(
         id=owner,
         defaults={
@@ -37,6 +42,7 @@ def register_worker(
             "jobs_run": jobs_run,
             "supervisor": supervisor,
             "process_count": process_count,
+            "names": None if names is None else list(names),
         },
     )
 
@@ -49,12 +55,18 @@ def refresh_worker(
     jobs_run: int = 0,
     supervisor: str | None = None,
     process_count: int = 0,
+    names: Sequence[str] | None = None,
+    names_changed: bool = False,
 ) -> None:
-    """Mark the worker alive with its count of finished attempts; register it again
-    if a sweep removed it meanwhile."""
+    """Mark the worker alive with its count of finished attempts, and the names it knows if
+    they ``names_changed`` since it last wrote them; register it again if a sweep removed
+    it meanwhile."""
+    fields: dict[str, Any] = {"last_heartbeat_at": now, "jobs_run": jobs_run}
+    if names_changed:
+        fields["names"] = None if names is None else list(names)
     rows = WorkerProcess.objects.using(using).filter(id=owner)
-    if not rows.update(last_heartbeat_at=now, jobs_run=jobs_run):
-        register_worker(owner, queues, now, using, jobs_run, supervisor, process_count)
+    if not rows.update(**fields):
+        register_worker(owner, queues, now, using, jobs_run, supervisor, process_count, names)
 
 
 def unregister_worker(owner: str, using: str) -> None:

@@ -37,6 +37,16 @@ def said(caplog, event: str) -> list[logging.LogRecord]:
     return [r for r in caplog.records if getattr(r, "event", None) == event]
 
 
+def drained(caplog) -> logging.LogRecord:
+    """Serve a burst worker until it exits; its exit line."""
+    caplog.set_level(logging.INFO, logger="django_jobs")
+    _, thread = burst_worker()
+    thread.join(10)
+    assert not thread.is_alive()
+    [exit_line] = said(caplog, "burst_drained")
+    return exit_line
+
+
 def test_burst_waiting_for_a_job_another_worker_runs_says_so_once_with_its_lease(
     settings, caplog, make_job
 ):
@@ -213,10 +223,19 @@ def test_burst_waits_for_a_job_due_within_a_second(settings, caplog):
     ahead of the worker's: a burst worker runs it rather than leave it for a later run."""
     settings.DJANGO_JOBS = FAST
     job = schedule_job("tests.ok", run_at=timezone.now() + timedelta(seconds=0.5))
-    caplog.set_level(logging.INFO, logger="django_jobs")
-    _, thread = burst_worker()
-    thread.join(10)
-    assert not thread.is_alive()
+    assert drained(caplog).due_later == 0
     assert Job.objects.get(pk=job.pk).status == JobStatus.SUCCEEDED
-    [exit_line] = said(caplog, "burst_drained")
-    assert exit_line.due_later == 0
+
+
+def test_burst_exits_past_a_job_of_a_name_it_does_not_know_and_says_so(settings, caplog, make_job):
+    """Such a job waits for a worker that knows its name: a burst worker does not wait
+    with it (it would never exit)."""
+    settings.DJANGO_JOBS = FAST
+    waiting = make_job(name="tests.from_the_next_deploy", run_at=timezone.now())
+    exit_line = drained(caplog)
+    assert Job.objects.get(pk=waiting.pk).status == JobStatus.PENDING
+    assert exit_line.getMessage() == (
+        "burst: nothing due or running on queues default; exiting; 1 job(s) due of names this"
+        " worker does not know, not waited for"
+    )
+    assert exit_line.unknown_names == 1

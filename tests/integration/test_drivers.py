@@ -11,6 +11,7 @@ from django.test.utils import CaptureQueriesContext, override_settings
 
 from django_jobs import schedule_job
 from django_jobs.db import ROW_ERRORS, ClaimRequest, get_driver
+from django_jobs.db.records import QueueLimits
 from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import START
 from tests.support.plans import explain, scans, sorts
@@ -128,7 +129,8 @@ def test_claim_concurrent_claimers_never_take_one_job_twice(make_job):
     assert Attempt.objects.count() == 60
 
 
-def test_claim_plan_seeks_the_partial_index_without_a_sort(make_job):
+@pytest.mark.parametrize("names", [None, ("tests.ok", "tests.also")], ids=["any", "named"])
+def test_claim_plan_seeks_the_partial_index_without_a_sort(make_job, names):
     finished = [
         Job(name="tests.ok", status=JobStatus.SUCCEEDED, run_at=START, created_at=START)
         for _ in range(3000)
@@ -137,7 +139,8 @@ def test_claim_plan_seeks_the_partial_index_without_a_sort(make_job):
     for n in range(20):
         make_job(priority=n % 3)
         make_job(queue="other")
-    sql, params = get_driver().claim_statement(request(5))
+        make_job(name="tests.unknown")
+    sql, params = get_driver().claim_statement(dataclasses.replace(request(5), names=names))
     plan = explain(sql, params)
     assert "django_jobs_claim_idx" in plan, plan
     assert not sorts(plan), plan
@@ -584,3 +587,89 @@ def test_driver_prepares_its_statements_as_prepared_statements_says(make_job, pr
     with override_settings(DJANGO_JOBS={"PREPARED_STATEMENTS": prepared}):
         schedule_job("tests.ok")
     assert prepared_inserts() == int(prepared)
+
+
+# -- a claim of the names its worker knows ---------------------------------------------
+
+#: A plain claim, and the claims of a queue with limits (flow control's own statements).
+NAMED_CLAIMS = {
+    "plain": None,
+    "limited": QueueLimits(global_limit=10),
+    "keyed": QueueLimits(keyed=True),
+}
+KNOWN = ("tests.ok", "tests.ünï'côdé")
+
+
+def named(limit=10, names=KNOWN, limits=None):
+    return dataclasses.replace(request(limit), names=names, limits=limits)
+
+
+@pytest.mark.django_db(transaction=True)  # a limited claim runs in a transaction of its own
+@pytest.mark.parametrize("way", ["claim", "claim_and_settle"])
+@pytest.mark.parametrize("kind", sorted(NAMED_CLAIMS))
+def test_claim_takes_only_the_names_it_is_given_and_leaves_the_others_untouched(
+    make_job, kind, way
+):
+    carried = []
+    if way == "claim_and_settle":
+        make_job(name="tests.done")
+        carried = [succeeded(job) for job in claim()]
+    unknown = make_job(name="tests.unknown", priority=9)  # first in the claim order
+    known = [make_job(), make_job(name=KNOWN[1])]
+    driver = get_driver()
+    req = named(limits=NAMED_CLAIMS[kind])
+    if way == "claim":
+        claimed = driver.claim(req)
+    else:
+        claimed, settled = driver.claim_and_settle(req, carried)
+        assert settled.lost == []
+    assert sorted(c.id for c in claimed) == sorted(job.pk for job in known)
+    assert [c.name for c in claimed] == ["tests.ok", KNOWN[1]]
+    unknown.refresh_from_db()
+    assert (unknown.status, unknown.attempts_used, unknown.attempt) == (JobStatus.PENDING, 0, 0)
+    assert not Attempt.objects.filter(job=unknown).exists()
+    assert driver.claim(named()) == []
+    assert [c.id for c in claim()] == [unknown.pk]  # names=None: any name
+
+
+@pytest.mark.parametrize("kind", sorted(NAMED_CLAIMS))
+def test_claim_of_no_names_takes_nothing(make_job, kind):
+    make_job()
+    assert get_driver().claim(named(names=(), limits=NAMED_CLAIMS[kind])) == []
+    assert Job.objects.get().status == JobStatus.PENDING
+
+
+@pytest.mark.django_db(transaction=True)  # a trigger, on MariaDB
+def test_claim_row_by_row_keeps_to_the_names(make_job, refuse_attempts):
+    """The claim after a refused write reads with the same names."""
+    make_job(name="tests.unknown", priority=9)
+    refused = make_job(name="tests.refused")
+    good = make_job()
+    refuse_attempts(refused.pk)
+    claimed = get_driver().claim(named(names=("tests.ok", "tests.refused")))
+    assert [c.id for c in claimed] == [good.pk]
+
+
+#: Parameters the names add to a claim's statement: one (an array, a JSON array) where the
+#: database binds a list as one value; one a name in MariaDB's IN list.
+NAMES_PARAMS = {"postgresql": 1, "sqlite": 1, "mysql": len(KNOWN)}
+
+
+def test_claim_statement_binds_the_names_and_its_text_is_built_once():
+    driver = get_driver()
+    plain_sql, plain = driver.claim_statement(request(5))
+    sql, params = driver.claim_statement(named(5))
+    assert len(params) - len(plain) == NAMES_PARAMS[connection.vendor]
+    assert sql != plain_sql and "ünï" not in sql
+    again, _ = driver.claim_statement(named(5, names=("a.b", "c.d")))
+    assert again == sql  # other names, as many: the same text
+    if driver.names_key(("a",)) == driver.names_key(KNOWN):
+        assert driver.claim_statement(named(5, names=("a",)))[0] == sql
+
+
+@pytest.mark.django_db(transaction=True)
+def test_claim_of_names_costs_the_same_statements(make_job, django_assert_num_queries):
+    for _ in range(3):
+        make_job()
+    with django_assert_num_queries(STATEMENTS_PER_CLAIM[connection.vendor]):
+        assert len(get_driver().claim(named(3))) == 3

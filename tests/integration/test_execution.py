@@ -4,6 +4,7 @@ from datetime import timedelta
 
 import pytest
 
+from django_jobs.db import ClaimRequest, get_driver
 from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus
 from django_jobs.outcomes import ERROR_LIMIT, HandlerResult, decide
 from django_jobs.retry_policy import RetryPolicy
@@ -64,15 +65,33 @@ def test_run_once_dead_letters_after_the_last_attempt(worker, make_job, clock, s
     assert w.run_once().claimed == 0
 
 
-def test_run_once_unknown_job_name_fails_the_attempt_and_keeps_serving(worker, make_job):
-    stale = make_job(name="removed.long.ago", max_attempts=1)
+def test_run_once_unknown_job_name_waits_pending_and_the_others_run(worker, make_job, clock):
+    """A name the worker does not know is not claimed: no attempt is used, and the jobs of
+    the names it knows, behind it in the claim order, run."""
+    stale = make_job(name="removed.long.ago", max_attempts=1, priority=9)
     good = make_job()
-    result = worker(queues={"default": 2}).run_once()
-    assert (result.dead_lettered, result.succeeded) == (1, 1)
+    w = worker(queues={"default": 2})
+    assert (w.run_once().claimed, w.run_once().claimed) == (1, 0)
+    clock.advance(3600)
+    assert w.run_once().claimed == 0
     stale.refresh_from_db()
-    assert stale.status == JobStatus.DEAD_LETTERED
-    assert "UnknownJob" in stale.last_error and "removed.long.ago" in stale.last_error
+    assert (stale.status, stale.attempts_used, stale.attempt) == (JobStatus.PENDING, 0, 0)
+    assert not stale.attempts.exists()
     assert Job.objects.get(pk=good.pk).status == JobStatus.SUCCEEDED
+
+
+def test_execute_unknown_name_that_reaches_a_handler_fails_saying_how_to_register(
+    worker, make_job, clock
+):
+    """A claim of any name (``names=None``: a tool's) takes it: its attempt fails with the
+    unknown name's error, which says how a job gets registered."""
+    stale = make_job(name="removed.long.ago", max_attempts=1)
+    w = worker()
+    [claimed] = get_driver().claim(ClaimRequest("default", w.owner, clock.now(), 60, 1))
+    assert w.executor.execute(claimed).status == JobStatus.DEAD_LETTERED
+    stale.refresh_from_db()
+    assert stale.last_error.startswith("UnknownJob: no job is registered under the name")
+    assert "@job(name) in an installed app's jobs.py" in stale.last_error
 
 
 def test_execute_payload_that_does_not_decode_fails_the_attempt(worker, make_job, clock):

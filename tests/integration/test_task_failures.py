@@ -136,18 +136,22 @@ def test_task_failures_a_task_that_no_longer_imports_fails_as_an_import_error(
     assert "tests.support.tasks.nothing" not in tasks.__dict__  # nothing declared it again
 
 
-def test_task_failures_a_listed_module_that_is_gone_fails_as_module_not_found(
-    worker, make_job, settings
+def test_task_failures_a_listed_module_that_is_gone_leaves_its_jobs_waiting(
+    worker, make_job, settings, caplog
 ):
+    """No worker can declare its tasks: their jobs wait, no attempt used, for one that can
+    (a deploy that brings the module back), and the worker says why as it starts."""
     settings.TASKS = {
         **settings.TASKS,
         "default": {**settings.TASKS["default"], "OPTIONS": {"MODULES": ["tests.moved_away"]}},
     }
     row = make_job(name="tests.moved_away.send", payload=None, max_attempts=1)
-    assert run_until_empty(worker()).dead_lettered == 1
-    [error] = task_backends["default"].get_result(str(row.pk)).errors
-    assert error.exception_class_path == "builtins.ModuleNotFoundError"
-    assert "No module named 'tests.moved_away'" in error.traceback
+    with caplog.at_level(logging.WARNING, logger="django_jobs"):
+        assert run_until_empty(worker()).claimed == 0
+    row.refresh_from_db()
+    assert (row.status, row.attempts_used) == (JobStatus.PENDING, 0)
+    [said] = [r for r in caplog.records if getattr(r, "event", "") == "task_module_not_imported"]
+    assert "'tests.moved_away' cannot be imported (ModuleNotFoundError" in said.getMessage()
 
 
 def test_task_failures_a_task_that_no_longer_imports_cannot_be_enqueued(monkeypatch):

@@ -179,6 +179,21 @@ def test_task_names_older_runner_rows_still_run(worker, make_job):
     assert (result.return_value, result.task.func) == (9, tasks.add.func)
 
 
+def test_task_names_a_listed_module_is_imported_as_the_worker_starts_and_its_tasks_run(
+    worker, make_job, settings, monkeypatch
+):
+    """Nothing imported it yet: the worker does, as it starts, so its tasks are names the
+    worker knows and claims."""
+    monkeypatch.delitem(sys.modules, "tests.support.lazy_tasks", raising=False)
+    monkeypatch.delattr(sys.modules["tests.support"], "lazy_tasks", raising=False)
+    default = settings.TASKS["default"]
+    modules = ["tests.support.tasks", "tests.support.lazy_tasks"]
+    settings.TASKS = {**settings.TASKS, "default": {**default, "OPTIONS": {"MODULES": modules}}}
+    row = make_job(name="tests.support.lazy_tasks.double", payload={"args": [21]})
+    assert worker().run_once().succeeded == 1
+    assert backend().get_result(str(row.pk)).return_value == 42
+
+
 @pytest.mark.parametrize(
     "name",
     [
@@ -189,18 +204,17 @@ def test_task_names_older_runner_rows_still_run(worker, make_job):
     ],
 )
 def test_task_names_a_name_that_is_no_task_stays_an_unknown_job(worker, make_job, name):
-    """Not declared (nothing imported), or not a ``Task``: the unknown-name failure as
-    before, retried, the row kept."""
+    """Not declared (nothing imported), or not a ``Task``: an unknown name, which no worker
+    claims: the row waits, pending, no attempt used, nothing imported."""
     sys.modules.pop("tests.support.import_witness", None)
     row = make_job(name=name, max_attempts=2)
     with pytest.raises(UnknownJob, match=f"no job is registered under the name {name!r}"):
         get_definition(name)
     with pytest.raises(UnknownJob):
         schedule_job(name)
-    assert worker().run_once().retried == 1
+    assert worker().run_once().claimed == 0
     row.refresh_from_db()
-    assert row.status == JobStatus.PENDING and row.payload == {}
-    assert row.last_error.startswith(f"UnknownJob: no job is registered under the name {name!r}")
+    assert (row.status, row.attempts_used, row.payload) == (JobStatus.PENDING, 0, {})
     assert "tests.support.import_witness" not in sys.modules
 
 

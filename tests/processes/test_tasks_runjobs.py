@@ -40,8 +40,8 @@ def test_runjobs_runs_tasks_sync_async_and_retried(runjobs_process):
     assert results[3].return_value == "sent to ada@example.com"
     [owner] = set(results[2].worker_ids)
     assert len(results[2].worker_ids) == 2 and f":{process.pid}:" in owner
-    # Each a job of its own name: the worker found them by path, importing tests.support.tasks
-    # (OPTIONS["MODULES"]) when the first row named one.
+    # Each a job of its own name: the worker found them by path, having imported
+    # tests.support.tasks (OPTIONS["MODULES"]) as it started.
     names = dict(Job.objects.values_list("pk", "name"))
     assert [names[int(r.id)] for r in results] == [
         "tests.support.tasks.add",

@@ -3,7 +3,7 @@ from datetime import timedelta
 import pytest
 
 from django_jobs import DuplicateJobName, JobsError, UnknownJob, job
-from django_jobs.registry import get_definition, unregister
+from django_jobs.registry import HOW_TO_REGISTER, get_definition, unregister
 
 
 @pytest.fixture
@@ -89,14 +89,25 @@ def test_get_definition_unknown_name_suggests_the_closest_registered_names(clean
         get_definition("unit.zebra.stripe")
     assert str(excinfo.value) == (
         "no job is registered under the name 'unit.zebra.stripe'; "
-        "did you mean 'unit.zebra.stripes' or 'unit.zebra.striped'?"
+        f"did you mean 'unit.zebra.stripes' or 'unit.zebra.striped'? {HOW_TO_REGISTER}"
     )
 
 
 def test_get_definition_unknown_name_with_nothing_close_suggests_nothing():
     with pytest.raises(UnknownJob) as excinfo:
         get_definition("zzzzzzzz")
-    assert str(excinfo.value) == "no job is registered under the name 'zzzzzzzz'"
+    assert str(excinfo.value) == (
+        f"no job is registered under the name 'zzzzzzzz'. {HOW_TO_REGISTER}"
+    )
+
+
+def test_get_definition_unknown_name_says_how_a_job_and_a_task_get_registered():
+    with pytest.raises(UnknownJob) as excinfo:
+        get_definition("zzzzzzzz")
+    said = str(excinfo.value)
+    assert "@job(name) in an installed app's jobs.py (which runjobs imports" in said
+    assert "an installed app's tasks.py or listing its module in" in said
+    assert "TASKS[alias]['OPTIONS']['MODULES']" in said
 
 
 def test_job_refuses_a_handler_that_cannot_take_ctx_and_payload(cleanup):

@@ -7,7 +7,7 @@ import argparse
 import json
 import time
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, NamedTuple
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -41,9 +41,11 @@ from django_jobs.stats import (
     LeaderInfo,
     LiveWorker,
     QueueStats,
+    WaitingName,
     limits_in_words,
     live_workers_and_leader,
     queue_stats,
+    waiting_for_names,
 )
 from django_jobs.text import is_number_text
 
@@ -221,6 +223,7 @@ class Command(BaseCommand):
         now = timezone.now()
         workers, leader = live_workers_and_leader(self.using, now)
         queues = queue_stats(self.using, now=now, workers=workers)
+        waiting = waiting_for_names(self.using, now, workers)
         document = {
             "now": now,
             "queues": [
@@ -235,6 +238,9 @@ class Command(BaseCommand):
             ],
             "workers": [vars(worker) for worker in workers],
             "leader": None if leader is None else vars(leader),
+            "waiting": [
+                {**vars(w), "oldest_due_age_seconds": json_seconds(w.age(now))} for w in waiting
+            ],
         }
         counts = ["due", "scheduled", "retrying", "running", "succeeded", "dead_lettered"]
         queue_table = table(
@@ -264,6 +270,7 @@ class Command(BaseCommand):
             ],
         )
         notes = [line for line in map(queue_line, queues) if line]
+        notes += [waiting_line(w, now) for w in waiting]
         if notes:
             queue_table += "\n\n" + "\n".join(notes)
         workers_text = worker_table if workers else "No live workers."
@@ -457,6 +464,16 @@ def queue_line(stats: QueueStats) -> str:
         in_use = f" ({stats.slots_in_use} of {slots} slots in use)" if slots is not None else ""
         said.append(f"limits: {limits_in_words(limits)}{in_use}")
     return f"Queue {stats.queue}: {'; '.join(said)}." if said else ""
+
+
+def waiting_line(waiting: WaitingName, now: datetime) -> str:
+    """The line under the queue table of due jobs no live worker knows the name of."""
+    jobs = "1 job" if waiting.count == 1 else f"{waiting.count} jobs"
+    oldest = "" if waiting.count == 1 else "the oldest "
+    return (
+        f"Queue {waiting.queue}: {jobs} waiting for a worker that knows `{waiting.name}`,"
+        f" {oldest}for {format_age(waiting.age(now))}."
+    )
 
 
 def limits_document(limits: QueueLimits | None) -> dict[str, Any] | None:

@@ -17,6 +17,7 @@ from ...maintenance.cleaner import prune_finished
 from ...maintenance.rescuer import dead_letter_exhausted, reclaim_expired_leases
 from ...maintenance.scheduler import enqueue_due, next_due_at
 from ...maintenance.workers import sweep_workers
+from ...registry import known_names
 from ..deadlines import Deadlines
 from ..processes import refresh_worker, register_worker, unregister_worker
 
@@ -46,6 +47,8 @@ class Maintainer:
         self.supervisor = supervisor  # runjobs --processes: the row this process is listed under
         #: When the next recurring schedule falls due, as the last :meth:`enqueue_due` read it.
         self.next_due_at: datetime | None = None
+        #: The job names the registration last wrote (:func:`known_names`).
+        self.names_written: tuple[str, ...] | None = None
 
     def maintain(self, now: datetime) -> int:
         """Take back expired leases; dead-letter pending jobs with no attempt left; prune.
@@ -81,14 +84,29 @@ class Maintainer:
         return fired
 
     def register(self, now: datetime) -> None:
+        names = known_names()
         with self.deadline("the worker registration"):
-            register_worker(self.owner, self.queues, now, self.using, supervisor=self.supervisor)
+            register_worker(
+                self.owner, self.queues, now, self.using, supervisor=self.supervisor, names=names
+            )
+        self.names_written = names
 
     def refresh_registration(self, now: datetime) -> None:
+        """The registration's heartbeat; the names the process knows written again only
+        after its registry grew (a task declared since, say)."""
+        names = known_names()
         with self.deadline("the worker registration"):
             refresh_worker(
-                self.owner, self.queues, now, self.using, self.jobs_run(), self.supervisor
+                self.owner,
+                self.queues,
+                now,
+                self.using,
+                self.jobs_run(),
+                self.supervisor,
+                names=names,
+                names_changed=names != self.names_written,
             )
+        self.names_written = names
 
     def unregister(self) -> None:
         with self.deadline("removing the worker registration"):
