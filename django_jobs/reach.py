@@ -1,5 +1,5 @@
 """Which modules a worker imports: a ``@job`` or a ``@task`` made anywhere else is not
-made in the worker, and its jobs fail there as unknown.
+made in the worker, which does not claim its jobs: they wait for a worker that knows them.
 
 ``runjobs`` imports what the apps import as they load (``django.setup()``): every
 installed app's models and ``jobs`` module (``django_jobs``' ``ready()`` imports them),
