@@ -518,7 +518,7 @@ def check_jobs_reached(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
         Warning(
             f"Job {name!r} is registered in {module!r}, a module imported only after "
             "start-up (by a view or the URLconf, say): `runjobs` does not import it, so its "
-            "jobs fail there with UnknownJob and are dead-lettered.",
+            "jobs wait, pending, for a worker that knows it.",
             hint=f"Define it in an installed app's jobs.py, or import {module!r} from there.",
             id="django_jobs.W006",
         )

@@ -197,8 +197,8 @@ def register(definition: JobDefinition) -> None:
         return
     logger.warning(
         "job %r is registered by %s, a module imported after start-up: `runjobs` does not "
-        "import it, so its jobs fail there as unknown; define it in an installed app's "
-        "jobs.py, or import %s from there",
+        "import it, so its jobs wait for a worker that knows it; define it in an installed "
+        "app's jobs.py, or import %s from there",
         definition.name,
         module,
         module,

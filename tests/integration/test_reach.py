@@ -1,9 +1,10 @@
 """Jobs and tasks a worker never imports are said where they are made, not by its retries.
 
 A ``@job`` made after start-up, by a module a view imports, exists in the web process
-only: ``runjobs`` never imports that module, and each of its jobs would fail there as
-unknown. The modules here are written into a temporary directory: a project's own, which
-the rule treats as a user's (the test suite's own modules count as reached).
+only: ``runjobs`` never imports that module, and each of its jobs would wait, pending, for
+a worker that knows it. The modules here are written into a temporary directory: a
+project's own, which the rule treats as a user's (the test suite's own modules count as
+reached).
 """
 
 from __future__ import annotations
@@ -82,8 +83,8 @@ def test_reach_job_a_view_imports_lazily_is_said_once_as_it_registers(
     assert record.levelno == logging.WARNING and record.name == "django_jobs.registry"
     assert record.getMessage() == (
         "job 'store.sync' is registered by store.helpers, a module imported after start-up: "
-        "`runjobs` does not import it, so its jobs fail there as unknown; define it in an "
-        "installed app's jobs.py, or import store.helpers from there"
+        "`runjobs` does not import it, so its jobs wait for a worker that knows it; define it "
+        "in an installed app's jobs.py, or import store.helpers from there"
     )
     assert (record.job, record.job_module) == ("store.sync", "store.helpers")
     # Registered again (a module reloaded): said once all the same.
@@ -104,7 +105,7 @@ def test_reach_check_names_each_late_job_with_the_fix(project_module):
     assert warning.msg == (
         "Job 'store.sync' is registered in 'store.helpers', a module imported only after "
         "start-up (by a view or the URLconf, say): `runjobs` does not import it, so its jobs "
-        "fail there with UnknownJob and are dead-lettered."
+        "wait, pending, for a worker that knows it."
     )
     assert warning.hint == (
         "Define it in an installed app's jobs.py, or import 'store.helpers' from there."

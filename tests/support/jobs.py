@@ -38,10 +38,11 @@ def leaky(ctx: JobContext, payload: Any) -> None:
 
 @job("tests.stubborn", timeout=0.3, max_attempts=1)
 def stubborn(ctx: JobContext, payload: Any) -> None:
-    """Ignores ctx: keeps its thread past its timeout, then returns as if it had succeeded."""
+    """Ignores ctx: keeps its thread past its timeout (``payload`` seconds, default 1), then
+    returns as if it had succeeded."""
     import time
 
-    time.sleep(1.0)
+    time.sleep(payload or 1.0)
 
 
 # -- What handlers raise, what is stored, and secrets -------------------------
