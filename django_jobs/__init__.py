@@ -37,7 +37,9 @@ __all__ = [
     "Snooze",
     "UnknownJob",
     "add_recurring_job",
+    "batch",
     "cancel_job",
+    "chain",
     "job",
     "pause_queue",
     "remove_recurring_job",
@@ -52,6 +54,7 @@ if TYPE_CHECKING:
     from .control import cancel_job, pause_queue, resume_queue, retry_job, run_job_now
     from .recurring import add_recurring_job, remove_recurring_job
     from .scheduling import JobSpec, schedule_job, schedule_jobs
+    from .workflows import batch, chain
 
 _LAZY = {
     "schedule_job": "scheduling",
@@ -64,6 +67,8 @@ _LAZY = {
     "resume_queue": "control",
     "add_recurring_job": "recurring",
     "remove_recurring_job": "recurring",
+    "batch": "workflows",
+    "chain": "workflows",
 }
 
 

@@ -6,10 +6,14 @@ import reprlib
 import threading
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, NamedTuple, NoReturn
+from functools import cached_property
+from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
 
 from .exceptions import JobCancelled, Snooze
 from .text import storable_text
+
+if TYPE_CHECKING:
+    from .workflows import BatchView
 
 #: The longest progress note stored; a longer one is cut.
 PROGRESS_NOTE_LENGTH = 200
@@ -50,6 +54,22 @@ class JobContext:
     _cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
     _progress: Progress | None = field(default=None, repr=False)
     _progress_version: int = field(default=0, repr=False)
+
+    @cached_property
+    def dependency_results(self) -> dict[int, Any]:
+        """The stored result of each job this one depends on, by id (None for one that
+        stored none); empty for a job with no dependencies. Read once, when first used."""
+        from .workflows import dependency_results
+
+        return dependency_results(self.job_id)
+
+    @cached_property
+    def batch(self) -> BatchView | None:
+        """The batch this job is a member (or a callback) of: its id and counts, and
+        ``add()`` for a new member; None outside a batch. Read when first used."""
+        from .workflows import batch_of
+
+        return batch_of(self.job_id)
 
     @property
     def cancelled(self) -> bool:

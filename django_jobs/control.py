@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from .conf import require_queue_name
 from .db import get_driver
-from .events import report, report_cancelled
+from .events import report, report_cancelled, report_followed
 from .exceptions import JobNotCancellable, JobNotWaiting
 from .models import Job, JobStatus, Queue
 from .queues import unknown_queue
@@ -41,7 +41,8 @@ def retry_job(job_id: int, *, now: datetime | None = None, using: str | None = N
     jobs = Job.objects.using(driver.using).filter(id=job_id, status__in=RETRYABLE_STATUSES)
     try:
         with driver.write_transaction():
-            queue = jobs.values_list("queue", flat=True).first()
+            was = jobs.values_list("queue", "status", "workflow_pending").first()
+            queue = None if was is None else was[0]
             changed = jobs.update(
                 status=JobStatus.PENDING,
                 run_at=now,
@@ -54,6 +55,8 @@ def retry_job(job_id: int, *, now: datetime | None = None, using: str | None = N
                 progress_total=None,
                 progress_note="",
             )
+            if changed and was is not None and was[2] is not None:
+                driver.workflows.reopened(job_id, was[1], now)
             if changed and queue is not None:
                 driver.wake([queue])
     except IntegrityError:
@@ -96,7 +99,8 @@ CANCEL_TRIES = 5
 def cancel_job(job_id: int, *, now: datetime | None = None, using: str | None = None) -> Job:
     """Cancel a job; return its row as it is now.
 
-    A pending job is cancelled at once and never runs. A running job gets a
+    A pending or waiting job is cancelled at once and never runs (the jobs that wait
+    for it are cancelled in turn, unless they ignore failed dependencies). A running job gets a
     cancel request: its worker's next heartbeat sets ``ctx.cancelled``, and
     unless the handler still succeeds, the attempt is recorded ``cancelled``
     and the job is not retried. A finished job raises
@@ -108,7 +112,8 @@ def cancel_job(job_id: int, *, now: datetime | None = None, using: str | None = 
     jobs = Job.objects.using(driver.using)
     for _ in range(CANCEL_TRIES):  # the job may move between the guarded updates: look again
         with driver.write_transaction():
-            cancelled = jobs.filter(id=job_id, status=JobStatus.PENDING).update(
+            unstarted = (JobStatus.PENDING, JobStatus.WAITING)
+            cancelled = jobs.filter(id=job_id, status__in=unstarted).update(
                 status=JobStatus.CANCELLED,
                 finished_at=now,
                 cancel_requested_at=now,
@@ -119,10 +124,13 @@ def cancel_job(job_id: int, *, now: datetime | None = None, using: str | None = 
             requested = not cancelled and jobs.filter(id=job_id, status=JobStatus.RUNNING).update(
                 cancel_requested_at=now
             )
+            followed = driver.workflows.ended([job_id], now) if cancelled else None
         if cancelled:  # committed: say so
             job = jobs.get(id=job_id)
             # Once it commits, as every report: inside the caller's transaction, not before.
             transaction.on_commit(partial(report_cancelled, job), using=driver.using)
+            if followed:
+                report_followed(followed, driver.using)
             return job
         if requested:
             report("job_cancel_requested", job_id)

@@ -21,10 +21,12 @@ from django.db import transaction
 from django.dispatch import Signal
 
 from . import signals
-from .models import AttemptOutcome, Job, JobStatus
+from .db.workflows import DEPENDENCY_FAILED
+from .models import AttemptOutcome, Batch, Job, JobStatus
 
 if TYPE_CHECKING:
     from .db.records import ClaimedJob, ExhaustedRow, Settlement, UnleasedRow
+    from .db.workflows import Followed
     from .outcomes import HandlerResult
     from .tasks.framework import TaskResult
 
@@ -349,10 +351,62 @@ def report_exhausted(row: ExhaustedRow, error: str) -> None:
 
 
 def report_cancelled(job: Job) -> None:
-    """A pending job ``cancel_job()`` cancelled, once that committed: it never ran, so
-    ``job_cancelled`` has no ``error`` and its ``attempt`` is None."""
+    """A pending or waiting job cancelled, once that committed (by ``cancel_job()``, or by
+    the cascade of a dependency that failed, whose error it carries): it never ran, so its
+    ``attempt`` is None."""
     logger.info("job #%s cancelled", job.pk, extra={"event": "job_cancelled", "job_id": job.pk})
-    send(signals.job_cancelled, job_id=job.pk, name=job.name, queue=job.queue, attempt=None)
+    error = job.last_error if job.last_error.startswith(DEPENDENCY_FAILED) else None
+    details = {"error": error} if error else {}
+    send(
+        signals.job_cancelled,
+        job_id=job.pk,
+        name=job.name,
+        queue=job.queue,
+        attempt=None,
+        **details,
+    )
+
+
+def report_followed(followed: Followed, using: str) -> None:
+    """What the workflow steps of some jobs' ends did, once they committed: each dependent
+    released (a debug line) or cancelled (``job_cancelled``), each callback enqueued
+    (``job_enqueued``), each batch finished (``batch_finished``)."""
+    if not followed:
+        return
+    for job_id in followed.released:
+        logger.debug(
+            "job #%s released: what it waited for has succeeded",
+            job_id,
+            extra={"event": "job_released", "job_id": job_id},
+        )
+    report_enqueued(followed.callbacks, using)
+
+    def announce() -> None:
+        for job in followed.cancelled:
+            report_cancelled(job)
+        for batch in followed.finished:
+            report_batch_finished(batch)
+
+    transaction.on_commit(announce, using=using)
+
+
+def report_batch_finished(batch: Batch) -> None:
+    counts = {
+        "total": batch.total,
+        "succeeded": batch.succeeded,
+        "dead_lettered": batch.dead_lettered,
+        "cancelled": batch.cancelled,
+    }
+    logger.info(
+        "batch #%s finished: %s of %s succeeded, %s dead-lettered, %s cancelled",
+        batch.pk,
+        batch.succeeded,
+        batch.total,
+        batch.dead_lettered,
+        batch.cancelled,
+        extra={"event": "batch_finished", "batch_id": batch.pk, **counts},
+    )
+    send(signals.batch_finished, sender=Batch, batch_id=batch.pk, **counts)
 
 
 # -- lease events ----------------------------------------------------------------------

@@ -14,6 +14,8 @@ from django.utils import timezone as tz
 
 
 class JobStatus(models.TextChoices):
+    #: Waits for the jobs it depends on (``depends_on``): no worker claims it yet.
+    WAITING = "waiting", "waiting"
     PENDING = "pending", "pending"
     RUNNING = "running", "running"
     SUCCEEDED = "succeeded", "succeeded"
@@ -22,6 +24,8 @@ class JobStatus(models.TextChoices):
 
 
 LIVE_STATUSES = (JobStatus.PENDING, JobStatus.RUNNING)
+#: Not yet ended: what a workflow's cascade cancels, and what a batch waits for.
+UNENDED_STATUSES = (JobStatus.WAITING, JobStatus.PENDING, JobStatus.RUNNING)
 FINISHED_STATUSES = (JobStatus.SUCCEEDED, JobStatus.DEAD_LETTERED, JobStatus.CANCELLED)
 
 
@@ -83,6 +87,16 @@ class JobQuerySet(models.QuerySet["Job"]):
     def dead_lettered(self) -> JobQuerySet:
         return self.filter(status=JobStatus.DEAD_LETTERED)
 
+    def waiting(self) -> JobQuerySet:
+        """Waiting for the jobs they depend on."""
+        return self.filter(status=JobStatus.WAITING)
+
+    def unfollowed(self) -> JobQuerySet:
+        """Ended, but the workflow steps of their end not yet taken (their dependents
+        released or cancelled, their batch counted): what a crash between a job's end and
+        its steps leaves, which the leader repairs."""
+        return self.finished().filter(workflow_pending=True)
+
 
 #: Django's warnings that a database has no partial indexes or partial unique constraints:
 #: on MariaDB and MySQL, migration 0011 makes what they give there (its text says how).
@@ -96,6 +110,49 @@ class PartialIndexesHandled:
     def check(cls, **kwargs: Any) -> list[CheckMessage]:
         messages: list[CheckMessage] = super().check(**kwargs)  # type: ignore[misc]
         return [m for m in messages if m.id not in PARTIAL_INDEX_WARNINGS]
+
+
+class Batch(models.Model):
+    """Jobs enqueued together inside ``with batch(...)``: when every member has ended, its
+    callbacks are enqueued, once each (:mod:`django_jobs.workflows`).
+
+    The counts are kept by each member's end, in the same guarded step that finishes the
+    batch; ``callbacks`` holds each callback's job as it will be inserted, validated when
+    the batch was made.
+    """
+
+    id = models.BigAutoField(primary_key=True)
+    name = models.CharField(max_length=200, blank=True, default="", help_text="Yours to set.")
+    total = models.PositiveIntegerField(default=0, help_text="Members, callbacks not counted.")
+    succeeded = models.PositiveIntegerField(default=0)
+    dead_lettered = models.PositiveIntegerField(default=0)
+    cancelled = models.PositiveIntegerField(default=0)
+    callbacks = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="on_finish, on_success, on_failure: the jobs to enqueue.",
+    )
+    callback_jobs = models.JSONField(
+        default=dict, blank=True, help_text="The ids of the callbacks enqueued, by their kind."
+    )
+    created_at = models.DateTimeField(default=tz.now)
+    finished_at = models.DateTimeField(
+        null=True, blank=True, help_text="When its last member ended and its callbacks went in."
+    )
+
+    class Meta:
+        db_table = "django_jobs_batch"
+        ordering = ["-id"]
+        verbose_name = "batch"
+        verbose_name_plural = "batches"
+
+    def __str__(self) -> str:
+        label = f"batch #{self.pk}" + (f" {self.name}" if self.name else "")
+        return f"{label} ({self.ended}/{self.total} ended)"
+
+    @property
+    def ended(self) -> int:
+        return self.succeeded + self.dead_lettered + self.cancelled
 
 
 class Job(PartialIndexesHandled, models.Model):
@@ -144,6 +201,23 @@ class Job(PartialIndexesHandled, models.Model):
     created_at = models.DateTimeField(default=tz.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Workflows (docs/how-to/workflows.md): the batch the job is a member or a callback of,
+    # and whether its end has steps not yet taken (NULL: a job in no workflow, whose end
+    # has none; True until its end's steps are taken, then False).
+    batch = models.ForeignKey(
+        Batch,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="jobs",
+        db_index=False,
+        db_constraint=False,
+    )
+    workflow_pending = models.BooleanField(
+        null=True,
+        blank=True,
+        help_text="Its end releases dependents or counts in a batch, and that is still to do.",
+    )
 
     objects = JobQuerySet.as_manager()
 
@@ -177,6 +251,18 @@ class Job(PartialIndexesHandled, models.Model):
                 condition=Q(schedule__isnull=False),
                 name="django_jobs_schedule_idx",
             ),
+            # A batch's members (its admin page); jobs in no batch have no entry.
+            models.Index(
+                fields=["batch", "id"],
+                condition=Q(batch__isnull=False),
+                name="django_jobs_batch_idx",
+            ),
+            # Ended jobs whose workflow steps are still to take (the leader's repair).
+            models.Index(
+                fields=["workflow_pending"],
+                condition=Q(workflow_pending=True),
+                name="django_jobs_workflow_idx",
+            ),
         ]
         constraints = [
             models.UniqueConstraint(
@@ -205,6 +291,33 @@ class Job(PartialIndexesHandled, models.Model):
 def _defaults() -> tuple[tuple[str, Callable[[], Any]], ...]:
     """Each concrete field of :class:`Job` in order, with what makes its default."""
     return tuple((field.attname, field.get_default) for field in Job._meta.concrete_fields)
+
+
+class JobDependency(models.Model):
+    """``job`` waits for ``depends_on`` to succeed (or, with ``ignore_failure``, to end)."""
+
+    id = models.BigAutoField(primary_key=True)
+    job = models.ForeignKey(
+        Job, on_delete=models.CASCADE, related_name="dependency_links", db_index=False
+    )
+    depends_on = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="dependent_links")
+    ignore_failure = models.BooleanField(
+        default=False, help_text="The job runs once this dependency ends, whatever its end."
+    )
+
+    class Meta:
+        db_table = "django_jobs_dependency"
+        ordering = ["job_id", "depends_on_id"]
+        verbose_name = "dependency"
+        verbose_name_plural = "dependencies"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "depends_on"], name="django_jobs_dependency_once"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id} waits for job {self.depends_on_id}"
 
 
 class DeadLetter(Job):

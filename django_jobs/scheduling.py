@@ -22,12 +22,14 @@ from django.utils import timezone
 
 from .conf import check_job_options, resolve_run_at, settings
 from .db import get_driver
-from .events import report_enqueued
+from .db.workflows import Followed
+from .events import report_enqueued, report_followed
 from .exceptions import UnknownJob
 from .models import Job
 from .payloads import encode_payload
 from .queues import check_scheduled_queue
 from .registry import get_definition
+from .workflows import links_for, plan_links
 
 JobRef = str | Callable[..., Any]
 
@@ -48,6 +50,10 @@ class JobSpec:
     schedule: str | None = None
     #: Jobs of a queue with the same key run at most ``@job(concurrency=N)`` at once.
     concurrency_key: str | None = None
+    #: What the job waits for: jobs (rows or ids), or other specs of the same call.
+    depends_on: Sequence[Any] = ()
+    #: Run once every dependency has ended, whatever its end (not only once they succeed).
+    ignore_failed_dependencies: bool = False
 
 
 def build_job(spec: JobSpec) -> Job:
@@ -84,7 +90,9 @@ def build_job(spec: JobSpec) -> Job:
     )
 
 
-def enqueue(rows: Sequence[Job], using: str) -> list[Job]:
+def enqueue(
+    rows: Sequence[Job], using: str, workflow: Callable[[list[Job]], Followed] | None = None
+) -> list[Job]:
     """The one way in: every new job, built by :func:`build_job`, is written here.
 
     The driver's one insert writes ``rows`` (every column, keys included) and wakes
@@ -92,15 +100,46 @@ def enqueue(rows: Sequence[Job], using: str) -> list[Job]:
     is announced (``job_enqueued``, on commit). Returns the rows in order, but where
     a pending or running job of a row's name holds its unique key: that job, which
     is not announced again. Many rows are all written or none.
+
+    ``workflow``: the step that links the rows written into their workflow
+    (dependencies, a batch), in the same transaction.
     """
     driver = get_driver(using)
-    if len(rows) == 1:
+    followed = None
+    if len(rows) == 1 and workflow is None:
         result = driver.insert_jobs(rows, timezone.now())
     else:
         with transaction.atomic(using=using):
             result = driver.insert_jobs(rows, timezone.now())
+            if workflow is not None:
+                followed = workflow(result)
     report_enqueued([job for job, row in zip(result, rows, strict=True) if job is row], using)
+    if followed is not None:
+        report_followed(followed, using)
     return result
+
+
+def enqueue_specs(originals: Sequence[object], specs: Sequence[JobSpec]) -> list[Job]:
+    """Build and write ``specs`` (``originals``: as the caller gave them, which a
+    dependency on a spec of the call names), with their workflow if they have one."""
+    rows = [build_job(spec) for spec in specs]
+    using = router.db_for_write(Job)
+    planned = plan_links(originals, specs, using)
+    if planned is None:
+        return enqueue(rows, using)
+
+    def link(result: list[Job]) -> Followed:
+        written = [
+            (job, link)
+            for job, row, link in zip(result, rows, links_for(result, planned, specs), strict=True)
+            if job is row
+        ]
+        if not written:
+            return Followed()
+        jobs, links = zip(*written, strict=True)
+        return get_driver(using).workflows.link(jobs, links, timezone.now())
+
+    return enqueue(rows, using, link)
 
 
 def schedule_job(
@@ -114,13 +153,16 @@ def schedule_job(
     max_attempts: int | None = None,
     unique_key: str | None = None,
     concurrency_key: str | None = None,
+    depends_on: Sequence[Any] = (),
+    ignore_failed_dependencies: bool = False,
 ) -> Job:
     """Enqueue one job and return its row.
 
     With ``unique_key``, a pending or running job of the same name and key is
     returned instead and nothing is inserted. With ``concurrency_key`` (a job
     declared with ``@job(concurrency=N)``), at most N jobs of its queue with
-    that key run at once.
+    that key run at once. With ``depends_on`` (jobs or their ids), the job waits
+    until they have all succeeded (or, with ``ignore_failed_dependencies``, ended).
     """
     spec = JobSpec(
         job,
@@ -132,19 +174,19 @@ def schedule_job(
         max_attempts,
         unique_key,
         concurrency_key=concurrency_key,
+        depends_on=tuple(depends_on),
+        ignore_failed_dependencies=ignore_failed_dependencies,
     )
-    return enqueue([build_job(spec)], router.db_for_write(Job))[0]
+    return enqueue_specs([spec], [spec])[0]
 
 
 def schedule_jobs(specs: Iterable[JobSpec | Mapping[str, Any]]) -> list[Job]:
     """Enqueue many jobs, in one INSERT where the database allows.
 
     Every spec is validated before anything is written. Returns the rows in
-    the order of ``specs``.
+    the order of ``specs``. A spec's ``depends_on`` may name another spec of the
+    call, by the spec object itself.
     """
-    rows: list[Job] = []
-    for spec in specs:
-        if not isinstance(spec, JobSpec):
-            spec = JobSpec(**spec)
-        rows.append(build_job(spec))
-    return enqueue(rows, router.db_for_write(Job))
+    originals = list(specs)
+    made = [spec if isinstance(spec, JobSpec) else JobSpec(**spec) for spec in originals]
+    return enqueue_specs(originals, made)

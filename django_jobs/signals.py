@@ -8,7 +8,11 @@ Each is sent with ``sender=Job`` and keyword arguments ``job_id``, ``name``,
 - ``job_started``: a worker starts an attempt (its claim has committed);
 - ``job_succeeded``, ``job_failed`` (each failed or timed-out attempt, with
   ``will_retry``), ``job_dead_lettered`` (after ``job_failed``, for the last
-  one), ``job_cancelled``: the attempt's outcome is written.
+  one), ``job_cancelled``: the attempt's outcome is written (or, for a job that never
+  ran, its cancel: by ``cancel_job()``, or by the cascade of a failed dependency);
+- ``batch_finished``: every member of a batch has ended and its callbacks are enqueued;
+  sent with ``batch_id``, ``total``, ``succeeded``, ``dead_lettered`` and ``cancelled``
+  instead of a job's arguments.
 
 A receiver that raises is logged (``signal_receiver_failed``) and never
 changes the job's outcome.
@@ -24,3 +28,4 @@ job_succeeded = Signal()
 job_failed = Signal()
 job_dead_lettered = Signal()
 job_cancelled = Signal()
+batch_finished = Signal()

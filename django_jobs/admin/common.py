@@ -152,6 +152,8 @@ def page_field(name: str) -> str | None:
         return f"{name}_shown"
     if name == PROGRESS_FIELDS[0]:
         return "progress"
+    if name == "workflow_pending":  # the runtime's mark, nothing a person acts on
+        return None
     return None if name in PROGRESS_FIELDS else name
 
 

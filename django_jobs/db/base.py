@@ -27,6 +27,7 @@ claimed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -35,7 +36,7 @@ from django.core.checks import CheckMessage
 from django.db import transaction
 
 from ..conf import settings
-from ..models import Job, JobStatus
+from ..models import FINISHED_STATUSES, Job, JobStatus
 from . import inserts
 from .inserts import INSERTED_COLUMNS, WRITTEN_COLUMNS, inserted_values, written_ids
 from .leader import LeaderLease
@@ -62,6 +63,7 @@ from .records import (
     settlement_values,
 )
 from .statements import Statements
+from .workflows import Workflows
 
 
 class DatabaseBusy(Exception):
@@ -105,6 +107,7 @@ class Driver(Statements):
     #: The parts a driver builds, as ``BaseDatabaseWrapper`` builds its ``features_class``.
     leader_class = LeaderLease
     flow_class = FlowControl
+    workflows_class = Workflows
 
     def __init__(self, using: str = "default") -> None:
         super().__init__(using)
@@ -114,6 +117,8 @@ class Driver(Statements):
         self.leader = self.leader_class(self)
         #: Flow control: ``pause``, ``resume``, and the claims of queues with limits.
         self.flow = self.flow_class(self, self)
+        #: Workflows: the links of a new job, the steps of a job's end.
+        self.workflows = self.workflows_class(self)
 
     def bound_session(self, seconds: float) -> None:
         """On a connection a worker's calls run on under a deadline of ``seconds``: have the
@@ -272,11 +277,12 @@ class Driver(Statements):
         if not settlements:
             return self.claim(request), Settled([])
         if request.limits is not None:
-            return self.flow.claim_limited(request, settlements)
-        with self.write_transaction():
-            settled = self.settle_rows(settlements)
-            claimed = self.claim_rows(request)
-        return claimed, settled
+            claimed, settled = self.flow.claim_limited(request, settlements)
+        else:
+            with self.write_transaction():
+                settled = self.settle_rows(settlements)
+                claimed = self.claim_rows(request)
+        return claimed, self.follow(settlements, settled)
 
     def claim_batch(self, request: ClaimRequest) -> list[ClaimedJob]:
         """The claim in one transaction: read, mark running, start the attempts."""
@@ -409,7 +415,17 @@ class Driver(Statements):
         if not settlements:
             return Settled([])
         with self.write_transaction():
-            return self.settle_rows(settlements)
+            settled = self.settle_rows(settlements)
+        return self.follow(settlements, settled)
+
+    def follow(self, settlements: Sequence[Settlement], settled: Settled) -> Settled:
+        """Once a settle has committed: the steps of the ends it wrote of jobs in a workflow
+        (:meth:`.workflows.Workflows.ended`), in a transaction of their own. A crash in
+        between leaves them to the leader (:meth:`.workflows.Workflows.repair`)."""
+        if not settled.to_follow:
+            return settled
+        now = max(s.ended_at for s in settlements)
+        return replace(settled, followed=self.workflows.ended(settled.to_follow, now))
 
     def settle_rows(self, settlements: Sequence[Settlement]) -> Settled:
         """The settle's statements, inside the caller's transaction."""
@@ -503,16 +519,25 @@ class Driver(Statements):
 
     @staticmethod
     def settled(
-        settlements: Sequence[Settlement], written: Iterable[tuple[int, int, str | None]]
+        settlements: Sequence[Settlement],
+        written: Iterable[tuple[int, int, str | None, bool | None]],
     ) -> Settled:
-        """:class:`Settled` from the (id, attempt, new status) rows a settle wrote."""
-        statuses = {(job_id, attempt): status for job_id, attempt, status in written}
+        """:class:`Settled` from the (id, attempt, new status, workflow_pending) rows a
+        settle wrote."""
+        rows = {(job_id, attempt): (status, marked) for job_id, attempt, status, marked in written}
         cancelled = frozenset(
             s.pair
             for s in settlements
-            if statuses.get(s.pair) == JobStatus.CANCELLED and s.status != JobStatus.CANCELLED
+            if s.pair in rows
+            and rows[s.pair][0] == JobStatus.CANCELLED
+            and s.status != JobStatus.CANCELLED
         )
-        return Settled([s for s in settlements if s.pair not in statuses], cancelled)
+        to_follow = frozenset(
+            job_id
+            for (job_id, _), (status, marked) in rows.items()
+            if marked and status in FINISHED_STATUSES
+        )
+        return Settled([s for s in settlements if s.pair not in rows], cancelled, to_follow)
 
     def renew(
         self,

@@ -78,6 +78,7 @@ class LockedRow(NamedTuple):
     attempt: int
     status: str
     cancel_requested_at: datetime | None
+    workflow_pending: bool | None
 
 
 class ClaimReadRow(NamedTuple):
@@ -465,9 +466,9 @@ class MySQLDriver(Driver):
             cancelled = (
                 locked[s.job_id].cancel_requested_at is not None and s.status != JobStatus.SUCCEEDED
             )
-            written.append(
-                (s.job_id, s.attempt, JobStatus.CANCELLED.value if cancelled else str(s.status))
-            )
+            status = JobStatus.CANCELLED.value if cancelled else str(s.status)
+            marked = locked[s.job_id].workflow_pending
+            written.append((s.job_id, s.attempt, status, None if marked is None else bool(marked)))
         return self.settled(settlements, written)
 
     def joined_update(

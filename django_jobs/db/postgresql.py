@@ -79,19 +79,22 @@ class ClaimedOrSettledRow(NamedTuple):
     claimed: bool
     job: ClaimedRow
     new_status: str | None
+    workflow_pending: bool | None
 
     @classmethod
     def read(cls, row: Sequence[Any]) -> ClaimedOrSettledRow:
-        claimed, *job, new_status = row
-        return cls(claimed, ClaimedRow.read(job), new_status)
+        claimed, *job, new_status, workflow_pending = row
+        return cls(claimed, ClaimedRow.read(job), new_status, workflow_pending)
 
 
 class SettledRow(NamedTuple):
-    """A row a settle returns: the attempt it wrote and the job's new status."""
+    """A row a settle returns: the attempt it wrote, the job's new status, and whether its
+    end has workflow steps to take."""
 
     id: int
     attempt: int
     new_status: str
+    workflow_pending: bool | None
 
 
 class PostgresDriver(Driver):
@@ -143,12 +146,13 @@ class PostgresDriver(Driver):
         refused row fails the caller's transaction, whose caller settles apart)."""
         ctes, params = self.settle_ctes(settlements)
         sql = self.text(
-            "settle", lambda: f"WITH {ctes} SELECT id, attempt, new_status FROM settled"
+            "settle",
+            lambda: f"WITH {ctes} SELECT id, attempt, new_status, workflow_pending FROM settled",
         )
         with self.hot_cursor() as cursor:
             cursor.execute(sql, params)
             rows = [SettledRow._make(row) for row in cursor.fetchall()]
-        return self.settled(settlements, [(r.id, r.attempt, r.new_status) for r in rows])
+        return self.settled(settlements, rows)
 
     def hot_cursor(self) -> Any:
         """The cursor for hot-path statements, prepared where it is safe (:mod:`.prepared`)."""
@@ -261,7 +265,8 @@ class PostgresDriver(Driver):
         if not settlements:
             return self.claim(request), Settled([])
         if request.limits is not None:
-            return self.flow.claim_limited(request, settlements)
+            jobs, written_limited = self.flow.claim_limited(request, settlements)
+            return jobs, self.follow(settlements, written_limited)
         settle_ctes, settle_params = self.settle_ctes(settlements)
         claim_ctes, claim_params = self.claim_ctes(request)
         # A settled row fills only the id and attempt columns of a claimed one.
@@ -272,17 +277,21 @@ class PostgresDriver(Driver):
             "claim_and_settle" + self.names_key(request.names),
             lambda: (
                 f"WITH {settle_ctes}, {claim_ctes}"
-                f" SELECT TRUE, {self.claimed_columns}, NULL FROM marked"
-                f" UNION ALL SELECT FALSE, {written_columns}, new_status FROM settled"
+                f" SELECT TRUE, {self.claimed_columns}, NULL, NULL FROM marked"
+                f" UNION ALL SELECT FALSE, {written_columns}, new_status, workflow_pending"
+                " FROM settled"
             ),
         )
         rows = [
             ClaimedOrSettledRow.read(row)
             for row in self.execute(sql, [*settle_params, *claim_params])
         ]
-        written = [(*row.job.pair, row.new_status) for row in rows if not row.claimed]
+        written = [
+            (*row.job.pair, row.new_status, row.workflow_pending) for row in rows if not row.claimed
+        ]
         claimed = [row.job for row in rows if row.claimed]
-        return self.claimed_jobs(claimed, request), self.settled(settlements, written)
+        settled = self.follow(settlements, self.settled(settlements, written))
+        return self.claimed_jobs(claimed, request), settled
 
     def claimed_jobs(self, rows: list[ClaimedRow], request: ClaimRequest) -> list[ClaimedJob]:
         rows.sort(key=lambda row: (-row.priority, row.run_at, row.candidate.id))  # no Sort
@@ -348,10 +357,11 @@ class PostgresDriver(Driver):
             return Settled([])
         ctes, params = self.settle_ctes(settlements)
         sql = self.text(
-            "settle", lambda: f"WITH {ctes} SELECT id, attempt, new_status FROM settled"
+            "settle",
+            lambda: f"WITH {ctes} SELECT id, attempt, new_status, workflow_pending FROM settled",
         )
         rows = [SettledRow._make(row) for row in self.execute(sql, params)]
-        return self.settled(settlements, [(r.id, r.attempt, r.new_status) for r in rows])
+        return self.follow(settlements, self.settled(settlements, rows))
 
     def settle_ctes(self, settlements: Sequence[Settlement]) -> tuple[str, list[Any]]:
         """``v`` (the settlements), ``settled`` (the job rows they fenced in), ``closed``."""
@@ -371,7 +381,7 @@ class PostgresDriver(Driver):
             f" FROM v WHERE j.{qn('id')} = v.id AND j.{qn('lease_owner')} = v.owner"
             f" AND j.{qn('attempt')} = v.attempt AND {self.running_guard('j')}"
             f" RETURNING v.id, v.attempt, v.outcome, v.error, v.ended_at, v.traceback,"
-            f" j.{qn('status')} AS new_status),"
+            f" j.{qn('status')} AS new_status, j.{qn('workflow_pending')} AS workflow_pending),"
             f" closed AS (UPDATE {attempts} a SET {qn('outcome')} = settled.outcome,"
             f" {qn('finished_at')} = settled.ended_at, {qn('error')} = settled.error,"
             f" {qn('traceback')} = settled.traceback"

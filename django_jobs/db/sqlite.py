@@ -243,11 +243,16 @@ class SQLiteDriver(Driver):
         qn = self.qn
         sql, params = self.settle_jobs_sql(settlements)
         # Unqualified: SQLite's RETURNING names the target's columns only, not by its alias.
-        returning = f" RETURNING {qn('id')}, {qn('attempt')}, {qn('status')}"
+        returning = (
+            f" RETURNING {qn('id')}, {qn('attempt')}, {qn('status')}, {qn('workflow_pending')}"
+        )
         with self.connection.cursor() as cursor:
             cursor.execute(sql + returning, params)
-            written = [(job_id, attempt, status) for job_id, attempt, status in cursor.fetchall()]
-            pairs = {(job_id, attempt) for job_id, attempt, _ in written}
+            written = [
+                (job_id, attempt, status, bool(marked) if marked is not None else None)
+                for job_id, attempt, status, marked in cursor.fetchall()
+            ]
+            pairs = {(job_id, attempt) for job_id, attempt, _, _ in written}
             done = [s for s in settlements if s.pair in pairs]
             if done:
                 self.close_attempts(cursor, done)

@@ -19,8 +19,8 @@ from django.db.models import Q
 
 from ..db import ROW_ERRORS, Driver, get_driver
 from ..db.records import ExhaustedRow, Settlement, UnleasedRow
-from ..events import report_exhausted, report_lapsed, report_lease
-from ..models import Attempt, Job
+from ..events import report_exhausted, report_followed, report_lapsed, report_lease
+from ..models import FINISHED_STATUSES, Attempt, Job
 from ..outcomes import error_text, exhausted, lapsed
 
 RECLAIM_BATCH = 100
@@ -115,14 +115,34 @@ def reclaim_row(driver: Driver, row: UnleasedRow, now: datetime) -> bool:
                 fenced.select_for_update(skip_locked=True).exists()
             )
             changed = locked and fenced.update(**_job_columns(settled))
+            followed = None
             if changed:
                 _close_attempt(driver, settled)
+                if settled.status in FINISHED_STATUSES:
+                    followed = driver.workflows.ended([row.id], now)
     except ROW_ERRORS as exc:
         report_lease("job_reclaim_failed", row.id, row.attempt, error=error_text(exc))
         return False
     if changed:
         report_lapsed(row, settled)
+    if followed:
+        report_followed(followed, driver.using)
     return bool(changed)
+
+
+#: How long an ended job's workflow steps are left to the worker that ended it before the
+#: leader takes them (it takes them in milliseconds; a crash leaves them for good).
+UNFOLLOWED_SECONDS = 2.0
+
+
+def follow_unfollowed(now: datetime, *, using: str | None = None) -> int:
+    """Take the workflow steps of ends a crash left untaken (a worker killed between a
+    job's end and its steps): its dependents released or cancelled, its batch counted and
+    finished. How many jobs' steps were taken."""
+    driver = get_driver(using or router.db_for_write(Job))
+    followed, taken = driver.workflows.repair(now, UNFOLLOWED_SECONDS)
+    report_followed(followed, driver.using)
+    return taken
 
 
 def dead_letter_exhausted(
@@ -145,6 +165,8 @@ def dead_letter_exhausted(
         if not found:
             return 0
         dead_lettered = rows.filter(id__in=[row.id for row in found]).update(**columns)
+        followed = driver.workflows.ended([row.id for row in found], now)
     for row in found:
         report_exhausted(row, str(columns["last_error"]))
+    report_followed(followed, driver.using)
     return dead_lettered

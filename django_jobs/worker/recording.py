@@ -31,7 +31,8 @@ from ..conf import settings
 from ..db import ROW_ERRORS, Driver
 from ..db.outage import with_backoff
 from ..db.records import ClaimedJob, Pairs, Settled
-from ..events import report_lease, report_written
+from ..db.workflows import Followed
+from ..events import report_followed, report_lease, report_written
 from ..models import AttemptOutcome, JobStatus
 from ..outcomes import HandlerResult, Settlement, decide, released, unrecorded
 from ..retry_policy import RetryPolicy
@@ -230,6 +231,7 @@ class OutcomeWriter:
         final: list[Decided] = []
         lost: list[Settlement] = []
         cancelled: set[tuple[int, int]] = set()
+        followed = Followed()
         for one in decided:
             try:
                 settled = self.settle([one.settlement], patience)
@@ -244,7 +246,8 @@ class OutcomeWriter:
             final.append(one)
             lost += settled.lost
             cancelled |= settled.cancelled
-        return final, Settled(lost, frozenset(cancelled))
+            followed = followed.merge(settled.followed)
+        return final, Settled(lost, frozenset(cancelled), followed=followed)
 
     def release_held(self, outcomes: Sequence[Outcome]) -> None:
         """Their outcomes are written (or given up on): the jobs leave the held set."""
@@ -272,6 +275,7 @@ class OutcomeWriter:
                 for d, written in zip(decided, final, strict=True)
             ]
         )
+        report_followed(settled.followed, self.driver.using)
         with self._counting:
             self.jobs_run += len(decided) - len(settled.lost)
             self.counts.update(kinds)
@@ -291,6 +295,7 @@ class OutcomeWriter:
             settled = self.driver.settle(settlements)
         for job_id, attempt in sorted(settled.cancelled):
             report_lease("job_cancelled_at_stop", job_id, attempt)
+        report_followed(settled.followed, self.driver.using)
         kept = {s.pair for s in settled.lost} | settled.cancelled
         handed_back = {s.job_id for s in settlements if s.pair not in kept}
         if handed_back:

@@ -175,3 +175,31 @@ def snoozes(ctx: JobContext, payload: Any) -> None:
     if payload.get("by_context"):
         ctx.snooze(payload["seconds"])
     raise Snooze(payload["seconds"])
+
+
+# -- Workflows ---------------------------------------------------------------------------
+
+
+@job("tests.flow_step")
+def flow_step(ctx: JobContext, payload: Any) -> Any:
+    """Returns its payload with what it saw: its dependencies' results and its batch."""
+    batch = ctx.batch
+    return {
+        "payload": payload,
+        "seen": {str(k): v for k, v in sorted(ctx.dependency_results.items())},
+        "batch": None if batch is None else [batch.id, batch.total],
+    }
+
+
+@job("tests.flow_fail", max_attempts=1)
+def flow_fail(ctx: JobContext, payload: Any) -> None:
+    raise RuntimeError("this step fails")
+
+
+@job("tests.flow_fanout")
+def flow_fanout(ctx: JobContext, payload: Any) -> int:
+    """Adds ``payload`` siblings to its batch."""
+    assert ctx.batch is not None
+    for n in range(int(payload)):
+        ctx.batch.add("tests.flow_step", n)
+    return int(payload)

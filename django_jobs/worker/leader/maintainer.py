@@ -14,7 +14,11 @@ from datetime import datetime
 
 from ...db import Driver
 from ...maintenance.cleaner import prune_finished
-from ...maintenance.rescuer import dead_letter_exhausted, reclaim_expired_leases
+from ...maintenance.rescuer import (
+    dead_letter_exhausted,
+    follow_unfollowed,
+    reclaim_expired_leases,
+)
 from ...maintenance.scheduler import enqueue_due, next_due_at
 from ...maintenance.workers import sweep_workers
 from ...registry import known_names
@@ -62,10 +66,12 @@ class Maintainer:
         return reclaimed
 
     def rescue(self, now: datetime) -> int:
-        """Take back expired leases, dead-letter what has no attempt left, sweep workers."""
+        """Take back expired leases, dead-letter what has no attempt left, take the workflow
+        steps a crash left untaken, sweep workers."""
         with self.deadline("the maintenance pass"):
             reclaimed = reclaim_expired_leases(now, using=self.using)
             dead_letter_exhausted(now, using=self.using)
+            follow_unfollowed(now, using=self.using)
             sweep_workers(now, using=self.using, lease_seconds=self.lease_seconds)
         return reclaimed
 

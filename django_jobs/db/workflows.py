@@ -1,0 +1,378 @@
+"""Workflows in the database: what a new job is linked with, and the steps a job's end takes.
+
+A job enters a workflow when it is written with dependencies or inside a batch
+(:meth:`Workflows.link`, a step of the one insert, in the same transaction): it is
+marked ``workflow_pending`` (and so are the jobs it depends on that have not ended),
+and stored ``waiting`` until what it depends on has succeeded.
+
+Every end of such a job, whichever path ended it (a settle, the rescuer, a cancel),
+then takes the same steps (:meth:`Workflows.ended`): the mark is taken off under the
+row's lock, so the steps of one end are taken once; its batch counts it, and the
+member that ends a batch enqueues the batch's callbacks, through the one insert; its
+waiting dependents are released (``pending``) once all they wait for has succeeded,
+or cancelled when it failed, and their ends take the same steps in turn (the cascade).
+A settle writes a job's end and its steps in separate transactions where the settle is
+one statement (PostgreSQL): a crash between them leaves the mark on an ended job, and
+the leader takes the steps then (:meth:`Workflows.repair`).
+
+Why dependents are locked before what they wait for is read: two dependencies of one job
+ending at once, each in a transaction that cannot see the other's end, would each leave
+the job waiting. Locked, the second waits for the first to commit, then reads both ends.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import transaction
+from django.db.models import F
+
+from ..models import (
+    FINISHED_STATUSES,
+    Batch,
+    Job,
+    JobDependency,
+    JobStatus,
+)
+
+if TYPE_CHECKING:
+    from .base import Driver
+
+#: What ``last_error`` of a job the cascade cancelled starts with; the id of the job
+#: that failed follows, so that a retry of that job can find the jobs to put back.
+DEPENDENCY_FAILED = "DependencyFailed: job #"
+#: The callbacks a batch may have, by the name of the argument that gives each.
+CALLBACK_KINDS = ("on_finish", "on_success", "on_failure")
+FAILED_STATUSES = (JobStatus.DEAD_LETTERED, JobStatus.CANCELLED)
+
+
+@dataclass
+class Followed:
+    """What the steps of some jobs' ends did, for the reporter: the dependents released
+    and cancelled, the callbacks enqueued, the batches finished."""
+
+    released: list[int] = field(default_factory=list)
+    cancelled: list[Job] = field(default_factory=list)
+    callbacks: list[Job] = field(default_factory=list)
+    finished: list[Batch] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.released or self.cancelled or self.callbacks or self.finished)
+
+    def merge(self, other: Followed) -> Followed:
+        return Followed(
+            self.released + other.released,
+            self.cancelled + other.cancelled,
+            self.callbacks + other.callbacks,
+            self.finished + other.finished,
+        )
+
+
+@dataclass(frozen=True)
+class Link:
+    """A new job's place in a workflow: the ids it depends on and its batch."""
+
+    depends_on: tuple[int, ...] = ()
+    ignore_failure: bool = False
+    batch: int | None = None
+
+
+def failed_error(job_id: int, name: str, status: str) -> str:
+    """The ``last_error`` of a job cancelled because job ``job_id`` ended ``status``."""
+    return f"{DEPENDENCY_FAILED}{job_id} ({name}) ended {status}: this job waited for it"
+
+
+class Workflows:
+    """The driver's part for workflows (``driver.workflows``). Off the hot path of a
+    plain job: a job in no workflow is never read here."""
+
+    def __init__(self, driver: Driver) -> None:
+        self.driver = driver
+
+    @property
+    def jobs(self) -> Any:
+        return Job.objects.using(self.driver.using)
+
+    @property
+    def batches(self) -> Any:
+        return Batch.objects.using(self.driver.using)
+
+    @property
+    def links(self) -> Any:
+        return JobDependency.objects.using(self.driver.using)
+
+    # -- a job's way in -----------------------------------------------------------------
+
+    def link(self, rows: Sequence[Job], links: Sequence[Link], now: datetime) -> Followed:
+        """Link ``rows`` (just written, in the caller's transaction) as ``links`` say: each
+        waits for its dependencies, joins its batch. A row whose dependency has failed
+        already is cancelled at once (its own dependents among ``rows`` too)."""
+        depended = sorted({d for link in links for d in link.depends_on})
+        statuses = self.lock_statuses(depended)
+        self.jobs.filter(
+            id__in=[d for d in depended if statuses[d][0] not in FINISHED_STATUSES],
+            workflow_pending__isnull=True,
+        ).update(workflow_pending=True)
+        self.links.bulk_create(
+            JobDependency(job_id=row.pk, depends_on_id=d, ignore_failure=link.ignore_failure)
+            for row, link in zip(rows, links, strict=True)
+            for d in link.depends_on
+        )
+        states = self.new_states(rows, links, statuses)
+        for row, link in zip(rows, links, strict=True):
+            status, error = states[row.pk]
+            row.status, row.workflow_pending, row.batch_id = status, True, link.batch
+            if error:
+                row.last_error, row.finished_at = error, now
+        self.write_new_states(rows, now)
+        for batch, count in Counter(link.batch for link in links if link.batch).items():
+            self.batches.filter(pk=batch).update(total=F("total") + count)
+        cancelled = [row.pk for row in rows if row.status == JobStatus.CANCELLED]
+        return self.ended(cancelled, now) if cancelled else Followed()
+
+    def lock_statuses(self, ids: Sequence[int]) -> dict[int, tuple[str, str]]:
+        """The status and name of the jobs ``ids``, each row locked (in id order)."""
+        if not ids:
+            return {}
+        read = self.jobs.select_for_update().filter(id__in=ids).order_by("id")
+        return {pk: (status, name) for pk, status, name in read.values_list("id", "status", "name")}
+
+    def new_states(
+        self, rows: Sequence[Job], links: Sequence[Link], statuses: dict[int, tuple[str, str]]
+    ) -> dict[int, tuple[str, str]]:
+        """Each new row's status (and error): pending once all it waits for has
+        succeeded, cancelled when one failed, else waiting; until nothing changes, as a
+        new row may wait for another."""
+        known = dict(statuses)
+        for row in rows:
+            known[row.pk] = (JobStatus.WAITING, row.name)
+        states: dict[int, tuple[str, str]] = {}
+        changed = True
+        while changed:
+            changed = False
+            for row, link in zip(rows, links, strict=True):
+                state = decide_waiting(
+                    [(d, *known[d], link.ignore_failure) for d in link.depends_on]
+                )
+                if states.get(row.pk) != state:
+                    states[row.pk], known[row.pk], changed = state, (state[0], row.name), True
+        return states
+
+    def write_new_states(self, rows: Sequence[Job], now: datetime) -> None:
+        by_state: dict[tuple[str, str, int | None], list[int]] = defaultdict(list)
+        for row in rows:
+            error = row.last_error if row.status == JobStatus.CANCELLED else ""
+            by_state[(row.status, error, row.batch_id)].append(row.pk)
+        for (status, error, batch), ids in by_state.items():
+            changes: dict[str, Any] = {"status": status, "workflow_pending": True, "batch": batch}
+            if status == JobStatus.CANCELLED:
+                changes.update(last_error=error, finished_at=now)
+            self.jobs.filter(id__in=ids).update(**changes)
+
+    # -- a job's way out ----------------------------------------------------------------
+
+    def ended(self, ids: Iterable[int], now: datetime) -> Followed:
+        """Take the steps of the ends of the jobs ``ids`` that still have them to take,
+        inside a transaction (the caller's, if it has one): count each in its batch
+        (finishing the batch its end completes), release or cancel its dependents, and
+        take the steps of those cancelled in turn."""
+        followed = Followed()
+        todo = sorted(set(ids))
+        with transaction.atomic(using=self.driver.using):
+            while todo:
+                rows = list(
+                    self.jobs.select_for_update()
+                    .filter(id__in=todo, workflow_pending=True, status__in=FINISHED_STATUSES)
+                    .order_by("id")
+                    .values_list("id", "status", "batch_id")
+                )
+                if not rows:
+                    break
+                taken = [pk for pk, _, _ in rows]
+                self.jobs.filter(id__in=taken).update(workflow_pending=False)
+                self.count_in_batches(rows, now, followed)
+                todo = self.follow_dependents(taken, now, followed)
+        return followed
+
+    def count_in_batches(
+        self, rows: Sequence[tuple[int, str, int | None]], now: datetime, followed: Followed
+    ) -> None:
+        """Count ended members in their batches, each batch's row locked by its update; the
+        member that ends a batch finishes it (one transaction holds that lock at a time,
+        so one finishes it)."""
+        counts: dict[int, Counter[str]] = defaultdict(Counter)
+        for _, status, batch in rows:
+            if batch is not None:
+                counts[batch][status] += 1
+        for batch_id in sorted(counts):
+            added = counts[batch_id]
+            self.batches.filter(pk=batch_id).update(
+                succeeded=F("succeeded") + added[JobStatus.SUCCEEDED],
+                dead_lettered=F("dead_lettered") + added[JobStatus.DEAD_LETTERED],
+                cancelled=F("cancelled") + added[JobStatus.CANCELLED],
+            )
+            self.finish_if_done(batch_id, now, followed)
+
+    def finish_if_done(self, batch_id: int, now: datetime, followed: Followed) -> None:
+        batch = self.batches.select_for_update().filter(pk=batch_id).first()
+        if batch is None or batch.finished_at is not None or batch.ended < batch.total:
+            return
+        outcome = "on_success" if batch.ended == batch.succeeded else "on_failure"
+        kinds = [kind for kind in ("on_finish", outcome) if kind in batch.callbacks]
+        rows = [callback_row(batch, batch.callbacks[kind], now) for kind in kinds]
+        written = self.driver.insert_jobs(rows, now) if rows else []
+        # The one insert writes a new job's own columns; a callback's batch is set after.
+        self.jobs.filter(id__in=[job.pk for job in written]).update(batch=batch.pk)
+        batch.finished_at = now
+        batch.callback_jobs = {kind: job.pk for kind, job in zip(kinds, written, strict=True)}
+        batch.save(update_fields=["finished_at", "callback_jobs"])
+        followed.callbacks += [job for job, row in zip(written, rows, strict=True) if job is row]
+        followed.finished.append(batch)
+
+    def follow_dependents(
+        self, ended: Sequence[int], now: datetime, followed: Followed
+    ) -> list[int]:
+        """Release the waiting dependents of ``ended`` whose dependencies all allow it, and
+        cancel those one of which failed; the ids of those cancelled."""
+        dependents = sorted(
+            set(self.links.filter(depends_on_id__in=ended).values_list("job_id", flat=True))
+        )
+        if not dependents:
+            return []
+        waiting = list(
+            self.jobs.select_for_update()
+            .filter(id__in=dependents, status=JobStatus.WAITING)
+            .order_by("id")
+            .values_list("id", flat=True)
+        )
+        if not waiting:
+            return []
+        decided = {job: decide_waiting(deps) for job, deps in self.dependencies_of(waiting).items()}
+        released = [job for job, (status, _) in decided.items() if status == JobStatus.PENDING]
+        if released:
+            self.jobs.filter(id__in=released, status=JobStatus.WAITING).update(
+                status=JobStatus.PENDING
+            )
+            queues = self.jobs.filter(id__in=released, run_at__lte=now).values_list("queue")
+            self.driver.wake(sorted({queue for (queue,) in queues}))
+            followed.released += released
+        cancelled = [job for job, (status, _) in decided.items() if status == JobStatus.CANCELLED]
+        for job in cancelled:
+            self.jobs.filter(id=job, status=JobStatus.WAITING).update(
+                status=JobStatus.CANCELLED, finished_at=now, last_error=decided[job][1]
+            )
+        if cancelled:
+            followed.cancelled += list(self.jobs.filter(id__in=cancelled).order_by("id"))
+        return cancelled
+
+    def dependencies_of(self, jobs: Sequence[int]) -> dict[int, list[tuple[int, str, str, bool]]]:
+        """Each job's dependencies: (id, status, name, whether a failure is ignored)."""
+        found: dict[int, list[tuple[int, str, str, bool]]] = defaultdict(list)
+        read = self.links.filter(job_id__in=jobs).values_list(
+            "job_id", "depends_on_id", "depends_on__status", "depends_on__name", "ignore_failure"
+        )
+        for job, dependency, status, name, ignored in read:
+            found[job].append((dependency, status, name, ignored))
+        return found
+
+    def closed(self, batch_id: int, now: datetime) -> Followed:
+        """A batch's block has ended: finish the batch now if it has no member left to
+        end (an empty batch's callbacks go in at once)."""
+        followed = Followed()
+        with transaction.atomic(using=self.driver.using):
+            self.finish_if_done(batch_id, now, followed)
+        return followed
+
+    # -- a job put back -----------------------------------------------------------------
+
+    def reopened(self, job_id: int, was: str, now: datetime) -> list[int]:
+        """``retry_job()`` has just put job ``job_id`` (``was`` dead-lettered or
+        cancelled) back to pending, in the caller's transaction: uncount it from its
+        batch, have it wait again if what it depends on has not all succeeded, and put
+        back to waiting the dependents its failure cancelled (and theirs). The ids put
+        back to waiting, the job's own included if it waits."""
+        self.uncount([(job_id, was)])
+        back: list[int] = []
+        if self.links.filter(job_id=job_id).exists():
+            status, _ = decide_waiting(self.dependencies_of([job_id])[job_id])
+            if status != JobStatus.PENDING:
+                self.jobs.filter(id=job_id).update(status=JobStatus.WAITING)
+                back.append(job_id)
+        todo = [job_id]
+        while todo:
+            cancelled = self.cancelled_by(todo)
+            if not cancelled:
+                break
+            self.uncount([(pk, JobStatus.CANCELLED) for pk in cancelled])
+            self.jobs.filter(id__in=cancelled).update(
+                status=JobStatus.WAITING, finished_at=None, last_error=""
+            )
+            back += cancelled
+            todo = cancelled
+        return back
+
+    def cancelled_by(self, failed: Sequence[int]) -> list[int]:
+        """The dependents the cascade cancelled for the failure of one of ``failed``."""
+        dependents = self.links.filter(depends_on_id__in=failed).values_list("job_id", flat=True)
+        found = self.jobs.select_for_update().filter(
+            id__in=list(dependents), status=JobStatus.CANCELLED
+        )
+        return [
+            pk
+            for pk, error in found.order_by("id").values_list("id", "last_error")
+            if any(error.startswith(f"{DEPENDENCY_FAILED}{f} ") for f in failed)
+        ]
+
+    def uncount(self, rows: Sequence[tuple[int, str]]) -> None:
+        """Take ended jobs out of their batches' counts, their steps to take again."""
+        ids = [pk for pk, _ in rows]
+        read = self.jobs.filter(id__in=ids, workflow_pending=False).values_list("id", "batch_id")
+        batches = dict(read)
+        self.jobs.filter(id__in=ids, workflow_pending=False).update(workflow_pending=True)
+        counts: dict[int, Counter[str]] = defaultdict(Counter)
+        for pk, was in rows:
+            if batches.get(pk) is not None:
+                counts[batches[pk]][was] += 1
+        for batch_id in sorted(counts):
+            taken = counts[batch_id]
+            self.batches.filter(pk=batch_id).update(
+                succeeded=F("succeeded") - taken[JobStatus.SUCCEEDED],
+                dead_lettered=F("dead_lettered") - taken[JobStatus.DEAD_LETTERED],
+                cancelled=F("cancelled") - taken[JobStatus.CANCELLED],
+            )
+
+    # -- what a crash left --------------------------------------------------------------
+
+    def repair(self, now: datetime, older_than: float, limit: int = 500) -> tuple[Followed, int]:
+        """Take the steps of ends a crash left untaken: ended jobs still marked, ended
+        before ``now`` less ``older_than`` seconds (a younger one is likely still being
+        followed by the worker that ended it). What they did, and for how many jobs."""
+        before = now - timedelta(seconds=older_than)
+        stale = self.jobs.unfollowed().filter(finished_at__lte=before).order_by("id")
+        ids = list(stale.values_list("id", flat=True)[:limit])
+        return (self.ended(ids, now) if ids else Followed()), len(ids)
+
+
+def decide_waiting(dependencies: Sequence[tuple[int, str, str, bool]]) -> tuple[str, str]:
+    """What a waiting job becomes, given its dependencies (id, status, name, whether a
+    failure is ignored): cancelled (and why) if one failed and that is not ignored,
+    pending if all succeeded (or ended, where failures are ignored), else waiting."""
+    ready = True
+    for dependency, status, name, ignored in dependencies:
+        if status in FAILED_STATUSES and not ignored:
+            return JobStatus.CANCELLED, failed_error(dependency, name, status)
+        if status != JobStatus.SUCCEEDED and not (ignored and status in FINISHED_STATUSES):
+            ready = False
+    return (JobStatus.PENDING, "") if ready else (JobStatus.WAITING, "")
+
+
+def callback_row(batch: Batch, fields: Mapping[str, Any], now: datetime) -> Job:
+    """A batch's callback as the row to insert: the job it was made with, due now (or
+    after its delay), in the batch (``ctx.batch``) but not one of its members."""
+    values = {key: value for key, value in fields.items() if key != "delay_seconds"}
+    run_at = now + timedelta(seconds=float(fields.get("delay_seconds") or 0))
+    return Job.unsaved(**values, run_at=run_at, created_at=now, batch_id=batch.pk)

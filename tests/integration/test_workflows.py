@@ -1,0 +1,320 @@
+"""Workflows on every database: dependencies, cascades, retries, chains, batches and their
+callbacks, through the worker's own tick (``run_once``) and the public API."""
+
+from __future__ import annotations
+
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import connection, transaction
+
+from django_jobs import batch, cancel_job, chain, retry_job, schedule_job, schedule_jobs, signals
+from django_jobs.db import get_driver
+from django_jobs.exceptions import UnknownJob
+from django_jobs.maintenance.rescuer import UNFOLLOWED_SECONDS, follow_unfollowed
+from django_jobs.models import Batch, Job, JobDependency, JobStatus
+from django_jobs.scheduling import JobSpec
+from tests.conftest import START
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def clock():
+    """The workers' clock a minute ahead of the host's, which ``schedule_job()`` reads: each
+    job is due to them."""
+    from django.utils import timezone
+
+    from django_jobs.testing import FakeClock
+
+    return FakeClock(timezone.now() + timedelta(minutes=1))
+
+
+def statuses(*jobs: Job) -> list[str]:
+    return [Job.objects.get(pk=job.pk).status for job in jobs]
+
+
+def drain(worker, rounds: int = 50) -> None:
+    w = worker()
+    for _ in range(rounds):
+        if not w.run_once().claimed:
+            return
+
+
+# -- dependencies -----------------------------------------------------------------------
+
+
+def test_dependent_waits_until_its_dependency_succeeds_then_runs(worker):
+    first = schedule_job("tests.flow_step", "a")
+    second = schedule_job("tests.flow_step", "b", depends_on=[first])
+    assert second.status == JobStatus.WAITING
+    w = worker()
+    assert w.run_once().claimed == 1  # only the first: the second waits
+    assert statuses(first, second) == [JobStatus.SUCCEEDED, JobStatus.PENDING]
+    w.run_once()
+    second.refresh_from_db()
+    assert second.status == JobStatus.SUCCEEDED
+    assert second.result["seen"] == {str(first.pk): first.__class__.objects.get(pk=first.pk).result}
+
+
+def test_dependency_already_succeeded_counts_at_once(worker):
+    first = schedule_job("tests.ok")
+    drain(worker)
+    second = schedule_job("tests.ok", depends_on=[first.pk])
+    assert second.status == JobStatus.PENDING
+    assert statuses(second) == [JobStatus.PENDING]
+
+
+def test_dependency_already_failed_cancels_the_new_job_at_once(worker):
+    failed = schedule_job("tests.flow_fail")
+    drain(worker)
+    new = schedule_job("tests.ok", depends_on=[failed])
+    assert statuses(new) == [JobStatus.CANCELLED]
+    new.refresh_from_db()
+    assert new.last_error.startswith(f"DependencyFailed: job #{failed.pk} (tests.flow_fail)")
+
+
+def test_failed_dependency_cascades_to_dependents_and_theirs(worker):
+    first = schedule_job("tests.flow_fail")
+    second = schedule_job("tests.ok", depends_on=[first])
+    third = schedule_job("tests.ok", depends_on=[second])
+    tolerant = schedule_job("tests.ok", depends_on=[first], ignore_failed_dependencies=True)
+    drain(worker)
+    assert statuses(first, second, third, tolerant) == [
+        JobStatus.DEAD_LETTERED,
+        JobStatus.CANCELLED,
+        JobStatus.CANCELLED,
+        JobStatus.SUCCEEDED,
+    ]
+    third.refresh_from_db()
+    assert third.last_error.startswith(
+        f"DependencyFailed: job #{second.pk} (tests.ok) ended cancelled"
+    )
+
+
+def test_cascade_sends_job_cancelled_with_the_reason():
+    first = schedule_job("tests.ok")
+    second = schedule_job("tests.ok", depends_on=[first])
+    heard = []
+
+    def listen(sender, **kwargs):
+        heard.append((kwargs["job_id"], kwargs.get("error", "")))
+
+    signals.job_cancelled.connect(listen)
+    try:
+        cancel_job(first.pk)
+    finally:
+        signals.job_cancelled.disconnect(listen)
+    assert [job_id for job_id, _ in heard] == [first.pk, second.pk]
+    assert heard[1][1].startswith(f"DependencyFailed: job #{first.pk}")
+    assert statuses(second) == [JobStatus.CANCELLED]
+
+
+def test_cancel_of_a_waiting_job_cancels_it_and_its_dependents():
+    first = schedule_job("tests.ok", run_at=START + timedelta(days=1))
+    second = schedule_job("tests.ok", depends_on=[first])
+    third = schedule_job("tests.ok", depends_on=[second])
+    cancel_job(second.pk)
+    assert statuses(first, second, third) == [
+        JobStatus.PENDING,
+        JobStatus.CANCELLED,
+        JobStatus.CANCELLED,
+    ]
+
+
+def test_retry_of_a_failed_dependency_puts_what_it_cancelled_back_to_waiting(worker):
+    first = schedule_job("tests.flow_fail")
+    second = schedule_job("tests.ok", depends_on=[first])
+    third = schedule_job("tests.ok", depends_on=[second])
+    drain(worker)
+    assert statuses(second, third) == [JobStatus.CANCELLED, JobStatus.CANCELLED]
+    assert retry_job(first.pk)
+    assert statuses(first, second, third) == [
+        JobStatus.PENDING,
+        JobStatus.WAITING,
+        JobStatus.WAITING,
+    ]
+    Job.objects.filter(pk=first.pk).update(name="tests.ok")  # the bug is fixed
+    drain(worker)
+    assert statuses(first, second, third) == [JobStatus.SUCCEEDED] * 3
+
+
+def test_dependencies_on_specs_of_the_same_call_and_chain(worker):
+    a = JobSpec("tests.flow_step", "a")
+    b = {"job": "tests.flow_step", "payload": "b", "depends_on": [a]}
+    rows = schedule_jobs([b, a])
+    assert [row.status for row in rows] == [JobStatus.WAITING, JobStatus.PENDING]
+    chained = chain(JobSpec("tests.flow_step", 1), {"job": "tests.flow_step", "payload": 2})
+    assert [row.status for row in chained] == [JobStatus.PENDING, JobStatus.WAITING]
+    assert JobDependency.objects.filter(job=chained[1], depends_on=chained[0]).exists()
+    drain(worker)
+    assert statuses(*rows, *chained) == [JobStatus.SUCCEEDED] * 4
+
+
+@pytest.mark.parametrize(
+    ("depends_on", "error"),
+    [
+        ([10**12], "no job has the id 1000000000000"),
+        (["x"], "is neither a Job, a job id, nor a spec of the same call"),
+        ([JobSpec("tests.ok")], "must be one of the same schedule_jobs() call"),
+    ],
+)
+def test_bad_dependencies_are_refused_and_nothing_is_written(depends_on, error):
+    with pytest.raises(ValueError, match=error.replace("(", r"\(").replace(")", r"\)")):
+        schedule_job("tests.ok", depends_on=depends_on)
+    assert not Job.objects.exists()
+
+
+def test_a_cycle_among_specs_is_refused_and_nothing_is_written():
+    a, b = JobSpec("tests.ok"), JobSpec("tests.ok")
+    object.__setattr__(a, "depends_on", (b,))  # a waits for b, b for a
+    object.__setattr__(b, "depends_on", (a,))
+    with pytest.raises(ValueError, match=r"cycle \(spec 0 -> spec 1 -> spec 0\)"):
+        schedule_jobs([a, b])
+    assert not Job.objects.exists()
+
+
+def test_a_dependency_of_another_database_is_refused():
+    first = schedule_job("tests.ok")
+    first._state.db = "elsewhere"
+    with pytest.raises(ValueError, match="only wait for jobs of its own database"):
+        schedule_job("tests.ok", depends_on=[first])
+    assert Job.objects.count() == 1
+
+
+def test_two_dependencies_ending_at_once_release_their_dependent(worker):
+    """Each end's steps lock the dependent before they read what else it waits for: the
+    second end's steps wait for the first's to commit, then see both ends. Read without
+    the lock, each would see the other dependency still running, and leave it waiting."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite's writers take turns: two ends cannot interleave")
+    a, b = schedule_job("tests.ok"), schedule_job("tests.ok")
+    c = schedule_job("tests.ok", depends_on=[a, b])
+    workflows = get_driver().workflows
+    first_stepped, go = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def end(job: Job, hold: bool) -> None:
+        try:
+            with transaction.atomic():
+                Job.objects.filter(pk=job.pk).update(status=JobStatus.SUCCEEDED, finished_at=START)
+                workflows.ended([job.pk], START)
+                if hold:
+                    first_stepped.set()
+                    go.wait(5)
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    first = threading.Thread(target=end, args=(a, True))
+    first.start()
+    assert first_stepped.wait(5)
+    second = threading.Thread(target=end, args=(b, False))
+    second.start()
+    second.join(0.3)  # it waits for the first's lock on the dependent
+    go.set()
+    first.join(5)
+    second.join(5)
+    assert not errors
+    assert statuses(c) == [JobStatus.PENDING]
+
+
+# -- batches ----------------------------------------------------------------------------
+
+
+def test_batch_callbacks_go_in_once_when_every_member_has_ended(worker):
+    with batch(
+        on_finish=("tests.flow_step", "done"),
+        on_failure=JobSpec("tests.flow_step", "bad"),
+        on_success=("tests.flow_step", "good"),
+    ) as b:
+        members = schedule_jobs([{"job": "tests.ok"}] * 3 + [{"job": "tests.flow_fail"}])
+    b.refresh_from_db()
+    assert b.total == 4 and b.finished_at is None
+    drain(worker)
+    b.refresh_from_db()
+    assert (b.succeeded, b.dead_lettered, b.cancelled) == (3, 1, 0)
+    assert b.finished_at is not None
+    assert set(b.callback_jobs) == {"on_finish", "on_failure"}
+    callbacks = Job.objects.filter(pk__in=b.callback_jobs.values()).order_by("pk")
+    assert [c.payload for c in callbacks] == ["done", "bad"]
+    assert all(c.status == JobStatus.SUCCEEDED for c in callbacks)
+    assert callbacks[0].result["batch"] == [b.pk, 4]
+    assert all(m.batch_id == b.pk for m in Job.objects.filter(pk__in=[m.pk for m in members]))
+
+
+def test_batch_member_adds_siblings_and_the_batch_waits_for_them(worker):
+    with batch(on_finish=("tests.flow_step", "end")) as b:
+        schedule_job("tests.flow_fanout", 3)
+    drain(worker)
+    b.refresh_from_db()
+    assert (b.total, b.succeeded) == (4, 4)
+    [callback] = Job.objects.filter(pk=b.callback_jobs["on_finish"])
+    assert callback.status == JobStatus.SUCCEEDED
+
+
+def test_empty_batch_finishes_at_once():
+    with batch(on_success=("tests.ok", None)) as b:
+        pass
+    assert b.finished_at is not None and set(b.callback_jobs) == {"on_success"}
+
+
+def test_batch_block_that_raises_keeps_nothing():
+    with pytest.raises(RuntimeError), batch(on_finish=("tests.ok", None)):
+        schedule_job("tests.ok")
+        raise RuntimeError("no")
+    assert not Job.objects.exists() and not Batch.objects.exists()
+
+
+def test_batch_callback_of_an_unknown_job_is_refused():
+    with pytest.raises(UnknownJob):
+        with batch(on_finish=("tests.no_such_job", None)):
+            schedule_job("tests.ok")
+    assert not Job.objects.exists() and not Batch.objects.exists()
+
+
+def test_adding_to_a_finished_batch_is_refused():
+    with batch() as b:
+        pass
+    from django_jobs.workflows import BatchView
+
+    with pytest.raises(ValueError, match="has finished"):
+        BatchView.read(b.pk, "default").add("tests.ok")
+
+
+def test_retry_of_a_member_moves_the_counts(worker):
+    with batch() as b:
+        failed = schedule_job("tests.flow_fail")
+        schedule_job("tests.ok")
+    drain(worker)
+    b.refresh_from_db()
+    assert (b.succeeded, b.dead_lettered) == (1, 1)
+    retry_job(failed.pk)
+    b.refresh_from_db()
+    assert (b.succeeded, b.dead_lettered) == (1, 0)
+    Job.objects.filter(pk=failed.pk).update(name="tests.ok")
+    drain(worker)
+    b.refresh_from_db()
+    assert (b.succeeded, b.dead_lettered) == (2, 0)
+
+
+# -- what a crash leaves ----------------------------------------------------------------
+
+
+def test_an_end_whose_steps_were_not_taken_is_followed_by_the_leader(worker):
+    """A job ended, its steps not taken (the worker died between): the repair takes them."""
+    with batch(on_finish=("tests.ok", None)) as b:
+        first = schedule_job("tests.ok")
+    second = schedule_job("tests.ok", depends_on=[first])
+    now = START
+    # The end written as a crashed settle leaves it: ended, still marked.
+    Job.objects.filter(pk=first.pk).update(status=JobStatus.SUCCEEDED, finished_at=now)
+    assert follow_unfollowed(now) == 0  # too young: its worker may be taking them
+    later = now + timedelta(seconds=UNFOLLOWED_SECONDS + 1)
+    assert follow_unfollowed(later) == 1
+    b.refresh_from_db()
+    assert b.finished_at is not None and b.succeeded == 1
+    assert statuses(second) == [JobStatus.PENDING]
+    assert follow_unfollowed(later) == 0  # once
