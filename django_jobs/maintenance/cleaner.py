@@ -20,11 +20,11 @@ from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from typing import Any
 
-from django.db.models import F, Lookup
+from django.db.models import Exists, F, Lookup, OuterRef
 
 from ..conf import settings
 from ..db import Driver, get_driver
-from ..models import FINISHED_STATUSES, Job, JobStatus
+from ..models import FINISHED_STATUSES, Batch, Job, JobStatus
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +94,25 @@ def prune_finished(
             deleted,
             extra={"event": "jobs_pruned", "count": deleted},
         )
+    if budget != 0:
+        prune_batches(driver, now, batch)
+    return deleted
+
+
+def prune_batches(driver: Driver, now: datetime, batch: int = PRUNE_BATCH) -> int:
+    """Delete up to ``batch`` finished batches none of whose jobs is left, finished before
+    the longest retention of a finished status (none, while a status is kept forever)."""
+    kept = [kept for _, kept in expiring_statuses(settings.RETENTION)]
+    if len(kept) < len(FINISHED_STATUSES):
+        return 0
+    batches = Batch.objects.using(driver.using)
+    members = Job.objects.using(driver.using).filter(batch=OuterRef("pk"))
+    done = batches.filter(finished_at__lt=cutoff_for(now, max(kept))).exclude(Exists(members))
+    ids = list(done.order_by("finished_at").values_list("id", flat=True)[:batch])
+    if not ids:
+        return 0
+    with driver.write_transaction():
+        deleted, _ = batches.filter(id__in=ids).exclude(Exists(members)).delete()
     return deleted
 
 

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 from django.db import connection, transaction
+from django.db.models import F
 
 from django_jobs import batch, cancel_job, chain, retry_job, schedule_job, schedule_jobs, signals
 from django_jobs.db import get_driver
@@ -318,3 +319,66 @@ def test_an_end_whose_steps_were_not_taken_is_followed_by_the_leader(worker):
     assert b.finished_at is not None and b.succeeded == 1
     assert statuses(second) == [JobStatus.PENDING]
     assert follow_unfollowed(later) == 0  # once
+
+
+# -- every end takes the steps, whichever path ended it ---------------------------------
+
+
+def test_a_member_whose_worker_died_on_its_last_attempt_counts_and_cascades(clock):
+    """The rescuer's end (a lapsed lease, no attempt left) takes the same steps."""
+    from django_jobs.maintenance.rescuer import reclaim_expired_leases
+
+    with batch(on_failure=("tests.ok", None)) as b:
+        member = schedule_job("tests.ok", max_attempts=1)
+    dependent = schedule_job("tests.ok", depends_on=[member])
+    now = clock.now()
+    Job.objects.filter(pk=member.pk).update(
+        status=JobStatus.RUNNING,
+        attempt=1,
+        attempts_used=1,
+        lease_owner="gone",
+        lease_expires_at=now - timedelta(seconds=1),
+    )
+    assert reclaim_expired_leases(now) == 1
+    b.refresh_from_db()
+    assert (b.dead_lettered, b.finished_at is not None) == (1, True)
+    assert set(b.callback_jobs) == {"on_failure"}
+    assert statuses(member, dependent) == [JobStatus.DEAD_LETTERED, JobStatus.CANCELLED]
+
+
+def test_a_pending_member_with_no_attempt_left_counts_in_its_batch(clock):
+    from django_jobs.maintenance.rescuer import dead_letter_exhausted
+
+    with batch() as b:
+        member = schedule_job("tests.ok")
+    Job.objects.filter(pk=member.pk).update(attempts_used=F("max_attempts"))
+    assert dead_letter_exhausted(clock.now()) == 1
+    b.refresh_from_db()
+    assert (b.dead_lettered, b.finished_at is not None) == (1, True)
+
+
+def test_a_plain_job_is_in_no_workflow_and_its_end_takes_no_step(worker):
+    job = schedule_job("tests.ok")
+    assert job.workflow_pending is None
+    drain(worker)
+    job.refresh_from_db()
+    assert (job.status, job.workflow_pending) == (JobStatus.SUCCEEDED, None)
+
+
+def test_a_finished_batch_goes_once_its_jobs_are_pruned(settings, clock):
+    from django_jobs.maintenance.cleaner import prune_finished
+
+    day = timedelta(days=1)
+    settings.DJANGO_JOBS = {
+        "RETENTION": {"succeeded": day, "cancelled": day, "dead_lettered": 7 * day}
+    }
+    with batch() as emptied:
+        done = schedule_job("tests.ok")
+    with batch() as busy:
+        schedule_job("tests.ok")
+    finished = clock.now() - timedelta(days=8)
+    Job.objects.filter(pk=done.pk).update(status=JobStatus.SUCCEEDED, finished_at=finished)
+    Batch.objects.update(finished_at=finished)
+    prune_finished(clock.now(), using="default")
+    assert list(Batch.objects.values_list("pk", flat=True)) == [busy.pk]  # a job is left
+    assert emptied.pk != busy.pk
