@@ -251,6 +251,12 @@ class Job(PartialIndexesHandled, models.Model):
                 condition=Q(schedule__isnull=False),
                 name="django_jobs_schedule_idx",
             ),
+            # Jobs waiting for others, by queue (the dashboard's and `jobs status`' counts).
+            models.Index(
+                fields=["queue"],
+                condition=Q(status="waiting"),
+                name="django_jobs_waiting_idx",
+            ),
             # A batch's members (its admin page); jobs in no batch have no entry.
             models.Index(
                 fields=["batch", "id"],
