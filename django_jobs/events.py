@@ -373,6 +373,14 @@ def report_followed(followed: Followed, using: str) -> None:
     (``job_enqueued``), each batch finished (``batch_finished``)."""
     if not followed:
         return
+    if followed.deferred:
+        logger.warning(
+            "workflow steps of job(s) %s not taken (%s): the leader takes them within its next"
+            " maintenance pass",
+            ", ".join(f"#{job_id}" for job_id in followed.deferred),
+            followed.error,
+            extra={"event": "workflow_steps_deferred", "job_ids": followed.deferred},
+        )
     for job_id in followed.released:
         logger.debug(
             "job #%s released: what it waited for has succeeded",

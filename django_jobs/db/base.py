@@ -33,7 +33,7 @@ from functools import partial
 from typing import Any
 
 from django.core.checks import CheckMessage
-from django.db import transaction
+from django.db import DatabaseError, transaction
 
 from ..conf import settings
 from ..models import FINISHED_STATUSES, Job, JobStatus
@@ -63,7 +63,7 @@ from .records import (
     settlement_values,
 )
 from .statements import Statements
-from .workflows import Workflows
+from .workflows import Followed, Workflows
 
 
 class DatabaseBusy(Exception):
@@ -421,11 +421,16 @@ class Driver(Statements):
     def follow(self, settlements: Sequence[Settlement], settled: Settled) -> Settled:
         """Once a settle has committed: the steps of the ends it wrote of jobs in a workflow
         (:meth:`.workflows.Workflows.ended`), in a transaction of their own. A crash in
-        between leaves them to the leader (:meth:`.workflows.Workflows.repair`)."""
+        between, or steps the database refuses, leave them to the leader
+        (:meth:`.workflows.Workflows.repair`): the settle has been written all the same."""
         if not settled.to_follow:
             return settled
         now = max(s.ended_at for s in settlements)
-        return replace(settled, followed=self.workflows.ended(settled.to_follow, now))
+        try:
+            followed = self.workflows.ended(settled.to_follow, now)
+        except DatabaseError as exc:
+            followed = Followed(deferred=sorted(settled.to_follow), error=f"{exc!r}"[:500])
+        return replace(settled, followed=followed)
 
     def settle_rows(self, settlements: Sequence[Settlement]) -> Settled:
         """The settle's statements, inside the caller's transaction."""

@@ -59,9 +59,14 @@ class Followed:
     cancelled: list[Job] = field(default_factory=list)
     callbacks: list[Job] = field(default_factory=list)
     finished: list[Batch] = field(default_factory=list)
+    #: Jobs whose steps failed (the database's error in ``error``): left to the leader.
+    deferred: list[int] = field(default_factory=list)
+    error: str = ""
 
     def __bool__(self) -> bool:
-        return bool(self.released or self.cancelled or self.callbacks or self.finished)
+        return bool(
+            self.released or self.cancelled or self.callbacks or self.finished or self.deferred
+        )
 
     def merge(self, other: Followed) -> Followed:
         return Followed(
@@ -69,6 +74,8 @@ class Followed:
             self.cancelled + other.cancelled,
             self.callbacks + other.callbacks,
             self.finished + other.finished,
+            self.deferred + other.deferred,
+            self.error or other.error,
         )
 
 

@@ -382,3 +382,27 @@ def test_a_finished_batch_goes_once_its_jobs_are_pruned(settings, clock):
     prune_finished(clock.now(), using="default")
     assert list(Batch.objects.values_list("pk", flat=True)) == [busy.pk]  # a job is left
     assert emptied.pk != busy.pk
+
+
+def test_steps_the_database_refuses_leave_the_end_written_and_the_leader_takes_them(
+    worker, monkeypatch, caplog
+):
+    """A settle's steps that fail (a deadlock, a lost connection) do not undo or hide the
+    written end: it is reported, and the leader takes the steps later."""
+    from django.db import OperationalError
+
+    first = schedule_job("tests.ok")
+    second = schedule_job("tests.ok", depends_on=[first])
+    workflows = get_driver().workflows
+
+    def refused(ids, now):
+        raise OperationalError("deadlock detected")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(workflows, "ended", refused)
+        assert worker().run_once().succeeded == 1
+    assert statuses(first, second) == [JobStatus.SUCCEEDED, JobStatus.WAITING]
+    assert f"workflow steps of job(s) #{first.pk} not taken" in caplog.text
+    finished = Job.objects.get(pk=first.pk).finished_at
+    assert follow_unfollowed(finished + timedelta(seconds=UNFOLLOWED_SECONDS + 1)) == 1
+    assert statuses(second) == [JobStatus.PENDING]
