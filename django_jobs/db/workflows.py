@@ -23,7 +23,7 @@ the job waiting. Locked, the second waits for the first to commit, then reads bo
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -48,6 +48,14 @@ DEPENDENCY_FAILED = "DependencyFailed: job #"
 #: The callbacks a batch may have, by the name of the argument that gives each.
 CALLBACK_KINDS = ("on_finish", "on_success", "on_failure")
 FAILED_STATUSES = (JobStatus.DEAD_LETTERED, JobStatus.CANCELLED)
+#: The most ids one statement binds: below SQLite's oldest limit of 999 parameters, so a
+#: fan-out of any size is read and written in pieces.
+CHUNK = 900
+
+
+def chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:
+    for start in range(0, len(ids), CHUNK):
+        yield ids[start : start + CHUNK]
 
 
 @dataclass
@@ -120,10 +128,11 @@ class Workflows:
         already is cancelled at once (its own dependents among ``rows`` too)."""
         depended = sorted({d for link in links for d in link.depends_on})
         statuses = self.lock_statuses(depended)
-        self.jobs.filter(
-            id__in=[d for d in depended if statuses[d][0] not in FINISHED_STATUSES],
-            workflow_pending__isnull=True,
-        ).update(workflow_pending=True)
+        unended = [d for d in depended if statuses[d][0] not in FINISHED_STATUSES]
+        for some in chunks(unended):
+            self.jobs.filter(id__in=some, workflow_pending__isnull=True).update(
+                workflow_pending=True
+            )
         self.links.bulk_create(
             JobDependency(job_id=row.pk, depends_on_id=d, ignore_failure=link.ignore_failure)
             for row, link in zip(rows, links, strict=True)
@@ -143,10 +152,17 @@ class Workflows:
 
     def lock_statuses(self, ids: Sequence[int]) -> dict[int, tuple[str, str]]:
         """The status and name of the jobs ``ids``, each row locked (in id order)."""
-        if not ids:
-            return {}
-        read = self.jobs.select_for_update().filter(id__in=ids).order_by("id")
-        return {pk: (status, name) for pk, status, name in read.values_list("id", "status", "name")}
+        found: dict[int, tuple[str, str]] = {}
+        for some in chunks(ids):
+            read = self.jobs.select_for_update().filter(id__in=some).order_by("id")
+            found.update(
+                (pk, (status, name))
+                for pk, status, name in read.values_list("id", "status", "name")
+            )
+        missing = sorted(set(ids) - set(found))
+        if missing:  # deleted since the call checked them
+            raise ValueError(f"depends_on: no job has the id {', '.join(map(str, missing))}")
+        return found
 
     def new_states(
         self, rows: Sequence[Job], links: Sequence[Link], statuses: dict[int, tuple[str, str]]
@@ -178,7 +194,8 @@ class Workflows:
             changes: dict[str, Any] = {"status": status, "workflow_pending": True, "batch": batch}
             if status == JobStatus.CANCELLED:
                 changes.update(last_error=error, finished_at=now)
-            self.jobs.filter(id__in=ids).update(**changes)
+            for some in chunks(ids):
+                self.jobs.filter(id__in=some).update(**changes)
 
     # -- a job's way out ----------------------------------------------------------------
 
@@ -191,18 +208,19 @@ class Workflows:
         todo = sorted(set(ids))
         with transaction.atomic(using=self.driver.using):
             while todo:
+                some, todo = todo[:CHUNK], todo[CHUNK:]
                 rows = list(
                     self.jobs.select_for_update()
-                    .filter(id__in=todo, workflow_pending=True, status__in=FINISHED_STATUSES)
+                    .filter(id__in=some, workflow_pending=True, status__in=FINISHED_STATUSES)
                     .order_by("id")
                     .values_list("id", "status", "batch_id")
                 )
                 if not rows:
-                    break
+                    continue
                 taken = [pk for pk, _, _ in rows]
                 self.jobs.filter(id__in=taken).update(workflow_pending=False)
                 self.count_in_batches(rows, now, followed)
-                todo = self.follow_dependents(taken, now, followed)
+                todo += self.follow_dependents(taken, now, followed)
         return followed
 
     def count_in_batches(
@@ -248,11 +266,17 @@ class Workflows:
         dependents = sorted(
             set(self.links.filter(depends_on_id__in=ended).values_list("job_id", flat=True))
         )
-        if not dependents:
-            return []
+        cancelled: list[int] = []
+        for some in chunks(dependents):
+            cancelled += self.follow_waiting(some, now, followed)
+        return cancelled
+
+    def follow_waiting(self, jobs: Sequence[int], now: datetime, followed: Followed) -> list[int]:
+        """Lock those of ``jobs`` still waiting, then read what they wait for: release the
+        ones it allows, cancel those one of whose dependencies failed (their ids)."""
         waiting = list(
             self.jobs.select_for_update()
-            .filter(id__in=dependents, status=JobStatus.WAITING)
+            .filter(id__in=jobs, status=JobStatus.WAITING)
             .order_by("id")
             .values_list("id", flat=True)
         )
@@ -261,17 +285,19 @@ class Workflows:
         decided = {job: decide_waiting(deps) for job, deps in self.dependencies_of(waiting).items()}
         released = [job for job, (status, _) in decided.items() if status == JobStatus.PENDING]
         if released:
-            self.jobs.filter(id__in=released, status=JobStatus.WAITING).update(
-                status=JobStatus.PENDING
-            )
+            self.jobs.filter(id__in=released).update(status=JobStatus.PENDING)
             queues = self.jobs.filter(id__in=released, run_at__lte=now).values_list("queue")
             self.driver.wake(sorted({queue for (queue,) in queues}))
             followed.released += released
-        cancelled = [job for job, (status, _) in decided.items() if status == JobStatus.CANCELLED]
-        for job in cancelled:
-            self.jobs.filter(id=job, status=JobStatus.WAITING).update(
-                status=JobStatus.CANCELLED, finished_at=now, last_error=decided[job][1]
+        by_error: dict[str, list[int]] = defaultdict(list)
+        for job, (status, error) in decided.items():
+            if status == JobStatus.CANCELLED:
+                by_error[error].append(job)
+        for error, ids in by_error.items():
+            self.jobs.filter(id__in=ids).update(
+                status=JobStatus.CANCELLED, finished_at=now, last_error=error
             )
+        cancelled = sorted(job for ids in by_error.values() for job in ids)
         if cancelled:
             followed.cancelled += list(self.jobs.filter(id__in=cancelled).order_by("id"))
         return cancelled
@@ -311,28 +337,28 @@ class Workflows:
                 back.append(job_id)
         todo = [job_id]
         while todo:
-            cancelled = self.cancelled_by(todo)
-            if not cancelled:
-                break
-            self.uncount([(pk, JobStatus.CANCELLED) for pk in cancelled])
-            self.jobs.filter(id__in=cancelled).update(
-                status=JobStatus.WAITING, finished_at=None, last_error=""
-            )
-            back += cancelled
-            todo = cancelled
+            some, todo = todo[:CHUNK], todo[CHUNK:]
+            for cancelled in chunks(self.cancelled_by(some)):
+                self.uncount([(pk, JobStatus.CANCELLED) for pk in cancelled])
+                self.jobs.filter(id__in=cancelled).update(
+                    status=JobStatus.WAITING, finished_at=None, last_error=""
+                )
+                back += cancelled
+                todo += cancelled
         return back
 
     def cancelled_by(self, failed: Sequence[int]) -> list[int]:
         """The dependents the cascade cancelled for the failure of one of ``failed``."""
         dependents = self.links.filter(depends_on_id__in=failed).values_list("job_id", flat=True)
-        found = self.jobs.select_for_update().filter(
-            id__in=list(dependents), status=JobStatus.CANCELLED
-        )
-        return [
-            pk
-            for pk, error in found.order_by("id").values_list("id", "last_error")
-            if any(error.startswith(f"{DEPENDENCY_FAILED}{f} ") for f in failed)
-        ]
+        found: list[int] = []
+        for some in chunks(sorted(set(dependents))):
+            read = self.jobs.select_for_update().filter(id__in=some, status=JobStatus.CANCELLED)
+            found += [
+                pk
+                for pk, error in read.order_by("id").values_list("id", "last_error")
+                if any(error.startswith(f"{DEPENDENCY_FAILED}{f} ") for f in failed)
+            ]
+        return found
 
     def uncount(self, rows: Sequence[tuple[int, str]]) -> None:
         """Take ended jobs out of their batches' counts, their steps to take again."""

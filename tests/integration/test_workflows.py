@@ -406,3 +406,21 @@ def test_steps_the_database_refuses_leave_the_end_written_and_the_leader_takes_t
     finished = Job.objects.get(pk=first.pk).finished_at
     assert follow_unfollowed(finished + timedelta(seconds=UNFOLLOWED_SECONDS + 1)) == 1
     assert statuses(second) == [JobStatus.PENDING]
+
+
+def test_a_fan_out_wider_than_a_statement_binds_is_followed_in_pieces(worker, monkeypatch):
+    """Ids are bound a piece at a time (SQLite before 3.32 binds at most 999 values)."""
+    from django_jobs.db import workflows
+
+    monkeypatch.setattr(workflows, "CHUNK", 2)
+    first = schedule_job("tests.flow_fail")
+    fanned = schedule_jobs([{"job": "tests.ok", "depends_on": [first]}] * 7)
+    last = schedule_job("tests.ok", depends_on=fanned)
+    assert set(statuses(*fanned, last)) == {JobStatus.WAITING}
+    drain(worker)
+    assert set(statuses(*fanned, last)) == {JobStatus.CANCELLED}
+    Job.objects.filter(pk=first.pk).update(name="tests.ok")
+    assert retry_job(first.pk)
+    assert set(statuses(*fanned, last)) == {JobStatus.WAITING}
+    drain(worker)
+    assert set(statuses(first, *fanned, last)) == {JobStatus.SUCCEEDED}
