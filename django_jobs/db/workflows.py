@@ -95,6 +95,11 @@ class Link:
     ignore_failure: bool = False
     batch: int | None = None
 
+    @property
+    def linked(self) -> bool:
+        """In a workflow at all: waits for something, or joins a batch."""
+        return bool(self.depends_on) or self.batch is not None
+
 
 def failed_error(job_id: int, name: str, status: str) -> str:
     """The ``last_error`` of a job cancelled because job ``job_id`` ended ``status``."""
@@ -125,7 +130,12 @@ class Workflows:
     def link(self, rows: Sequence[Job], links: Sequence[Link], now: datetime) -> Followed:
         """Link ``rows`` (just written, in the caller's transaction) as ``links`` say: each
         waits for its dependencies, joins its batch. A row whose dependency has failed
-        already is cancelled at once (its own dependents among ``rows`` too)."""
+        already is cancelled at once (its own dependents among ``rows`` too). A row with
+        neither stays a plain job."""
+        linked = [(row, link) for row, link in zip(rows, links, strict=True) if link.linked]
+        if not linked:
+            return Followed()
+        rows, links = [row for row, _ in linked], [link for _, link in linked]
         depended = sorted({d for link in links for d in link.depends_on})
         statuses = self.lock_statuses(depended)
         unended = [d for d in depended if statuses[d][0] not in FINISHED_STATUSES]

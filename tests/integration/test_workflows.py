@@ -424,3 +424,12 @@ def test_a_fan_out_wider_than_a_statement_binds_is_followed_in_pieces(worker, mo
     assert set(statuses(*fanned, last)) == {JobStatus.WAITING}
     drain(worker)
     assert set(statuses(first, *fanned, last)) == {JobStatus.SUCCEEDED}
+
+
+def test_a_plain_spec_beside_a_dependent_one_stays_a_plain_job():
+    first = JobSpec("tests.ok")
+    plain, dependent, _ = schedule_jobs(
+        [JobSpec("tests.ok"), JobSpec("tests.ok", depends_on=[first]), first]
+    )
+    assert Job.objects.get(pk=plain.pk).workflow_pending is None
+    assert Job.objects.get(pk=dependent.pk).workflow_pending is True
