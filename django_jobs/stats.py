@@ -47,6 +47,7 @@ class QueueStats:
     """One queue's jobs by status; pending split by when it can next run."""
 
     queue: str
+    waiting: int = 0  # waiting for the jobs they depend on (workflows)
     due: int = 0  # pending, run_at reached: a free worker takes it now
     scheduled: int = 0  # pending, run_at in the future, no attempt used yet
     retrying: int = 0  # pending, run_at in the future, waiting out a backoff
@@ -289,6 +290,9 @@ def count_live(jobs: JobQuerySet, now: datetime, stats_for: Any) -> None:
             oldest_due_at=Min("run_at", filter=Q(run_at__lte=now)),
         )
     )
+    # The waiting index's condition (on MariaDB the claim index's leading columns).
+    for waiting in jobs.waiting().values("queue").annotate(n=Count("id")):
+        stats_for(waiting["queue"]).waiting = waiting["n"]
     for row in pending:
         stats = stats_for(row["queue"])
         stats.due, stats.scheduled, stats.retrying = row["due"], row["scheduled"], row["retrying"]

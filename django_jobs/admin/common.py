@@ -26,6 +26,7 @@ from ..models import FINISHED_STATUSES, LIVE_STATUSES, Attempt, Job, JobStatus
 from ..outcomes import ERROR_LIMIT
 from ..redaction import masked_json
 from ..text import is_number_text
+from .workflow import workflow_of
 
 CHANGE_PERMISSION = "django_jobs.change_job"
 #: How many rows a job list counts at most: past it, the list says "10000+".
@@ -227,6 +228,7 @@ def failure(obj: Job | None) -> dict[str, object] | None:
 
 
 STATUS_COLOURS: dict[str, str] = {
+    JobStatus.WAITING: "#6f42c1",
     JobStatus.PENDING: "#5c636a",
     JobStatus.RUNNING: "#0b5ed7",
     JobStatus.SUCCEEDED: "#1e7e34",
@@ -245,7 +247,12 @@ class JobDisplayMixin:
     def render_change_form(
         self, request: HttpRequest, context: dict[str, Any], *args: Any, **kwargs: Any
     ) -> HttpResponse:
-        context["job_failure"] = failure(kwargs.get("obj"))
+        obj = kwargs.get("obj")
+        context["job_failure"] = failure(obj)
+        context["job_workflow"] = workflow_of(obj)
+        if obj is not None and context["job_workflow"] is not None:
+            context["job_status_colours"] = list(STATUS_COLOURS.items())
+            context["job_status_badge"] = self.status_badge(obj)
         return super().render_change_form(  # type: ignore[misc]
             request, context, *args, **kwargs
         )

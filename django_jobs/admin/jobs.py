@@ -23,6 +23,15 @@ from .common import (
 from .filters import NameFilter, QueueFilter, ScheduleFilter
 from .job_actions import JobActionsMixin
 
+#: The workflow lists the Jobs list shows, by the lookups their links give.
+WORKFLOW_LOOKUPS = frozenset(
+    {
+        "batch__id__exact",
+        "dependent_links__job__id__exact",
+        "dependency_links__depends_on__id__exact",
+    }
+)
+
 
 @admin.register(Job)
 class JobAdmin(
@@ -64,6 +73,11 @@ class JobAdmin(
 
     def get_urls(self) -> list[Any]:
         return [*self.verb_urls(), *super().get_urls()]
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest) -> bool:
+        """A batch's members, and a job's dependencies and dependents: the lists the batch
+        page and a job's workflow graph link to."""
+        return lookup in WORKFLOW_LOOKUPS or super().lookup_allowed(lookup, value, request)
 
     def get_search_results(
         self, request: HttpRequest, queryset: QuerySet[Job], search_term: str

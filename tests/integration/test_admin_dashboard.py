@@ -130,8 +130,10 @@ def test_dashboard_shows_counts_by_status_and_the_oldest_due_age(
     admin_client: Client, make_job: MakeJob
 ) -> None:
     make_mixed_queue(make_job)
+    make_job(status=JobStatus.WAITING)  # for the jobs it depends on
     html = page(admin_client)
     assert queue_row(html, "default") == {
+        "waiting": "1",
         "due": "3",
         "scheduled": "1",
         "retrying": "2",

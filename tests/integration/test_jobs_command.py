@@ -64,9 +64,11 @@ def test_jobs_status_splits_pending_into_due_scheduled_and_retrying(make_job: Ma
     finished(make_job, JobStatus.DEAD_LETTERED)
     finished(make_job, JobStatus.CANCELLED, queue="emails")
     make_job(queue="emails", run_at=START + HOUR)
+    make_job(status=JobStatus.WAITING)
     queues = by_queue(jobs_json("status"))
-    assert {key: queues["default"][key] for key in list(queues["default"])[:9]} == {
+    assert {key: queues["default"][key] for key in list(queues["default"])[:10]} == {
         "queue": "default",
+        "waiting": 1,
         "due": 2,
         "scheduled": 1,
         "retrying": 2,
@@ -115,9 +117,9 @@ def test_jobs_status_reads_a_fixed_number_of_queries(
         finished(make_job, JobStatus.SUCCEEDED, queue=queue)
         register(queue, timedelta(), [queue])
     lead("default")
-    # pending, running, the paused queues, finished, workers, the workers' running jobs, the
-    # leader lease
-    with django_assert_num_queries(7):
+    # waiting, pending, running, the paused queues, finished, workers, the workers' running
+    # jobs, the leader lease
+    with django_assert_num_queries(8):
         jobs("status")
 
 
@@ -173,6 +175,7 @@ def test_jobs_status_table_gives_times_to_the_second_with_the_zone(
     assert lines[0] == "As of 2026-01-05 13:00:00 CET"
     assert lines[2].split() == [
         "queue",
+        "waiting",
         "due",
         "scheduled",
         "retrying",
@@ -184,7 +187,7 @@ def test_jobs_status_table_gives_times_to_the_second_with_the_zone(
         "due",
         "served",
     ]
-    assert lines[3].split()[:2] == ["default", "1"]
+    assert lines[3].split()[:3] == ["default", "0", "1"]
     assert "2 min 3 s" in lines[3]
     assert "No live workers." in lines
 

@@ -242,7 +242,15 @@ class Command(BaseCommand):
                 {**vars(w), "oldest_due_age_seconds": json_seconds(w.age(now))} for w in waiting
             ],
         }
-        counts = ["due", "scheduled", "retrying", "running", "succeeded", "dead_lettered"]
+        counts = [
+            "waiting",
+            "due",
+            "scheduled",
+            "retrying",
+            "running",
+            "succeeded",
+            "dead_lettered",
+        ]
         queue_table = table(
             ["queue", *counts, "cancelled", "oldest due", "served"],
             [
