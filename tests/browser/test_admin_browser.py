@@ -422,3 +422,49 @@ def test_queues_pause_and_resume_in_browser(live_server, django_user_model, sett
             browser.close()
 
     assert Queue.objects.get(name="default").paused_at is None
+
+
+def test_workflow_graph_and_batch_page_in_browser(live_server, django_user_model, settings):
+    """A job in a small chain shows what it waits for and what waits for it; each node
+    leads to that job's page; its batch's page shows the progress and the members."""
+    from django_jobs import batch, chain
+    from django_jobs.scheduling import JobSpec
+
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    django_user_model.objects.create_superuser("admin", "admin@example.com", PASSWORD)
+    with batch(name="import 42") as b:
+        first, middle, last = chain(
+            JobSpec("tests.ok", 1), JobSpec("tests.ok", 2), JobSpec("tests.ok", 3)
+        )
+    middle_url = reverse("admin:django_jobs_job_change", args=[middle.pk])
+    first_url = reverse("admin:django_jobs_job_change", args=[first.pk])
+
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=str(CHROMIUM), args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page()
+            log_in(page, live_server.url, middle_url)
+            graph = page.locator(".django-jobs-graph")
+            sync_api.expect(graph).to_be_visible()
+            before = graph.locator(".django-jobs-waits-for .django-jobs-node")
+            sync_api.expect(before).to_have_count(1)
+            sync_api.expect(before).to_contain_text(f"tests.ok #{first.pk}")
+            sync_api.expect(before.locator(".django-jobs-status")).to_have_text("pending")
+            after = graph.locator(".django-jobs-waited-for-by .django-jobs-node")
+            sync_api.expect(after).to_contain_text(f"tests.ok #{last.pk}")
+            sync_api.expect(after.locator(".django-jobs-status")).to_have_text("waiting")
+            # The nodes sit side by side, left to right: what it waits for, it, what waits.
+            left, right = before.bounding_box(), after.bounding_box()
+            assert left is not None and right is not None and left["x"] < right["x"]
+            before.click()
+            sync_api.expect(page).to_have_url(f"{live_server.url}{first_url}")
+
+            batch_link = page.locator(".django-jobs-batch a")
+            sync_api.expect(batch_link).to_have_text(f"batch #{b.pk} import 42 (0/3 ended)")
+            batch_link.click()
+            sync_api.expect(page.locator("progress")).to_be_visible()
+            sync_api.expect(page.locator(".django-jobs-members .django-jobs-node")).to_have_count(3)
+            page.get_by_role("link", name="Its jobs in the Jobs list").click()
+            sync_api.expect(page.locator("#result_list tbody tr")).to_have_count(3)
+        finally:
+            browser.close()
