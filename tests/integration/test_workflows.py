@@ -246,6 +246,21 @@ def test_batch_callbacks_go_in_once_when_every_member_has_ended(worker):
     assert all(m.batch_id == b.pk for m in Job.objects.filter(pk__in=[m.pk for m in members]))
 
 
+def test_a_batch_finishes_when_its_last_member_ended_whatever_order_its_ends_are_taken():
+    """Each worker takes the steps of the ends it wrote, at the time it wrote them: the
+    member whose steps finish the batch may have ended before another, counted already."""
+    with batch(on_finish=("tests.ok", None)) as b:
+        early, late = schedule_job("tests.ok"), schedule_job("tests.ok")
+    workflows = get_driver().workflows
+    for member, ended_at in ((late, START + timedelta(seconds=1)), (early, START)):
+        Job.objects.filter(pk=member.pk).update(status=JobStatus.SUCCEEDED, finished_at=ended_at)
+        workflows.ended([member.pk], ended_at)
+    b.refresh_from_db()
+    assert b.finished_at == START + timedelta(seconds=1)
+    [callback] = Job.objects.filter(pk=b.callback_jobs["on_finish"])
+    assert callback.run_at == b.finished_at
+
+
 def test_batch_member_adds_siblings_and_the_batch_waits_for_them(worker):
     with batch(on_finish=("tests.flow_step", "end")) as b:
         schedule_job("tests.flow_fanout", 3)
