@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Max
 
 from ..models import (
     FINISHED_STATUSES,
@@ -256,6 +256,11 @@ class Workflows:
         batch = self.batches.select_for_update().filter(pk=batch_id).first()
         if batch is None or batch.finished_at is not None or batch.ended < batch.total:
             return
+        # Ends are followed in the order their writes commit, each at the time its worker
+        # stamped it: the member whose steps finish the batch may have ended before one
+        # counted already. The batch finishes when the last of them ended.
+        members = self.jobs.filter(batch_id=batch_id).aggregate(last=Max("finished_at"))
+        now = max(now, members["last"] or now)
         outcome = "on_success" if batch.ended == batch.succeeded else "on_failure"
         kinds = [kind for kind in ("on_finish", outcome) if kind in batch.callbacks]
         rows = [callback_row(batch, batch.callbacks[kind], now) for kind in kinds]

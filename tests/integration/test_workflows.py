@@ -4,6 +4,7 @@ callbacks, through the worker's own tick (``run_once``) and the public API."""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from datetime import timedelta
 
 import pytest
@@ -184,6 +185,40 @@ def test_a_dependency_of_another_database_is_refused():
     assert Job.objects.count() == 1
 
 
+def one_waits_for_the_other(first: Callable[[], object], second: Callable[[], object]) -> bool:
+    """Run ``first``, then ``second``, each in a transaction on a thread of its own, the
+    first's kept open until the second has run for 0.3 s: whether the second was waiting
+    for it then. An error in either is raised."""
+    stepped, go = threading.Event(), threading.Event()
+    errors: list[BaseException] = []
+
+    def run(step: Callable[[], object], hold: bool) -> None:
+        try:
+            with transaction.atomic():
+                step()
+                if hold:
+                    stepped.set()
+                    go.wait(5)
+        except BaseException as exc:  # noqa: BLE001 - raised below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    one = threading.Thread(target=run, args=(first, True))
+    one.start()
+    stepped.wait(5)
+    other = threading.Thread(target=run, args=(second, False))
+    other.start()
+    other.join(0.3)
+    waited = other.is_alive()
+    go.set()
+    one.join(5)
+    other.join(5)
+    if errors:
+        raise errors[0]
+    return waited
+
+
 def test_two_dependencies_ending_at_once_release_their_dependent(worker):
     """Each end's steps lock the dependent before they read what else it waits for: the
     second end's steps wait for the first's to commit, then see both ends. Read without
@@ -193,33 +228,41 @@ def test_two_dependencies_ending_at_once_release_their_dependent(worker):
     a, b = schedule_job("tests.ok"), schedule_job("tests.ok")
     c = schedule_job("tests.ok", depends_on=[a, b])
     workflows = get_driver().workflows
-    first_stepped, go = threading.Event(), threading.Event()
-    errors: list[BaseException] = []
 
-    def end(job: Job, hold: bool) -> None:
-        try:
-            with transaction.atomic():
-                Job.objects.filter(pk=job.pk).update(status=JobStatus.SUCCEEDED, finished_at=START)
-                workflows.ended([job.pk], START)
-                if hold:
-                    first_stepped.set()
-                    go.wait(5)
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            connection.close()
+    def end(job: Job) -> Callable[[], object]:
+        def step() -> object:
+            Job.objects.filter(pk=job.pk).update(status=JobStatus.SUCCEEDED, finished_at=START)
+            return workflows.ended([job.pk], START)
 
-    first = threading.Thread(target=end, args=(a, True))
-    first.start()
-    assert first_stepped.wait(5)
-    second = threading.Thread(target=end, args=(b, False))
-    second.start()
-    second.join(0.3)  # it waits for the first's lock on the dependent
-    go.set()
-    first.join(5)
-    second.join(5)
-    assert not errors
+        return step
+
+    assert one_waits_for_the_other(end(a), end(b))  # for the first's lock on the dependent
     assert statuses(c) == [JobStatus.PENDING]
+
+
+def test_the_steps_of_one_end_taken_twice_at_once_are_taken_once():
+    """The steps of one end taken by two sessions at once (its worker's, and the leader's
+    repair of an end it found old enough): the second waits for the first's lock on the
+    ended row, then finds its mark gone. Read without the lock, both would count it in
+    its batch."""
+    if connection.vendor == "sqlite":
+        pytest.skip("SQLite's writers take turns: two sessions' steps cannot interleave")
+    with batch(on_finish=("tests.ok", None)) as b:
+        member = schedule_job("tests.ok")
+    dependent = schedule_job("tests.ok", depends_on=[member])
+    Job.objects.filter(pk=member.pk).update(status=JobStatus.SUCCEEDED, finished_at=START)
+    workflows = get_driver().workflows
+    taken: list[bool] = []
+
+    def take() -> None:
+        taken.append(bool(workflows.ended([member.pk], START)))
+
+    assert one_waits_for_the_other(take, take)  # for the first's lock on the ended row
+    assert taken == [True, False]
+    b.refresh_from_db()
+    assert (b.total, b.succeeded, b.finished_at is not None) == (1, 1, True)
+    assert Job.objects.filter(batch=b).count() == 2  # the member and one callback
+    assert statuses(dependent) == [JobStatus.PENDING]
 
 
 # -- batches ----------------------------------------------------------------------------
@@ -244,6 +287,21 @@ def test_batch_callbacks_go_in_once_when_every_member_has_ended(worker):
     assert all(c.status == JobStatus.SUCCEEDED for c in callbacks)
     assert callbacks[0].result["batch"] == [b.pk, 4]
     assert all(m.batch_id == b.pk for m in Job.objects.filter(pk__in=[m.pk for m in members]))
+
+
+def test_a_batch_finishes_when_its_last_member_ended_whatever_order_its_ends_are_taken():
+    """Each worker takes the steps of the ends it wrote, at the time it wrote them: the
+    member whose steps finish the batch may have ended before another, counted already."""
+    with batch(on_finish=("tests.ok", None)) as b:
+        early, late = schedule_job("tests.ok"), schedule_job("tests.ok")
+    workflows = get_driver().workflows
+    for member, ended_at in ((late, START + timedelta(seconds=1)), (early, START)):
+        Job.objects.filter(pk=member.pk).update(status=JobStatus.SUCCEEDED, finished_at=ended_at)
+        workflows.ended([member.pk], ended_at)
+    b.refresh_from_db()
+    assert b.finished_at == START + timedelta(seconds=1)
+    [callback] = Job.objects.filter(pk=b.callback_jobs["on_finish"])
+    assert callback.run_at == b.finished_at
 
 
 def test_batch_member_adds_siblings_and_the_batch_waits_for_them(worker):

@@ -30,6 +30,7 @@ from django_jobs.models import Attempt, Job, JobStatus, Leader, RecurringJob, Wo
 from testproject.example.models import Execution
 from tests.conftest import PGBOUNCER_DIR, ROOT, RunjobsProcesses, wait_until
 from tests.support.hosts import REQUIRED, Hosts, listen_on, unavailable
+from tests.support.leaders import pid_of
 from tests.support.runs import (
     assert_cancelled_in_time,
     assert_no_overlap,
@@ -107,10 +108,6 @@ def start_on(
 def stop(runjobs: RunjobsProcesses, process: subprocess.Popen[bytes]) -> None:
     os.kill(process.pid, signal.SIGTERM)
     assert process.wait(30) == 0, runjobs.log(process)
-
-
-def pid_of(owner: str) -> int:
-    return int(owner.split(":")[1])
 
 
 def live_leader() -> Leader | None:

@@ -14,18 +14,11 @@ from django.db import connection
 
 from django_jobs.models import Leader
 from tests.conftest import wait_until
+from tests.support.leaders import leader, pid_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 LEADER_LEASE = 3.0
-
-
-def leader() -> Leader | None:
-    return Leader.objects.filter(expires_at__isnull=False).first()
-
-
-def pid_of(owner: str) -> int:
-    return int(owner.split(":")[1])
 
 
 def leading_pid(processes: list, since: Callable[[Leader], bool] = lambda row: True) -> int:

@@ -203,3 +203,17 @@ def flow_fanout(ctx: JobContext, payload: Any) -> int:
     for n in range(int(payload)):
         ctx.batch.add("tests.flow_step", n)
     return int(payload)
+
+
+@job("tests.flow_mark", max_attempts=50)
+def flow_mark(ctx: JobContext, payload: Any) -> dict[str, Any]:
+    """A step of a workflow whose workers may be killed at any moment (so attempts to
+    spare): works a few ms and returns its id. Fails if a job it waits for has no result
+    yet (each returns ``{"id": its id}``, stored by the write of its success)."""
+    import time
+
+    time.sleep(0.003)
+    missing = sorted(k for k, v in ctx.dependency_results.items() if not v or v["id"] != k)
+    if missing:
+        raise RuntimeError(f"started before {missing} succeeded")
+    return {"id": ctx.job_id}

@@ -2,7 +2,8 @@
 
 Two workers with one each both run the leader's chores, as two processes would whose
 leases overlapped (a clock far off, a pause at the wrong moment): what the chores' own
-guarded updates must make harmless.
+guarded updates must make harmless. And the lease as the database holds it, for the
+process tests that follow it (and the process that holds it).
 """
 
 from __future__ import annotations
@@ -48,3 +49,13 @@ def lease_of(owner: str, now: datetime, expires_at: datetime | None = None) -> L
         elected_at=now - timedelta(minutes=5),
         expires_at=now + timedelta(seconds=30) if expires_at is None else expires_at,
     )
+
+
+def leader() -> Leader | None:
+    """The leader lease as the database holds it, if one was ever taken."""
+    return Leader.objects.filter(expires_at__isnull=False).first()
+
+
+def pid_of(owner: str) -> int:
+    """The process id in a worker's owner id (``host:pid:random``)."""
+    return int(owner.split(":")[1])
