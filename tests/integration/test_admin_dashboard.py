@@ -383,6 +383,7 @@ def test_index_summary_shows_the_queues_the_flags_and_a_link_to_the_dashboard(
 ) -> None:
     register("late", timedelta(seconds=250), ["emails"])
     make_job(queue="emails", run_at=START - timedelta(seconds=42))
+    make_job(queue="emails", status=JobStatus.WAITING)  # for the jobs it depends on
     make_job(run_at=START + HOUR, attempts_used=1)
     for html in (
         page(admin_client, INDEX),
@@ -394,6 +395,7 @@ def test_index_summary_shows_the_queues_the_flags_and_a_link_to_the_dashboard(
         assert emails
         cells = re.findall(r"<td[^>]*>(.*?)</td>", emails.group(1))
         assert cells == [
+            "1",
             "1",
             "0",
             "0",
