@@ -478,11 +478,11 @@ def test_pages_read_a_fixed_number_of_queries_whatever_the_number_of_jobs(
     few = count_queries(admin_client, name)
     fill(make_job, 20)
     assert count_queries(admin_client, name) == few
-    # The session and user, then pending, running, the paused queues, finished (and on
-    # PostgreSQL the estimate's EXPLAIN), the workers, their running jobs, the leader lease
+    # The session and user, then waiting, pending, running, the paused queues, finished (and
+    # on PostgreSQL the estimate's EXPLAIN), the workers, their running jobs, the leader lease
     # and, on the dashboard, the chart; on the index, the savepoint that guards the summary
     # inside the test's transaction.
-    with django_assert_max_num_queries(13):
+    with django_assert_max_num_queries(14):
         page(admin_client, name)
 
 
