@@ -36,6 +36,16 @@ def retry_job(job_id: int, *, now: datetime | None = None, using: str | None = N
     ends. Returns False when the job is not dead-lettered or cancelled (already retried,
     say), or when a live job holds its ``unique_key``.
     """
+    return retry_job_and_dependents(job_id, now=now, using=using) is not None
+
+
+def retry_job_and_dependents(
+    job_id: int, *, now: datetime | None = None, using: str | None = None
+) -> list[int] | None:
+    """:func:`retry_job`, saying what the retry did in the job's workflow: None when the
+    job was not retried, else the ids put back to waiting (the dependents its failure had
+    cancelled, and theirs; the job itself when what it depends on has not all succeeded),
+    none for a job in no workflow."""
     driver = get_driver(using or router.db_for_write(Job))
     now = now or timezone.now()
     jobs = Job.objects.using(driver.using).filter(id=job_id, status__in=RETRYABLE_STATUSES)
@@ -43,6 +53,7 @@ def retry_job(job_id: int, *, now: datetime | None = None, using: str | None = N
         with driver.write_transaction():
             was = jobs.values_list("queue", "status", "workflow_pending").first()
             queue = None if was is None else was[0]
+            back: list[int] = []
             changed = jobs.update(
                 status=JobStatus.PENDING,
                 run_at=now,
@@ -56,15 +67,16 @@ def retry_job(job_id: int, *, now: datetime | None = None, using: str | None = N
                 progress_note="",
             )
             if changed and was is not None and was[2] is not None:
-                driver.workflows.reopened(job_id, was[1], now)
+                back = driver.workflows.reopened(job_id, was[1], now)
             if changed and queue is not None:
                 driver.wake([queue])
     except IntegrityError:
         report("job_retry_refused", job_id)
-        return False
-    if changed:
-        report("job_retried", job_id)
-    return bool(changed)
+        return None
+    if not changed:
+        return None
+    report("job_retried", job_id)
+    return back
 
 
 def run_job_now(job_id: int, *, now: datetime | None = None, using: str | None = None) -> Job:

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -17,6 +18,9 @@ from ..display import format_time
 from ..models import Batch, Job
 from .common import ReadOnlyAdminMixin
 from .workflow import job_url, jobs_list_url, node
+
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
 
 #: How many members a batch's page lists; the rest are behind a link to the Jobs list.
 MEMBERS_SHOWN = 100
@@ -45,7 +49,7 @@ class FinishedFilter(admin.SimpleListFilter):
 
 @admin.register(Batch)
 class BatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
-    list_display = ("id", "name", "progress", "counts", "created", "finished")
+    list_display = ("id", "name", "progress", "counts", "created", "finished", "callbacks_in")
     list_display_links = ("id", "name")
     list_filter = (FinishedFilter,)
     search_fields = ("name",)
@@ -73,6 +77,14 @@ class BatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
             "cancelled": obj.cancelled,
         }
 
+    @admin.display(description=_("callbacks"), empty_value="-")
+    def callbacks_in(self, obj: Batch) -> SafeString | None:
+        """Each callback, linked to its job once enqueued, else whether it is still to come."""
+        callbacks = callbacks_of(obj)
+        if not callbacks:
+            return None
+        return format_html_join(", ", "{}: {}", ((c.kind, c.outcome) for c in callbacks))
+
     @admin.display(description=_("created at"))
     def created(self, obj: Batch) -> str:
         return format_time(obj.created_at)
@@ -90,25 +102,51 @@ class BatchAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
         return super().render_change_form(request, context, *args, **kwargs)
 
 
-def batch_page(batch: Batch) -> dict[str, Any]:
-    """What a batch's page shows beside its counts: its callbacks (enqueued or not) and
-    its first members."""
+@dataclass(frozen=True)
+class Callback:
+    """One of a batch's callbacks, as its pages show it."""
+
+    kind: StrOrPromise  # when it goes in: on finish, on success, on failure
+    name: str  # the job it was made with
+    id: int | None  # its job, once enqueued
+    finished: bool  # whether the batch has finished (a callback not enqueued then never is)
+
+    @property
+    def url(self) -> str:
+        return "" if self.id is None else job_url(self.id)
+
+    @property
+    def outcome(self) -> SafeString:
+        """A link to its job, or why there is none."""
+        if self.id is not None:
+            return format_html('<a href="{}">#{}</a>', self.url, self.id)
+        return format_html("{}", gettext("not run") if self.finished else gettext("not yet"))
+
+
+def callbacks_of(batch: Batch) -> list[Callback]:
+    """``batch``'s callbacks, in the order they are given; on success and on failure are
+    exclusive, so a finished batch has one of them not run."""
     enqueued = batch.callback_jobs or {}
-    callbacks = [
-        {
-            "kind": CALLBACK_LABELS[kind],
-            "name": batch.callbacks[kind].get("name", ""),
-            "url": job_url(enqueued[kind]) if kind in enqueued else "",
-            "id": enqueued.get(kind),
-        }
+    return [
+        Callback(
+            CALLBACK_LABELS[kind],
+            batch.callbacks[kind].get("name", ""),
+            enqueued.get(kind),
+            batch.finished_at is not None,
+        )
         for kind in CALLBACK_KINDS
         if kind in batch.callbacks
     ]
+
+
+def batch_page(batch: Batch) -> dict[str, Any]:
+    """What a batch's page shows beside its counts: its callbacks (enqueued or not) and
+    its first members."""
     members = Job.objects.using(batch._state.db).filter(batch=batch).order_by("id")
-    members = members.exclude(pk__in=list(enqueued.values()))
+    members = members.exclude(pk__in=list((batch.callback_jobs or {}).values()))
     shown = [node(job) for job in members.only("id", "name", "status")[:MEMBERS_SHOWN]]
     return {
-        "batch_callbacks": callbacks,
+        "batch_callbacks": callbacks_of(batch),
         "batch_members": shown,
         "batch_more": max(0, batch.total - len(shown)),
         "batch_members_url": jobs_list_url(batch__id__exact=batch.pk),

@@ -9,7 +9,7 @@ says why.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -23,7 +23,7 @@ from django.utils import timezone
 from django.utils.translation import gettext, ngettext_lazy
 from django.utils.translation import gettext_lazy as _
 
-from ..control import RETRYABLE_STATUSES, cancel_job, retry_job, run_job_now
+from ..control import RETRYABLE_STATUSES, cancel_job, retry_job_and_dependents, run_job_now
 from ..exceptions import JobNotCancellable, JobNotWaiting
 from ..models import LIVE_STATUSES, Job, JobStatus
 from .common import CHANGE_PERMISSION, JobAdminBase, it_is, report_skipped
@@ -44,30 +44,34 @@ def not_now(status: str | None) -> Skip:
     return Skip(gettext("it no longer exists") if status is None else it_is(status))
 
 
-def retry(job_id: int) -> str:
-    if retry_job(job_id):
-        return "retried"
+def retry(job_id: int) -> Mapping[str, int]:
+    """A job retried (queued, or back to waiting for what it depends on) and the
+    dependents its failure had cancelled, back to waiting for it."""
+    back = retry_job_and_dependents(job_id)
+    if back is not None:
+        waits = job_id in back
+        return {"waiting" if waits else "retried": 1, "dependents": len(back) - waits}
     status = current_status(job_id)
     if status in RETRYABLE_STATUSES:
         raise Skip(gettext("a live job has the same unique key"))
     raise not_now(status)
 
 
-def cancel(job_id: int) -> str:
+def cancel(job_id: int) -> Mapping[str, int]:
     try:
         job = cancel_job(job_id)
     except Job.DoesNotExist:
         raise not_now(None) from None
     except JobNotCancellable:
         raise not_now(current_status(job_id)) from None
-    return "cancelled" if job.status == JobStatus.CANCELLED else "asked"
+    return {"cancelled" if job.status == JobStatus.CANCELLED else "asked": 1}
 
 
-def make_due(retrying: bool) -> Callable[[int], str]:
+def make_due(retrying: bool) -> Callable[[int], Mapping[str, int]]:
     """Run now (``retrying`` False: a job scheduled for later) or retry now (``retrying``:
     a job waiting out its backoff)."""
 
-    def act(job_id: int) -> str:
+    def act(job_id: int) -> Mapping[str, int]:
         job = Job.objects.filter(id=job_id).only("status", "run_at", "attempts_used").first()
         if job and waiting(job, timezone.now(), not retrying):  # the other button's job
             raise Skip(
@@ -84,7 +88,7 @@ def make_due(retrying: bool) -> Callable[[int], str]:
             raise (
                 Skip(gettext("already due")) if status == JobStatus.PENDING else not_now(status)
             ) from None
-        return "due"
+        return {"due": 1}
 
     return act
 
@@ -99,7 +103,7 @@ def waiting(job: Job, now: datetime, retrying: bool) -> bool:
 class JobVerb:
     name: str  # of the action (``<name>_selected``) and of the button's URL
     label: StrOrPromise  # the button's
-    act: Callable[[int], str]  # what it did (a key of ``done``), or raises Skip
+    act: Callable[[int], Mapping[str, int]]  # what it did (keys of ``done``), or raises Skip
     done: dict[str, StrOrPromise]  # what it did -> the message, with %(count)s
     not_done: StrOrPromise  # the skipped ones: with %(count)s and %(jobs)s, the links
     applies: Callable[[Job, datetime], bool]  # whether a job's page shows the button
@@ -116,7 +120,19 @@ VERBS = {
             {
                 "retried": ngettext_lazy(
                     "%(count)s job(s) queued again.", "%(count)s job(s) queued again.", "count"
-                )
+                ),
+                "waiting": ngettext_lazy(
+                    "%(count)s job(s) back to waiting for the jobs they depend on.",
+                    "%(count)s job(s) back to waiting for the jobs they depend on.",
+                    "count",
+                ),
+                "dependents": ngettext_lazy(
+                    "%(count)s dependent job(s) back to waiting (a failed dependency had "
+                    "cancelled them).",
+                    "%(count)s dependent job(s) back to waiting (a failed dependency had "
+                    "cancelled them).",
+                    "count",
+                ),
             },
             ngettext_lazy(
                 "%(count)s job(s) not retried: %(jobs)s.",
@@ -199,7 +215,7 @@ class JobActionsMixin(JobAdminBase):
         skipped: list[tuple[int, str]] = []
         for job_id in ids:
             try:
-                done[verb.act(job_id)] += 1
+                done.update(verb.act(job_id))
             except Skip as why:
                 skipped.append((job_id, str(why)))
         for kind, message in verb.done.items():

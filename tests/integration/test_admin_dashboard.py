@@ -383,6 +383,7 @@ def test_index_summary_shows_the_queues_the_flags_and_a_link_to_the_dashboard(
 ) -> None:
     register("late", timedelta(seconds=250), ["emails"])
     make_job(queue="emails", run_at=START - timedelta(seconds=42))
+    make_job(queue="emails", status=JobStatus.WAITING)  # for the jobs it depends on
     make_job(run_at=START + HOUR, attempts_used=1)
     for html in (
         page(admin_client, INDEX),
@@ -394,6 +395,7 @@ def test_index_summary_shows_the_queues_the_flags_and_a_link_to_the_dashboard(
         assert emails
         cells = re.findall(r"<td[^>]*>(.*?)</td>", emails.group(1))
         assert cells == [
+            "1",
             "1",
             "0",
             "0",
@@ -476,11 +478,11 @@ def test_pages_read_a_fixed_number_of_queries_whatever_the_number_of_jobs(
     few = count_queries(admin_client, name)
     fill(make_job, 20)
     assert count_queries(admin_client, name) == few
-    # The session and user, then pending, running, the paused queues, finished (and on
-    # PostgreSQL the estimate's EXPLAIN), the workers, their running jobs, the leader lease
+    # The session and user, then waiting, pending, running, the paused queues, finished (and
+    # on PostgreSQL the estimate's EXPLAIN), the workers, their running jobs, the leader lease
     # and, on the dashboard, the chart; on the index, the savepoint that guards the summary
     # inside the test's transaction.
-    with django_assert_max_num_queries(13):
+    with django_assert_max_num_queries(14):
         page(admin_client, name)
 
 

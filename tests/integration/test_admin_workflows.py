@@ -6,11 +6,12 @@ from __future__ import annotations
 import re
 
 import pytest
+from django.contrib.messages import get_messages
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from django_jobs import batch, chain, schedule_job
+from django_jobs import batch, cancel_job, chain, schedule_job
 from django_jobs.admin.workflow import SHOWN_EACH_SIDE, workflow_of
 from django_jobs.models import Batch, Job, JobStatus
 from django_jobs.scheduling import JobSpec
@@ -94,6 +95,71 @@ def test_admin_batch_page_links_the_callbacks_once_enqueued(admin_client, worker
     callback_url = reverse("admin:django_jobs_job_change", args=[callback])
     assert f'<a href="{callback_url}">#{callback}</a>'.encode() in text
     assert b"1 of 1 ended" in text and b"1 succeeded, 0 dead-lettered, 0 cancelled" in text
+
+
+def test_admin_batches_list_says_which_callbacks_went_in(admin_client):
+    with batch(on_success=("tests.ok", None), on_failure=("tests.flow_step", "bad")) as b:
+        member = schedule_job("tests.ok")
+    with batch() as plain:
+        pass
+    listing = reverse("admin:django_jobs_batch_changelist")
+    row = batch_row(admin_client.get(listing).content.decode(), b)
+    assert "on success: not yet, on failure: not yet" in row
+    assert '<td class="field-callbacks_in">-</td>' in batch_row(
+        admin_client.get(listing).content.decode(), plain
+    )
+    cancel_job(member.pk)  # the batch's last member: it finishes, on failure goes in
+    b.refresh_from_db()
+    callback = b.callback_jobs["on_failure"]
+    row = batch_row(admin_client.get(listing).content.decode(), b)
+    link = f'<a href="{reverse("admin:django_jobs_job_change", args=[callback])}">#{callback}</a>'
+    assert f"on success: not run, on failure: {link}" in row
+    page = admin_client.get(reverse("admin:django_jobs_batch_change", args=[b.pk])).content
+    assert b"<td>on success</td><td>tests.ok</td><td>not run</td>" in page
+    assert f"<td>on failure</td><td>tests.flow_step</td><td>{link}</td>".encode() in page
+
+
+def batch_row(listing: str, b: Batch) -> str:
+    """The batches list's row of batch ``b``."""
+    page = reverse("admin:django_jobs_batch_change", args=[b.pk])
+    [row] = [row for row in listing.split("<tr") if f'href="{page}"' in row]
+    return row
+
+
+def messages_of(response) -> list[str]:
+    return [message.message for message in get_messages(response.wsgi_request)]
+
+
+def test_admin_retry_of_a_failed_dependency_says_its_dependents_wait_again(admin_client):
+    first, second, third = chain(
+        JobSpec("tests.ok", 1), JobSpec("tests.ok", 2), JobSpec("tests.ok", 3)
+    )
+    cancel_job(first.pk)  # and the cascade cancels second and third
+    retry = reverse("admin:django_jobs_job_retry", args=[first.pk])
+    response = admin_client.post(retry, follow=True)
+    assert response.redirect_chain == [(change_url(first), 302)]
+    assert messages_of(response) == [
+        "1 job(s) queued again.",
+        "2 dependent job(s) back to waiting (a failed dependency had cancelled them).",
+    ]
+    assert [Job.objects.get(pk=j.pk).status for j in (first, second, third)] == [
+        JobStatus.PENDING,
+        JobStatus.WAITING,
+        JobStatus.WAITING,
+    ]
+
+
+def test_admin_retry_of_a_job_whose_dependency_failed_says_it_waits_again(admin_client):
+    first, second, third = chain(
+        JobSpec("tests.ok", 1), JobSpec("tests.ok", 2), JobSpec("tests.ok", 3)
+    )
+    cancel_job(first.pk)
+    retry = reverse("admin:django_jobs_job_retry", args=[second.pk])
+    assert messages_of(admin_client.post(retry, follow=True)) == [
+        "1 job(s) back to waiting for the jobs they depend on.",
+        "1 dependent job(s) back to waiting (a failed dependency had cancelled them).",
+    ]
+    assert Job.objects.get(pk=second.pk).status == JobStatus.WAITING
 
 
 def test_admin_jobs_list_filters_waiting_jobs(admin_client):
