@@ -54,14 +54,17 @@ def test_settler_with_its_thread_queues_and_returns_nothing_yet():
 
 def test_settler_writes_what_waited_its_linger_in_one_batch():
     writes = Writes()
-    settler = Settler(writes, linger_seconds=0.2)
+    linger = 1.0
+    settler = Settler(writes, linger_seconds=linger)
     settler.start()
     try:
+        submitted = time.monotonic()
         for job_id in (1, 2, 3):
             settler.submit(outcome(job_id))
         time.sleep(0.05)
-        assert writes.batches == []  # still lingering: a claim may carry them
-        wait_until(lambda: writes.ids == [1, 2, 3], timeout=2)
+        if time.monotonic() - submitted < linger:  # a loaded host may sleep past it
+            assert writes.batches == []  # still lingering: a claim may carry them
+        wait_until(lambda: writes.ids == [1, 2, 3], timeout=5)
         assert writes.batches == [[1, 2, 3]]
     finally:
         settler.stop(2)
