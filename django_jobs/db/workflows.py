@@ -315,20 +315,25 @@ class Workflows:
 
     def follow_waiting(self, jobs: Sequence[int], now: datetime, followed: Followed) -> list[int]:
         """Lock those of ``jobs`` still waiting, then read what they wait for: release the
-        ones it allows, cancel those one of whose dependencies failed (their ids)."""
-        read = self.jobs.select_for_update().filter(id__in=jobs).order_by("id")  # by id alone,
-        # as in :meth:`lock_ends`: the waiting index's statistics lag behind too
-        waiting = [
-            pk for pk, status in read.values_list("id", "status") if status == JobStatus.WAITING
-        ]
-        if not waiting:
+        ones it allows (waking the queues of those due), cancel those one of whose
+        dependencies failed (their ids). The rows are found by id alone, as in
+        :meth:`lock_ends`: the waiting index's statistics lag behind too."""
+        read = self.jobs.select_for_update().filter(id__in=jobs).order_by("id")
+        # Each waiting job's queue, to wake once it is released; None while it is not due.
+        waking: dict[int, str | None] = {
+            pk: queue if run_at <= now else None
+            for pk, status, queue, run_at in read.values_list("id", "status", "queue", "run_at")
+            if status == JobStatus.WAITING
+        }
+        if not waking:
             return []
-        decided = {job: decide_waiting(deps) for job, deps in self.dependencies_of(waiting).items()}
+        decided = {
+            job: decide_waiting(deps) for job, deps in self.dependencies_of(list(waking)).items()
+        }
         released = [job for job, (status, _) in decided.items() if status == JobStatus.PENDING]
         if released:
             self.jobs.filter(id__in=released).update(status=JobStatus.PENDING)
-            queues = self.jobs.filter(id__in=released, run_at__lte=now).values_list("queue")
-            self.driver.wake(sorted({queue for (queue,) in queues}))
+            self.driver.wake(sorted({q for job in released if (q := waking[job]) is not None}))
             followed.released += released
         by_error: dict[str, list[int]] = defaultdict(list)
         for job, (status, error) in decided.items():

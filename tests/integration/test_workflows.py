@@ -9,6 +9,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection, transaction
 from django.db.models import F
+from django.utils import timezone
 
 from django_jobs import batch, cancel_job, chain, retry_job, schedule_job, schedule_jobs, signals
 from django_jobs.db import get_driver
@@ -283,6 +284,23 @@ def test_ended_takes_no_step_for_a_job_that_has_not_ended():
     assert Job.objects.get(pk=job.pk).workflow_pending is True  # its end will take them
     b.refresh_from_db()
     assert (b.ended, b.finished_at) == (0, None)
+
+
+def test_release_wakes_the_queues_of_due_dependents_reading_each_row_once(monkeypatch):
+    from django.test.utils import CaptureQueriesContext
+
+    first = schedule_job("tests.ok")
+    due = schedule_job("tests.ok", depends_on=[first], queue="due")
+    schedule_job("tests.ok", depends_on=[first], queue="later", delay=timedelta(hours=1))
+    Job.objects.filter(pk=first.pk).update(status=JobStatus.SUCCEEDED, finished_at=START)
+    driver, woken = get_driver(), []
+    monkeypatch.setattr(driver, "wake", woken.append)
+    with CaptureQueriesContext(connection) as queries:
+        followed = driver.workflows.ended([first.pk], timezone.now())
+    assert len(followed.released) == 2 and woken == [["due"]]
+    assert statuses(due) == [JobStatus.PENDING]
+    reads = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("SELECT")]
+    assert len(reads) == 4  # the end, its links, the dependents locked, their dependencies
 
 
 def test_empty_batch_finishes_at_once():
