@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
-from django.db.models import F, Max
+from django.db.models import Exists, F, Max, OuterRef
 
 from ..models import (
     FINISHED_STATUSES,
@@ -219,37 +219,69 @@ class Workflows:
         with transaction.atomic(using=self.driver.using):
             while todo:
                 some, todo = todo[:CHUNK], todo[CHUNK:]
-                rows = list(
-                    self.jobs.select_for_update()
-                    .filter(id__in=some, workflow_pending=True, status__in=FINISHED_STATUSES)
-                    .order_by("id")
-                    .values_list("id", "status", "batch_id")
-                )
+                rows = self.lock_ends(some)
                 if not rows:
                     continue
-                taken = [pk for pk, _, _ in rows]
+                taken = [pk for pk, _, _, _ in rows]
                 self.jobs.filter(id__in=taken).update(workflow_pending=False)
-                self.count_in_batches(rows, now, followed)
-                todo += self.follow_dependents(taken, now, followed)
+                self.count_in_batches([row[:3] for row in rows], now, followed)
+                depended = [pk for pk, _, _, has_dependents in rows if has_dependents]
+                if depended:
+                    todo += self.follow_dependents(depended, now, followed)
         return followed
+
+    def lock_ends(self, ids: Sequence[int]) -> list[tuple[int, str, int | None, bool]]:
+        """Those of ``ids`` that have ended with their steps still to take, each row locked
+        (in id order): (id, status, batch, whether a job waits for it).
+
+        The rows are found by id alone, the rest is checked here: with a condition on the
+        status or the mark, the planner may scan the finished or the workflow index for
+        them, whose statistics lag behind a drain (a fan-out's members counted pending
+        when it was analyzed), reading every row of it for each end.
+
+        A job that waits for one of them and is not seen here was linked after the
+        statement began, by a transaction that held the row's lock once it had ended: it
+        read the end and was stored pending or cancelled by it, so has nothing to wait for."""
+        dependents = self.links.filter(depends_on_id=OuterRef("pk"))
+        read = (
+            self.jobs.select_for_update()
+            .filter(id__in=ids)
+            .annotate(has_dependents=Exists(dependents))
+            .order_by("id")
+            .values_list("id", "status", "batch_id", "workflow_pending", "has_dependents")
+        )
+        return [
+            (pk, status, batch, has_dependents)
+            for pk, status, batch, pending, has_dependents in read
+            if pending and status in FINISHED_STATUSES
+        ]
 
     def count_in_batches(
         self, rows: Sequence[tuple[int, str, int | None]], now: datetime, followed: Followed
     ) -> None:
         """Count ended members in their batches, each batch's row locked by its update; the
         member that ends a batch finishes it (one transaction holds that lock at a time,
-        so one finishes it)."""
+        so one finishes it).
+
+        The count is first moved only where members are left to end after it, which is
+        every end of a large batch but its last: the batch is then not finished, and is not
+        read. Where that moved nothing, the count moves all the same and the batch is read
+        and finished if done."""
         counts: dict[int, Counter[str]] = defaultdict(Counter)
         for _, status, batch in rows:
             if batch is not None:
                 counts[batch][status] += 1
         for batch_id in sorted(counts):
             added = counts[batch_id]
-            self.batches.filter(pk=batch_id).update(
-                succeeded=F("succeeded") + added[JobStatus.SUCCEEDED],
-                dead_lettered=F("dead_lettered") + added[JobStatus.DEAD_LETTERED],
-                cancelled=F("cancelled") + added[JobStatus.CANCELLED],
-            )
+            moved = {
+                "succeeded": F("succeeded") + added[JobStatus.SUCCEEDED],
+                "dead_lettered": F("dead_lettered") + added[JobStatus.DEAD_LETTERED],
+                "cancelled": F("cancelled") + added[JobStatus.CANCELLED],
+            }
+            ended = F("succeeded") + F("dead_lettered") + F("cancelled") + added.total()
+            if self.batches.filter(pk=batch_id, total__gt=ended).update(**moved):
+                continue
+            self.batches.filter(pk=batch_id).update(**moved)
             self.finish_if_done(batch_id, now, followed)
 
     def finish_if_done(self, batch_id: int, now: datetime, followed: Followed) -> None:
@@ -288,21 +320,25 @@ class Workflows:
 
     def follow_waiting(self, jobs: Sequence[int], now: datetime, followed: Followed) -> list[int]:
         """Lock those of ``jobs`` still waiting, then read what they wait for: release the
-        ones it allows, cancel those one of whose dependencies failed (their ids)."""
-        waiting = list(
-            self.jobs.select_for_update()
-            .filter(id__in=jobs, status=JobStatus.WAITING)
-            .order_by("id")
-            .values_list("id", flat=True)
-        )
-        if not waiting:
+        ones it allows (waking the queues of those due), cancel those one of whose
+        dependencies failed (their ids). The rows are found by id alone, as in
+        :meth:`lock_ends`: the waiting index's statistics lag behind too."""
+        read = self.jobs.select_for_update().filter(id__in=jobs).order_by("id")
+        # Each waiting job's queue, to wake once it is released; None while it is not due.
+        waking: dict[int, str | None] = {
+            pk: queue if run_at <= now else None
+            for pk, status, queue, run_at in read.values_list("id", "status", "queue", "run_at")
+            if status == JobStatus.WAITING
+        }
+        if not waking:
             return []
-        decided = {job: decide_waiting(deps) for job, deps in self.dependencies_of(waiting).items()}
+        decided = {
+            job: decide_waiting(deps) for job, deps in self.dependencies_of(list(waking)).items()
+        }
         released = [job for job, (status, _) in decided.items() if status == JobStatus.PENDING]
         if released:
             self.jobs.filter(id__in=released).update(status=JobStatus.PENDING)
-            queues = self.jobs.filter(id__in=released, run_at__lte=now).values_list("queue")
-            self.driver.wake(sorted({queue for (queue,) in queues}))
+            self.driver.wake(sorted({q for job in released if (q := waking[job]) is not None}))
             followed.released += released
         by_error: dict[str, list[int]] = defaultdict(list)
         for job, (status, error) in decided.items():

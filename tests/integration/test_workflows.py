@@ -10,6 +10,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection, transaction
 from django.db.models import F
+from django.utils import timezone
 
 from django_jobs import batch, cancel_job, chain, retry_job, schedule_job, schedule_jobs, signals
 from django_jobs.db import get_driver
@@ -312,6 +313,52 @@ def test_batch_member_adds_siblings_and_the_batch_waits_for_them(worker):
     assert (b.total, b.succeeded) == (4, 4)
     [callback] = Job.objects.filter(pk=b.callback_jobs["on_finish"])
     assert callback.status == JobStatus.SUCCEEDED
+
+
+def test_batch_member_end_that_leaves_members_reads_neither_batch_nor_links(clock):
+    from django.test.utils import CaptureQueriesContext
+
+    with batch(on_finish=("tests.ok", None)) as b:
+        first, second = schedule_jobs([{"job": "tests.ok"}] * 2)
+    now = clock.now()
+    ended = Job.objects.filter(pk__in=[first.pk, second.pk])
+    ended.update(status=JobStatus.SUCCEEDED, finished_at=now)
+    with CaptureQueriesContext(connection) as queries:
+        get_driver().workflows.ended([first.pk], now)
+    b.refresh_from_db()
+    assert (b.succeeded, b.finished_at) == (1, None)
+    reads = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("SELECT")]
+    assert len(reads) == 1 and Batch._meta.db_table not in reads[0]  # its own rows alone
+    get_driver().workflows.ended([second.pk], now)  # the last end reads the batch, finishes it
+    b.refresh_from_db()
+    assert (b.succeeded, set(b.callback_jobs)) == (2, {"on_finish"})
+
+
+def test_ended_takes_no_step_for_a_job_that_has_not_ended():
+    with batch() as b:
+        job = schedule_job("tests.ok")  # pending, and marked as a batch member
+    followed = get_driver().workflows.ended([job.pk], START)
+    assert not followed
+    assert Job.objects.get(pk=job.pk).workflow_pending is True  # its end will take them
+    b.refresh_from_db()
+    assert (b.ended, b.finished_at) == (0, None)
+
+
+def test_release_wakes_the_queues_of_due_dependents_reading_each_row_once(monkeypatch):
+    from django.test.utils import CaptureQueriesContext
+
+    first = schedule_job("tests.ok")
+    due = schedule_job("tests.ok", depends_on=[first], queue="due")
+    schedule_job("tests.ok", depends_on=[first], queue="later", delay=timedelta(hours=1))
+    Job.objects.filter(pk=first.pk).update(status=JobStatus.SUCCEEDED, finished_at=START)
+    driver, woken = get_driver(), []
+    monkeypatch.setattr(driver, "wake", woken.append)
+    with CaptureQueriesContext(connection) as queries:
+        followed = driver.workflows.ended([first.pk], timezone.now())
+    assert len(followed.released) == 2 and woken == [["due"]]
+    assert statuses(due) == [JobStatus.PENDING]
+    reads = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("SELECT")]
+    assert len(reads) == 4  # the end, its links, the dependents locked, their dependencies
 
 
 def test_empty_batch_finishes_at_once():
