@@ -96,9 +96,11 @@ def dependency_ref(
         return ref.pk, None
     if isinstance(ref, int) and not isinstance(ref, bool):
         return ref, None
+    from .scheduling import JobSpec
+
     if id(ref) in index:
         return None, index[id(ref)]
-    if isinstance(ref, Mapping) or type(ref).__name__ == "JobSpec":
+    if isinstance(ref, Mapping | JobSpec):
         raise ValueError(
             "depends_on: a spec a job waits for must be one of the same schedule_jobs() call"
             " (the spec object itself)"

@@ -467,8 +467,7 @@ class MySQLDriver(Driver):
                 locked[s.job_id].cancel_requested_at is not None and s.status != JobStatus.SUCCEEDED
             )
             status = JobStatus.CANCELLED.value if cancelled else str(s.status)
-            marked = locked[s.job_id].workflow_pending
-            written.append((s.job_id, s.attempt, status, None if marked is None else bool(marked)))
+            written.append((s.job_id, s.attempt, status, locked[s.job_id].workflow_pending))
         return self.settled(settlements, written)
 
     def joined_update(

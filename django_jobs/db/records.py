@@ -242,6 +242,8 @@ class UnleasedRow(NamedTuple):
     attempts_used: int
     max_attempts: int
     cancel_requested_at: datetime | None
+    #: In a workflow (not NULL): its end takes the workflow's steps.
+    workflow_pending: bool | None = None
 
 
 class ExhaustedRow(NamedTuple):

@@ -248,10 +248,7 @@ class SQLiteDriver(Driver):
         )
         with self.connection.cursor() as cursor:
             cursor.execute(sql + returning, params)
-            written = [
-                (job_id, attempt, status, bool(marked) if marked is not None else None)
-                for job_id, attempt, status, marked in cursor.fetchall()
-            ]
+            written = [tuple(row) for row in cursor.fetchall()]
             pairs = {(job_id, attempt) for job_id, attempt, _, _ in written}
             done = [s for s in settlements if s.pair in pairs]
             if done:

@@ -118,7 +118,7 @@ def reclaim_row(driver: Driver, row: UnleasedRow, now: datetime) -> bool:
             followed = None
             if changed:
                 _close_attempt(driver, settled)
-                if settled.status in FINISHED_STATUSES:
+                if row.workflow_pending is not None and settled.status in FINISHED_STATUSES:
                     followed = driver.workflows.ended([row.id], now)
     except ROW_ERRORS as exc:
         report_lease("job_reclaim_failed", row.id, row.attempt, error=error_text(exc))

@@ -4,16 +4,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("django_jobs", "0004_index_only_what_the_hot_path_needs"),
+        ('django_jobs', '0004_index_only_what_the_hot_path_needs'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="job",
-            name="result",
-            field=models.JSONField(
-                blank=True, help_text="The handler's return value, once it succeeded.", null=True
-            ),
+            model_name='job',
+            name='result',
+            field=models.JSONField(blank=True, help_text="The handler's return value, once it succeeded.", null=True),
         ),
     ]

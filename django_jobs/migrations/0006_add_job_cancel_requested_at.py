@@ -4,18 +4,15 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("django_jobs", "0005_add_job_result"),
+        ('django_jobs', '0005_add_job_result'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="job",
-            name="cancel_requested_at",
-            field=models.DateTimeField(
-                blank=True,
-                help_text="When cancel_job() asked the job's worker to stop it.",
-                null=True,
-            ),
+            model_name='job',
+            name='cancel_requested_at',
+            field=models.DateTimeField(blank=True, help_text="When cancel_job() asked the job's worker to stop it.", null=True),
         ),
     ]

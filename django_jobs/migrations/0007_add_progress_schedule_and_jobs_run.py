@@ -4,49 +4,39 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("django_jobs", "0006_add_job_cancel_requested_at"),
+        ('django_jobs', '0006_add_job_cancel_requested_at'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="job",
-            name="progress_done",
+            model_name='job',
+            name='progress_done',
             field=models.BigIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name="job",
-            name="progress_note",
-            field=models.CharField(blank=True, default="", max_length=200),
+            model_name='job',
+            name='progress_note',
+            field=models.CharField(blank=True, default='', max_length=200),
         ),
         migrations.AddField(
-            model_name="job",
-            name="progress_total",
+            model_name='job',
+            name='progress_total',
             field=models.BigIntegerField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name="job",
-            name="schedule",
-            field=models.CharField(
-                blank=True,
-                help_text="The recurring schedule that fired it.",
-                max_length=200,
-                null=True,
-            ),
+            model_name='job',
+            name='schedule',
+            field=models.CharField(blank=True, help_text='The recurring schedule that fired it.', max_length=200, null=True),
         ),
         migrations.AddField(
-            model_name="worker",
-            name="jobs_run",
-            field=models.PositiveBigIntegerField(
-                default=0, help_text="Attempts this process has finished, as of its last heartbeat."
-            ),
+            model_name='worker',
+            name='jobs_run',
+            field=models.PositiveBigIntegerField(default=0, help_text='Attempts this process has finished, as of its last heartbeat.'),
         ),
         migrations.AddIndex(
-            model_name="job",
-            index=models.Index(
-                condition=models.Q(("schedule__isnull", False)),
-                fields=["schedule", "-id"],
-                name="django_jobs_schedule_idx",
-            ),
+            model_name='job',
+            index=models.Index(condition=models.Q(('schedule__isnull', False)), fields=['schedule', '-id'], name='django_jobs_schedule_idx'),
         ),
     ]

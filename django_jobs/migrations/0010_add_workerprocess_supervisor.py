@@ -4,27 +4,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
+
     dependencies = [
-        ("django_jobs", "0009_add_attempt_traceback"),
+        ('django_jobs', '0009_add_attempt_traceback'),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="workerprocess",
-            name="supervisor",
-            field=models.CharField(
-                blank=True,
-                help_text="The id of the supervisor (runjobs --processes) whose child this process is.",
-                max_length=255,
-                null=True,
-            ),
+            model_name='workerprocess',
+            name='supervisor',
+            field=models.CharField(blank=True, help_text='The id of the supervisor (runjobs --processes) whose child this process is.', max_length=255, null=True),
         ),
         migrations.AddField(
-            model_name="workerprocess",
-            name="process_count",
-            field=models.PositiveIntegerField(
-                default=0,
-                help_text="A supervisor's number of worker processes; 0 for one that runs jobs itself.",
-            ),
+            model_name='workerprocess',
+            name='process_count',
+            field=models.PositiveIntegerField(default=0, help_text="A supervisor's number of worker processes; 0 for one that runs jobs itself."),
         ),
     ]

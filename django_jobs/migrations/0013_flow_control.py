@@ -25,78 +25,39 @@ class Migration(migrations.Migration):
     atomic = False  # MariaDB and MySQL refuse the ALTER inside a transaction
 
     dependencies = [
-        ("django_jobs", "0012_add_leader"),
+        ('django_jobs', '0012_add_leader'),
     ]
 
     operations = [
         migrations.CreateModel(
-            name="Queue",
+            name='Queue',
             fields=[
-                ("name", models.CharField(max_length=100, primary_key=True, serialize=False)),
-                (
-                    "paused_at",
-                    models.DateTimeField(
-                        blank=True,
-                        help_text="When pause_queue() paused it; empty: it is served.",
-                        null=True,
-                    ),
-                ),
-                (
-                    "window_start",
-                    models.DateTimeField(
-                        blank=True,
-                        help_text="The start of the rate limit's current window.",
-                        null=True,
-                    ),
-                ),
-                (
-                    "window_count",
-                    models.PositiveIntegerField(
-                        default=0, help_text="Jobs of the queue started in that window."
-                    ),
-                ),
+                ('name', models.CharField(max_length=100, primary_key=True, serialize=False)),
+                ('paused_at', models.DateTimeField(blank=True, help_text='When pause_queue() paused it; empty: it is served.', null=True)),
+                ('window_start', models.DateTimeField(blank=True, help_text="The start of the rate limit's current window.", null=True)),
+                ('window_count', models.PositiveIntegerField(default=0, help_text='Jobs of the queue started in that window.')),
             ],
             options={
-                "verbose_name": "queue",
-                "verbose_name_plural": "queues",
-                "db_table": "django_jobs_queue",
-                "ordering": ["name"],
+                'verbose_name': 'queue',
+                'verbose_name_plural': 'queues',
+                'db_table': 'django_jobs_queue',
+                'ordering': ['name'],
             },
         ),
         migrations.AddField(
-            model_name="job",
-            name="concurrency_key",
-            field=models.CharField(
-                blank=True,
-                help_text="Jobs of a queue with the same key run at most concurrency_limit at once.",
-                max_length=200,
-                null=True,
-            ),
+            model_name='job',
+            name='concurrency_key',
+            field=models.CharField(blank=True, help_text='Jobs of a queue with the same key run at most concurrency_limit at once.', max_length=200, null=True),
         ),
         migrations.AddField(
-            model_name="job",
-            name="concurrency_limit",
-            field=models.PositiveIntegerField(
-                blank=True, help_text="How many jobs with this key may run at once.", null=True
-            ),
+            model_name='job',
+            name='concurrency_limit',
+            field=models.PositiveIntegerField(blank=True, help_text='How many jobs with this key may run at once.', null=True),
         ),
         migrations.AlterField(
-            model_name="attempt",
-            name="outcome",
-            field=models.CharField(
-                blank=True,
-                choices=[
-                    ("succeeded", "succeeded"),
-                    ("failed", "failed"),
-                    ("lease_expired", "lease expired"),
-                    ("released", "released"),
-                    ("timed_out", "timed out"),
-                    ("cancelled", "cancelled"),
-                    ("snoozed", "snoozed"),
-                ],
-                max_length=20,
-                null=True,
-            ),
+            model_name='attempt',
+            name='outcome',
+            field=models.CharField(blank=True, choices=[('succeeded', 'succeeded'), ('failed', 'failed'), ('lease_expired', 'lease expired'), ('released', 'released'), ('timed_out', 'timed out'), ('cancelled', 'cancelled'), ('snoozed', 'snoozed')], max_length=20, null=True),
         ),
         migrations.RunPython(exact_on_mysql, migrations.RunPython.noop, elidable=False),
     ]
