@@ -123,8 +123,10 @@ class InFlight:
         lease_seconds: float,
         beat_seconds: float,
         renew: Renewer | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.owner = owner
+        self.monotonic = monotonic  # measures a renewal's wait; tests may hold it still
         self.lease_seconds = lease_seconds
         self.beat_seconds = min(beat_seconds, lease_seconds / 3)
         self.renew: Renewer = renew or refuse_renewals  # the worker gives its driver's
@@ -226,11 +228,11 @@ class InFlight:
             if (p := reports[h.claimed.id][1]) is not None
             and reports[h.claimed.id][0] != h.progress_sent
         }
-        started = time.monotonic()
+        started = self.monotonic()
         give_up_in = min(h.keeper.time_to_give_up(now) for h in due)
 
         def left() -> float:
-            return give_up_in - (time.monotonic() - started)
+            return give_up_in - (self.monotonic() - started)
 
         result, error = self._call_renew(pairs, now, give_up_in, progress)
         reported = set(reports)  # the jobs whose report is written (or given up on)
@@ -245,7 +247,7 @@ class InFlight:
                 )
                 reported = set(reports) - set(progress)
                 reported |= self._write_reports_alone(due, progress, now, left)
-        after = now + timedelta(seconds=time.monotonic() - started)
+        after = now + timedelta(seconds=self.monotonic() - started)
         if result is None:
             logger.warning(
                 "lease renewal failed (%s); retrying while the lease holds",

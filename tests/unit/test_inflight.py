@@ -42,8 +42,8 @@ class Renewals:
         return Renewed({job_id for job_id, _ in held}, now + timedelta(seconds=self.lease), set())
 
 
-def setup(renewals: Renewals):
-    inflight = InFlight("me", LEASE, 0.3, renew=renewals)
+def setup(renewals: Renewals, monotonic=time.monotonic):
+    inflight = InFlight("me", LEASE, 0.3, renew=renewals, monotonic=monotonic)
     ctx = JobContext(1, "tests.ok", "default", 1, {})
     held = inflight.add(claimed(), ctx, START, timeout=None)
     return inflight, ctx, held
@@ -63,7 +63,9 @@ def test_inflight_renews_each_beat_and_keeps_the_lease():
 def test_inflight_a_raising_renewal_is_retried_then_given_up():
     renewals = Renewals()
     renewals.mode = "raise"
-    inflight, ctx, held = setup(renewals)
+    # The wait is measured on a clock held still: a slow host's failed call
+    # (its warning included) must not move the retry past the fake clock's step.
+    inflight, ctx, held = setup(renewals, monotonic=lambda: 0.0)
     clock = FakeClock(START)
     clock.advance(0.3)
     inflight.beat(clock.now())  # the lease ends at 0.9: the give-up point is 0.6
