@@ -26,8 +26,7 @@ claimed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -124,6 +123,10 @@ class Driver(Statements):
         """On a connection a worker's calls run on under a deadline of ``seconds``: have the
         server give up what it would wait for longer, where it can (by default it cannot):
         a row lock, and a transaction left idle (the client gone silent mid-transaction)."""
+
+    def begin_steps(self) -> None:
+        """First in the workflow steps' own transaction (:meth:`follow`): what the database
+        may relax for it. By default nothing."""
 
     def check_configuration(self) -> list[CheckMessage]:
         """System-check errors about how the database is set up for jobs (every command)."""
@@ -282,7 +285,7 @@ class Driver(Statements):
             with self.write_transaction():
                 settled = self.settle_rows(settlements)
                 claimed = self.claim_rows(request)
-        return claimed, self.follow(settlements, settled)
+        return claimed, settled
 
     def claim_batch(self, request: ClaimRequest) -> list[ClaimedJob]:
         """The claim in one transaction: read, mark running, start the attempts."""
@@ -416,21 +419,21 @@ class Driver(Statements):
             return Settled([])
         with self.write_transaction():
             settled = self.settle_rows(settlements)
-        return self.follow(settlements, settled)
+        return settled
 
-    def follow(self, settlements: Sequence[Settlement], settled: Settled) -> Settled:
+    def follow(self, ids: Collection[int], now: datetime) -> Followed:
         """Once a settle has committed: the steps of the ends it wrote of jobs in a workflow
-        (:meth:`.workflows.Workflows.ended`), in a transaction of their own. A crash in
-        between, or steps the database refuses, leave them to the leader
-        (:meth:`.workflows.Workflows.repair`): the settle has been written all the same."""
-        if not settled.to_follow:
-            return settled
-        now = max(s.ended_at for s in settlements)
+        (``Settled.to_follow``; :meth:`.workflows.Workflows.ended`), in a transaction of
+        their own, which the worker takes off its claim path (:mod:`django_jobs.worker.
+        follower`). A crash in between, or steps the database refuses (returned as
+        ``deferred``), leave them to the leader (:meth:`.workflows.Workflows.repair`): the
+        settle has been written all the same."""
+        if not ids:
+            return Followed()
         try:
-            followed = self.workflows.ended(settled.to_follow, now)
+            return self.workflows.ended(ids, now, own_transaction=True)
         except DatabaseError as exc:
-            followed = Followed(deferred=sorted(settled.to_follow), error=f"{exc!r}"[:500])
-        return replace(settled, followed=followed)
+            return Followed(deferred=sorted(ids), error=f"{exc!r}"[:500])
 
     def settle_rows(self, settlements: Sequence[Settlement]) -> Settled:
         """The settle's statements, inside the caller's transaction."""

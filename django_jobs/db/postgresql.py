@@ -141,6 +141,19 @@ class PostgresDriver(Driver):
                     [str(self.idle_bound_ms)],
                 )
 
+    def begin_steps(self) -> None:
+        """The steps' transaction commits without waiting for its flush to disk
+        (``synchronous_commit`` off, for it alone): a server crash can lose only steps whose
+        mark comes back with them, which the leader takes again; a later durable commit (a
+        released job's claim) flushes them first. Bounded as :meth:`bound_transaction`: it
+        holds a batch's row across statements."""
+        settings = ["synchronous_commit", "off"]
+        if self.idle_bound_ms is not None:
+            settings += ["idle_in_transaction_session_timeout", str(self.idle_bound_ms)]
+        calls = ", ".join(["set_config(%s, %s, true)"] * (len(settings) // 2))
+        with self.connection.cursor() as cursor:
+            cursor.execute(f"SELECT {calls}", settings)
+
     def settle_rows(self, settlements: Sequence[Settlement]) -> Settled:
         """The settle's one statement, inside the caller's transaction (no savepoint: a
         refused row fails the caller's transaction, whose caller settles apart)."""
@@ -265,8 +278,7 @@ class PostgresDriver(Driver):
         if not settlements:
             return self.claim(request), Settled([])
         if request.limits is not None:
-            jobs, written_limited = self.flow.claim_limited(request, settlements)
-            return jobs, self.follow(settlements, written_limited)
+            return self.flow.claim_limited(request, settlements)
         settle_ctes, settle_params = self.settle_ctes(settlements)
         claim_ctes, claim_params = self.claim_ctes(request)
         # A settled row fills only the id and attempt columns of a claimed one.
@@ -290,8 +302,7 @@ class PostgresDriver(Driver):
             (*row.job.pair, row.new_status, row.workflow_pending) for row in rows if not row.claimed
         ]
         claimed = [row.job for row in rows if row.claimed]
-        settled = self.follow(settlements, self.settled(settlements, written))
-        return self.claimed_jobs(claimed, request), settled
+        return self.claimed_jobs(claimed, request), self.settled(settlements, written)
 
     def claimed_jobs(self, rows: list[ClaimedRow], request: ClaimRequest) -> list[ClaimedJob]:
         rows.sort(key=lambda row: (-row.priority, row.run_at, row.candidate.id))  # no Sort
@@ -361,7 +372,7 @@ class PostgresDriver(Driver):
             lambda: f"WITH {ctes} SELECT id, attempt, new_status, workflow_pending FROM settled",
         )
         rows = [SettledRow._make(row) for row in self.execute(sql, params)]
-        return self.follow(settlements, self.settled(settlements, rows))
+        return self.settled(settlements, rows)
 
     def settle_ctes(self, settlements: Sequence[Settlement]) -> tuple[str, list[Any]]:
         """``v`` (the settlements), ``settled`` (the job rows they fenced in), ``closed``."""

@@ -17,7 +17,7 @@ never by position.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple, TypeVar
 
@@ -25,7 +25,6 @@ from django.db import DataError, IntegrityError
 
 from ..context import Progress
 from ..models import AttemptOutcome, JobStatus
-from .workflows import Followed
 
 #: Errors that concern the data of one row, not the database: a claim skips that row, a
 #: settle writes the others.
@@ -267,10 +266,9 @@ class Settled:
 
     lost: list[Settlement]
     cancelled: frozenset[tuple[int, int]] = frozenset()
-    #: The jobs it ended that are in a workflow, whose end has steps to take.
+    #: The jobs it ended that are in a workflow, whose end has steps to take, once the
+    #: settle has committed (:meth:`django_jobs.db.base.Driver.follow`).
     to_follow: frozenset[int] = frozenset()
-    #: What those steps did (:meth:`django_jobs.db.workflows.Workflows.ended`).
-    followed: Followed = field(default_factory=Followed)
 
     def as_written(self, settlement: Settlement) -> Settlement | None:
         """``settlement`` as the settle wrote it: None if it was fenced out; for a job with a

@@ -70,6 +70,9 @@ class Followed:
     #: Jobs whose steps failed (the database's error in ``error``): left to the leader.
     deferred: list[int] = field(default_factory=list)
     error: str = ""
+    #: The queues of the released jobs that are due: woken through the database in the
+    #: steps' transaction; a worker rings its own dispatchers of them too.
+    woken: list[str] = field(default_factory=list)
 
     def __bool__(self) -> bool:
         return bool(
@@ -84,6 +87,7 @@ class Followed:
             self.finished + other.finished,
             self.deferred + other.deferred,
             self.error or other.error,
+            self.woken + [queue for queue in other.woken if queue not in self.woken],
         )
 
 
@@ -209,14 +213,22 @@ class Workflows:
 
     # -- a job's way out ----------------------------------------------------------------
 
-    def ended(self, ids: Iterable[int], now: datetime) -> Followed:
+    def ended(
+        self, ids: Iterable[int], now: datetime, *, own_transaction: bool = False
+    ) -> Followed:
         """Take the steps of the ends of the jobs ``ids`` that still have them to take,
         inside a transaction (the caller's, if it has one): count each in its batch
         (finishing the batch its end completes), release or cancel its dependents, and
-        take the steps of those cancelled in turn."""
+        take the steps of those cancelled in turn. ``own_transaction``: the transaction
+        is the steps' alone (the worker's follower), which the driver may relax
+        (:meth:`~.base.Driver.begin_steps`)."""
         followed = Followed()
         todo = sorted(set(ids))
-        with transaction.atomic(using=self.driver.using):
+        using = self.driver.using
+        relaxed = own_transaction and not transaction.get_connection(using).in_atomic_block
+        with transaction.atomic(using=using):
+            if relaxed:
+                self.driver.begin_steps()
             while todo:
                 some, todo = todo[:CHUNK], todo[CHUNK:]
                 rows = self.lock_ends(some)
@@ -338,8 +350,10 @@ class Workflows:
         released = [job for job, (status, _) in decided.items() if status == JobStatus.PENDING]
         if released:
             self.jobs.filter(id__in=released).update(status=JobStatus.PENDING)
-            self.driver.wake(sorted({q for job in released if (q := waking[job]) is not None}))
+            woken = sorted({q for job in released if (q := waking[job]) is not None})
+            self.driver.wake(woken)
             followed.released += released
+            followed.woken += [queue for queue in woken if queue not in followed.woken]
         by_error: dict[str, list[int]] = defaultdict(list)
         for job, (status, error) in decided.items():
             if status == JobStatus.CANCELLED:

@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Generic, TypeVar
 
 from django.db import DatabaseError, connections
 
@@ -68,3 +68,51 @@ def start_thread(name: str, target: Callable[..., object], *args: object) -> thr
     thread = threading.Thread(target=target, args=args, name=f"django-jobs-{name}", daemon=True)
     thread.start()
     return thread
+
+
+class HandOff(Generic[T]):
+    """A daemon thread that takes what other threads hand it (the settler's outcomes, the
+    follower's ends), until it is stopped with nothing left: a subclass queues what it is
+    given under ``_cond``, and says what to take next (:meth:`_next`) and how to handle it
+    (:meth:`_handle`)."""
+
+    thread_name = "django-jobs-hand-off"
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name=self.thread_name, daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float) -> bool:
+        """Handle what is queued, then end the thread; False if it did not end in
+        ``timeout``."""
+        thread = self._thread
+        if thread is None:
+            return True
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        thread.join(timeout)
+        return not thread.is_alive()
+
+    def _run(self) -> None:
+        try:
+            while (taken := self._next()) is not None:
+                self._handle(taken)
+        finally:
+            connections.close_all()
+
+    def _next(self) -> T | None:
+        """Wait for the next thing to handle; None once stopped with nothing left."""
+        raise NotImplementedError
+
+    def _handle(self, taken: T) -> None:
+        raise NotImplementedError

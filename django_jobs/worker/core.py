@@ -2,13 +2,15 @@
 
 ``Worker`` builds each part once, in order, each given what it needs and
 nothing assigned into it afterwards: the jobs in flight and their heartbeat
-(:mod:`.inflight`, which writes nothing), the outcome writer
+(:mod:`.inflight`, which writes nothing), the follower (:mod:`.follower`, the
+workflow steps of written ends), the outcome writer
 (:mod:`.recording`, which releases held jobs through them), the settler
 (:mod:`.settler`, which writes through the writer), the claimer
 (:mod:`.claiming`) and the executor (:mod:`.execution`), the leadership and
 the maintainer. ``Worker.run_once(now)`` is one tick on the calling thread,
 through the same claimer, executor and writer as production (with no
-settler thread, each outcome is written at once). Tests call it, or the
+settler or follower thread, each outcome is written at once, and its workflow steps
+taken). Tests call it, or the
 parts themselves (``worker.claimer.claim(...)``, ``worker.executor.execute(...)``,
 ``worker.writer.write(...)``). :func:`~.server.serve` hands the same parts
 (:class:`Parts`) to a server, which serves with threads until its stop event
@@ -41,6 +43,7 @@ from .claiming import Claimer
 from .clock import Clock, DatabaseClock
 from .deadlines import Deadlines
 from .execution import Executor
+from .follower import Follower
 from .inflight import InFlight, driver_renewal
 from .leader.leadership import Leadership
 from .leader.maintainer import Maintainer
@@ -70,6 +73,7 @@ class Parts:
     doorbells: Doorbells
     inflight: InFlight
     settler: Settler
+    follower: Follower
     maintainer: Maintainer
     leadership: Leadership
     call_timeout_seconds: float
@@ -152,6 +156,7 @@ class Worker:
             renew=driver_renewal(self.driver, self.owner, self.lease_seconds, beat, self.deadline),
         )
         self.doorbells = Doorbells(self.queues)
+        self.follower = Follower(self.driver, deadline=self.deadline, doorbells=self.doorbells)
         self.writer = OutcomeWriter(
             self.driver,
             self.owner,
@@ -163,8 +168,9 @@ class Worker:
             policy=RetryPolicy.from_settings(),
             rng=rng,
             doorbells=self.doorbells,
+            follower=self.follower,
         )
-        self.settler = Settler(self.writer.write)
+        self.settler = Settler(self.writer.write, dry=self.doorbells.is_dry)
         self.claimer = Claimer(
             self.driver,
             self.owner,
@@ -225,6 +231,7 @@ class Worker:
             doorbells=self.doorbells,
             inflight=self.inflight,
             settler=self.settler,
+            follower=self.follower,
             maintainer=self.maintainer,
             leadership=self.leadership,
             call_timeout_seconds=self.call_timeout_seconds,

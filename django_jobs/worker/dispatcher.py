@@ -38,6 +38,7 @@ from .clock import Clock
 from .connections import guarded, start_thread, tidy_connections
 from .execution import Executor
 from .recording import OutcomeWriter
+from .waker import Doorbell
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +60,7 @@ class QueueState:
     inbox: deque[Waiting] = field(default_factory=deque)  # oldest first
     changed: threading.Condition = field(default_factory=threading.Condition)
     # Rung by the waker (new jobs) and the outcome writer (a slot freed, a job due again).
-    woken: threading.Event = field(default_factory=threading.Event)
+    woken: Doorbell = field(default_factory=Doorbell)
     closed: bool = False  # the dispatcher has stopped: the threads end once the inbox is empty
     limited: bool = False  # claimed under limits: never ahead, and again as a job ends
 
@@ -197,15 +198,19 @@ class Dispatcher:
         passes, handing back meanwhile the jobs that wait too long for a thread."""
         state = self.state
         until = time.monotonic() + poll
-        while not stop_event.is_set():
-            left = until - time.monotonic()
-            if left <= 0:
-                return
-            with state.changed:
-                waiting = bool(state.inbox)
-            if state.woken.wait(min(left, self.hold) if waiting else left):
-                return
-            self.hand_back_stale()
+        state.woken.dry = True  # the settler writes this queue's outcomes without lingering
+        try:
+            while not stop_event.is_set():
+                left = until - time.monotonic()
+                if left <= 0:
+                    return
+                with state.changed:
+                    waiting = bool(state.inbox)
+                if state.woken.wait(min(left, self.hold) if waiting else left):
+                    return
+                self.hand_back_stale()
+        finally:
+            state.woken.dry = False
 
     def hand_back_stale(self) -> None:
         """Hand back the jobs that waited longer than the hold for a thread: another worker

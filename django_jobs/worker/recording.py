@@ -11,7 +11,9 @@ The settler calls it for batches, the claimer for the outcomes its claim
 carries, the executor for one outcome written inline, and the heartbeat's
 caller for the outcomes of timed-out handlers, on a thread of their own
 (:meth:`OutcomeWriter.write_apart`). The hand-back at a stop
-(:meth:`OutcomeWriter.hand_back`) writes released jobs in one bounded write.
+(:meth:`OutcomeWriter.hand_back`) writes released jobs in one bounded write. The ends
+written of jobs in a workflow go to the follower (:mod:`.follower`), which takes their
+steps once the write has committed.
 """
 
 from __future__ import annotations
@@ -31,13 +33,13 @@ from ..conf import settings
 from ..db import ROW_ERRORS, Driver
 from ..db.outage import with_backoff
 from ..db.records import ClaimedJob, Pairs, Settled
-from ..db.workflows import Followed
-from ..events import report_followed, report_lease, report_written
+from ..events import report_lease, report_written
 from ..models import AttemptOutcome, JobStatus
 from ..outcomes import HandlerResult, Settlement, decide, released, unrecorded
 from ..retry_policy import RetryPolicy
 from .clock import Clock
 from .deadlines import Deadlines
+from .follower import Follower
 from .inflight import InFlight, Outcome
 from .waker import Doorbells
 
@@ -99,10 +101,13 @@ class OutcomeWriter:
         policy: RetryPolicy,
         rng: random.Random | None = None,
         doorbells: Doorbells | None = None,
+        follower: Follower | None = None,
         defer: Defer = run_on_a_thread,
     ) -> None:
         self.driver = driver
         self.doorbells = doorbells or Doorbells(queues)
+        # Takes the workflow steps of the ends written, once they have committed.
+        self.follower = follower or Follower(driver, deadline=deadline, doorbells=self.doorbells)
         self.owner = owner
         self.queues = list(queues)
         self.clock = clock
@@ -231,7 +236,7 @@ class OutcomeWriter:
         final: list[Decided] = []
         lost: list[Settlement] = []
         cancelled: set[tuple[int, int]] = set()
-        followed = Followed()
+        to_follow: set[int] = set()
         for one in decided:
             try:
                 settled = self.settle([one.settlement], patience)
@@ -246,8 +251,8 @@ class OutcomeWriter:
             final.append(one)
             lost += settled.lost
             cancelled |= settled.cancelled
-            followed = followed.merge(settled.followed)
-        return final, Settled(lost, frozenset(cancelled), followed=followed)
+            to_follow |= settled.to_follow
+        return final, Settled(lost, frozenset(cancelled), frozenset(to_follow))
 
     def release_held(self, outcomes: Sequence[Outcome]) -> None:
         """Their outcomes are written (or given up on): the jobs leave the held set."""
@@ -275,7 +280,7 @@ class OutcomeWriter:
                 for d, written in zip(decided, final, strict=True)
             ]
         )
-        report_followed(settled.followed, self.driver.using)
+        self.follow(settled, [d.settlement for d in decided])
         with self._counting:
             self.jobs_run += len(decided) - len(settled.lost)
             self.counts.update(kinds)
@@ -295,12 +300,19 @@ class OutcomeWriter:
             settled = self.driver.settle(settlements)
         for job_id, attempt in sorted(settled.cancelled):
             report_lease("job_cancelled_at_stop", job_id, attempt)
-        report_followed(settled.followed, self.driver.using)
+        self.follow(settled, settlements)
         kept = {s.pair for s in settled.lost} | settled.cancelled
         handed_back = {s.job_id for s in settlements if s.pair not in kept}
         if handed_back:
             self.wake(self.queues)  # a settlement names no queue: wake this process's
         return handed_back
+
+    def follow(self, settled: Settled, settlements: Sequence[Settlement]) -> None:
+        """Hand the ends ``settled`` wrote of jobs in a workflow to the follower, at the
+        time the last of them ended."""
+        if settled.to_follow:
+            now = max(s.ended_at for s in settlements if s.job_id in settled.to_follow)
+            self.follower.submit(settled.to_follow, now)
 
     def wake(self, queues: Sequence[str]) -> None:
         """Wake the workers of ``queues``: a job there is due again at once (handed back at a

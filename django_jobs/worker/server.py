@@ -3,6 +3,8 @@
 - One dispatcher per queue claims its jobs and hands them to its handler
   threads, which run them and hand their results to the settler
   (:mod:`.dispatcher`, :mod:`.settler`).
+- The follower's thread takes the workflow steps of the ends written, off the
+  claim path (:mod:`.follower`).
 - The heartbeat thread renews leases and does nothing else, so that no other
   database call can delay its give-up check.
 - On PostgreSQL the waker listens for new jobs (:mod:`.waker`) and wakes the
@@ -15,7 +17,7 @@
 
 On stop: hand back the jobs waiting for a thread, say what it waits for,
 cancel running handlers, wait the grace period, flush the settler, hand
-back what is still running in one write.
+back what is still running in one write, then take the workflow steps still pending.
 A second signal (the worker's ``force_event``) ends the wait: the running
 jobs are handed back at once, in the same one write. Either way the
 worker's registration is removed.
@@ -106,6 +108,7 @@ class Server:
         self.guarded(lambda: p.maintainer.register(p.clock.now()))
         heartbeat_stop = threading.Event()
         heartbeat = start_thread("heartbeat", self.keep_leases, heartbeat_stop)
+        p.follower.start()
         p.settler.start()
         threads = self.start_threads(stop_event)
         waker = Waker(p.using, self.dispatchers, wake=self.wake)
@@ -194,6 +197,11 @@ class Server:
             )
         if not all_ended and not forced:
             self.hand_back(f"grace period of {format_span(timedelta(seconds=grace))} over")
+        if not p.follower.stop(p.call_timeout_seconds):
+            logger.warning(
+                "workflow steps still being taken at shutdown; the leader takes what is left",
+                extra={"event": "worker_error"},
+            )
 
     def hand_back(self, why: str) -> None:
         """Hand back every job still running, in one write, and say which went back.

@@ -8,7 +8,9 @@ Outcomes are written one of two ways, whichever comes first:
   and settles it in the claim's own statement: under load, one round trip
   and one commit carry a batch of outcomes and the next batch of jobs;
 - otherwise the settler's thread writes what has waited ``linger_seconds``
-  (an idle queue, or outcomes a failed claim gave back), in one statement.
+  (outcomes a failed claim gave back), in one statement; at once when the queue's
+  dispatcher sleeps with nothing to claim (no claim will carry it: a chain's step, whose
+  end its dependent waits for).
 
 On a stop, :meth:`Settler.stop` writes what is queued before the worker
 hands back what is still running. Without a started thread
@@ -19,14 +21,12 @@ returns the outcome as written.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from django.db import connections
-
 from ..db.records import Settlement
+from .connections import HandOff
 from .inflight import Outcome
 
 logger = logging.getLogger(__name__)
@@ -40,25 +40,23 @@ LINGER_SECONDS = 0.005
 Writer = Callable[[Sequence[Outcome]], Sequence[Settlement | None]]
 
 
-class Settler:
+class Settler(HandOff[list[Outcome]]):
+    thread_name = "django-jobs-settler"
+
     def __init__(
-        self, write: Writer, max_batch: int = MAX_BATCH, linger_seconds: float = LINGER_SECONDS
+        self,
+        write: Writer,
+        max_batch: int = MAX_BATCH,
+        linger_seconds: float = LINGER_SECONDS,
+        dry: Callable[[str], bool] = lambda queue: False,
     ) -> None:
+        super().__init__()
         self.write = write
         self.max_batch = max_batch
         self.linger_seconds = linger_seconds
+        # Whether a queue's dispatcher sleeps with nothing to claim (Doorbells.is_dry).
+        self.dry = dry
         self._pending: deque[tuple[float, Outcome]] = deque()
-        self._cond = threading.Condition()
-        self._stopping = False
-        self._thread: threading.Thread | None = None
-
-    @property
-    def running(self) -> bool:
-        return self._thread is not None and self._thread.is_alive()
-
-    def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="django-jobs-settler", daemon=True)
-        self._thread.start()
 
     def submit(self, outcome: Outcome) -> Settlement | None:
         """Queue ``outcome`` for the next batch (None); with no thread, write it now and
@@ -68,7 +66,7 @@ class Settler:
             return written
         with self._cond:
             self._pending.append((time.monotonic(), outcome))
-            if len(self._pending) == 1:
+            if len(self._pending) == 1 or self.dry(outcome.claimed.queue):
                 self._cond.notify()
         return None
 
@@ -90,31 +88,17 @@ class Settler:
             self._pending.extendleft((0.0, outcome) for outcome in reversed(outcomes))
             self._cond.notify()
 
-    def stop(self, timeout: float) -> bool:
-        """Write what is queued, then end the thread; False if it did not end in ``timeout``."""
-        thread = self._thread
-        if thread is None:
-            return True
-        with self._cond:
-            self._stopping = True
-            self._cond.notify()
-        thread.join(timeout)
-        return not thread.is_alive()
-
-    def _run(self) -> None:
-        try:
-            while (batch := self._next_batch()) is not None:
-                self._write(batch)
-        finally:
-            connections.close_all()
-
-    def _next_batch(self) -> list[Outcome] | None:
+    def _next(self) -> list[Outcome] | None:
         """Wait until the oldest outcome has lingered (or a stop); None once stopped and empty."""
         with self._cond:
             while True:
                 if self._pending:
                     age = time.monotonic() - self._pending[0][0]
-                    if self._stopping or age >= self.linger_seconds:
+                    if (
+                        self._stopping
+                        or age >= self.linger_seconds
+                        or any(self.dry(o.claimed.queue) for _, o in self._pending)
+                    ):
                         batch: list[Outcome] = []
                         while self._pending and len(batch) < self.max_batch:
                             batch.append(self._pending.popleft()[1])
@@ -125,7 +109,7 @@ class Settler:
                 else:
                     self._cond.wait()
 
-    def _write(self, batch: list[Outcome]) -> None:
+    def _handle(self, batch: list[Outcome]) -> None:
         try:
             self.write(batch)
         except Exception:  # the writer logs what it can; the settler must go on

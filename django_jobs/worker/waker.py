@@ -25,14 +25,27 @@ logger = logging.getLogger(__name__)
 WAKER_WAIT_SECONDS = 0.5
 
 
+class Doorbell(threading.Event):
+    """A queue's doorbell: set when its dispatcher should claim at once; ``dry`` while the
+    dispatcher sleeps on it, its last claim having found fewer jobs than it had room for."""
+
+    dry = False
+
+
 class Doorbells:
-    """One event per served queue, set when its dispatcher should claim at once."""
+    """One :class:`Doorbell` per served queue."""
 
     def __init__(self, queues: Iterable[str]) -> None:
-        self.events = {queue: threading.Event() for queue in queues}
+        self.events = {queue: Doorbell() for queue in queues}
 
-    def __getitem__(self, queue: str) -> threading.Event:
+    def __getitem__(self, queue: str) -> Doorbell:
         return self.events[queue]
+
+    def is_dry(self, queue: str) -> bool:
+        """Queue ``queue``'s dispatcher sleeps with nothing to claim: no claim of it will
+        carry an outcome before a wake-up or its poll."""
+        event = self.events.get(queue)
+        return event is not None and event.dry
 
     def ring(self, queues: Iterable[str]) -> None:
         """Wake the dispatchers of ``queues`` that this process runs (others: nothing)."""

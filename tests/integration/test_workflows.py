@@ -355,7 +355,7 @@ def test_release_wakes_the_queues_of_due_dependents_reading_each_row_once(monkey
     monkeypatch.setattr(driver, "wake", woken.append)
     with CaptureQueriesContext(connection) as queries:
         followed = driver.workflows.ended([first.pk], timezone.now())
-    assert len(followed.released) == 2 and woken == [["due"]]
+    assert len(followed.released) == 2 and woken == [["due"]] and followed.woken == ["due"]
     assert statuses(due) == [JobStatus.PENDING]
     reads = [q["sql"] for q in queries if q["sql"].lstrip().upper().startswith("SELECT")]
     assert len(reads) == 4  # the end, its links, the dependents locked, their dependencies
@@ -500,7 +500,7 @@ def test_steps_the_database_refuses_leave_the_end_written_and_the_leader_takes_t
     second = schedule_job("tests.ok", depends_on=[first])
     workflows = get_driver().workflows
 
-    def refused(ids, now):
+    def refused(ids, now, **kwargs):
         raise OperationalError("deadlock detected")
 
     with monkeypatch.context() as patched:

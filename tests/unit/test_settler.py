@@ -11,9 +11,9 @@ from django_jobs.worker.settler import Outcome, Settler
 from tests.conftest import START, wait_until
 
 
-def outcome(job_id: int) -> Outcome:
+def outcome(job_id: int, queue: str = "default") -> Outcome:
     claimed = ClaimedJob(
-        job_id, "tests.ok", "default", "{}", 1, 1, 3, "me", START + timedelta(seconds=30)
+        job_id, "tests.ok", queue, "{}", 1, 1, 3, "me", START + timedelta(seconds=30)
     )
     return Outcome(claimed, HandlerResult(AttemptOutcome.SUCCEEDED))
 
@@ -94,6 +94,26 @@ def test_settler_writes_outcomes_a_claim_gave_back_at_once():
         taken = settler.take()
         settler.give_back(taken)
         wait_until(lambda: writes.ids == [1], timeout=2)
+    finally:
+        settler.stop(2)
+
+
+def test_settler_writes_at_once_the_outcomes_of_a_queue_whose_dispatcher_sleeps_dry():
+    """No claim of a dry queue will carry them: a chain's step is written without lingering
+    (and what waits beside it), while another queue's outcome alone waits for a claim."""
+    from django_jobs.worker.waker import Doorbells
+
+    writes, doorbells = Writes(), Doorbells(["default", "busy"])
+    doorbells["default"].dry = True
+    settler = Settler(writes, linger_seconds=30, dry=doorbells.is_dry)
+    settler.start()
+    try:
+        busy = outcome(2, "busy")
+        settler.submit(busy)
+        time.sleep(0.1)
+        assert writes.ids == []  # its queue's dispatcher claims: it lingers for a claim
+        settler.submit(outcome(1))
+        wait_until(lambda: writes.ids == [2, 1], timeout=2)
     finally:
         settler.stop(2)
 
