@@ -29,7 +29,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
-from django.db.models import Exists, F, Max, OuterRef
+from django.db.models import F, Max
 
 from ..models import (
     FINISHED_STATUSES,
@@ -51,6 +51,11 @@ FAILED_STATUSES = (JobStatus.DEAD_LETTERED, JobStatus.CANCELLED)
 #: The most ids one statement binds: below SQLite's oldest limit of 999 parameters, so a
 #: fan-out of any size is read and written in pieces.
 CHUNK = 900
+
+
+def marks(values: Sequence[Any]) -> str:
+    """One parameter's mark per value, for ``IN (...)``."""
+    return ", ".join(["%s"] * len(values))
 
 
 def chunks(ids: Sequence[int]) -> Iterator[Sequence[int]]:
@@ -128,6 +133,28 @@ class Workflows:
     @property
     def links(self) -> Any:
         return JobDependency.objects.using(self.driver.using)
+
+    @property
+    def links_table(self) -> str:
+        return self.driver.qn(JobDependency._meta.db_table)
+
+    # The statements an end's steps run most (a fan-out's member, a chain's step) are
+    # written out: the ORM's building of each cost more than the database's answer.
+
+    def read(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        with self.driver.connection.cursor() as cursor:
+            cursor.execute(sql, list(params))
+            return list(cursor.fetchall())
+
+    def set_where_ids(self, column: str, value: Any, ids: Sequence[int]) -> None:
+        """Set ``column`` to ``value`` on the jobs ``ids``."""
+        qn = self.driver.qn
+        with self.driver.connection.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {self.driver.job_table} SET {qn(column)} = %s"
+                f" WHERE {qn('id')} IN ({marks(ids)})",
+                [value, *ids],
+            )
 
     # -- a job's way in -----------------------------------------------------------------
 
@@ -235,7 +262,7 @@ class Workflows:
                 if not rows:
                     continue
                 taken = [pk for pk, _, _, _ in rows]
-                self.jobs.filter(id__in=taken).update(workflow_pending=False)
+                self.set_where_ids("workflow_pending", False, taken)
                 self.count_in_batches([row[:3] for row in rows], now, followed)
                 depended = [pk for pk, _, _, has_dependents in rows if has_dependents]
                 if depended:
@@ -254,17 +281,18 @@ class Workflows:
         A job that waits for one of them and is not seen here was linked after the
         statement began, by a transaction that held the row's lock once it had ended: it
         read the end and was stored pending or cancelled by it, so has nothing to wait for."""
-        dependents = self.links.filter(depends_on_id=OuterRef("pk"))
-        read = (
-            self.jobs.select_for_update()
-            .filter(id__in=ids)
-            .annotate(has_dependents=Exists(dependents))
-            .order_by("id")
-            .values_list("id", "status", "batch_id", "workflow_pending", "has_dependents")
+        qn, job = self.driver.qn, self.driver.job_table
+        rows = self.read(
+            f"SELECT j.{qn('id')}, j.{qn('status')}, j.{qn('batch_id')},"
+            f" j.{qn('workflow_pending')}, EXISTS (SELECT 1 FROM {self.links_table} l"
+            f" WHERE l.{qn('depends_on_id')} = j.{qn('id')})"
+            f" FROM {job} j WHERE j.{qn('id')} IN ({marks(ids)})"
+            f" ORDER BY j.{qn('id')}{self.driver.row_lock}",
+            ids,
         )
         return [
-            (pk, status, batch, has_dependents)
-            for pk, status, batch, pending, has_dependents in read
+            (pk, status, batch, bool(has_dependents))
+            for pk, status, batch, pending, has_dependents in rows
             if pending and status in FINISHED_STATUSES
         ]
 
@@ -322,8 +350,16 @@ class Workflows:
     ) -> list[int]:
         """Release the waiting dependents of ``ended`` whose dependencies all allow it, and
         cancel those one of which failed; the ids of those cancelled."""
+        qn = self.driver.qn
         dependents = sorted(
-            set(self.links.filter(depends_on_id__in=ended).values_list("job_id", flat=True))
+            {
+                job
+                for (job,) in self.read(
+                    f"SELECT {qn('job_id')} FROM {self.links_table}"
+                    f" WHERE {qn('depends_on_id')} IN ({marks(ended)})",
+                    ended,
+                )
+            }
         )
         cancelled: list[int] = []
         for some in chunks(dependents):
@@ -335,11 +371,17 @@ class Workflows:
         ones it allows (waking the queues of those due), cancel those one of whose
         dependencies failed (their ids). The rows are found by id alone, as in
         :meth:`lock_ends`: the waiting index's statistics lag behind too."""
-        read = self.jobs.select_for_update().filter(id__in=jobs).order_by("id")
+        qn = self.driver.qn
+        read = self.read(
+            f"SELECT {qn('id')}, {qn('status')}, {qn('queue')},"
+            f" CASE WHEN {qn('run_at')} <= %s THEN 1 ELSE 0 END FROM {self.driver.job_table}"
+            f" WHERE {qn('id')} IN ({marks(jobs)}) ORDER BY {qn('id')}{self.driver.row_lock}",
+            [self.driver.adapt(now), *jobs],
+        )
         # Each waiting job's queue, to wake once it is released; None while it is not due.
         waking: dict[int, str | None] = {
-            pk: queue if run_at <= now else None
-            for pk, status, queue, run_at in read.values_list("id", "status", "queue", "run_at")
+            pk: queue if due else None
+            for pk, status, queue, due in read
             if status == JobStatus.WAITING
         }
         if not waking:
@@ -349,7 +391,7 @@ class Workflows:
         }
         released = [job for job, (status, _) in decided.items() if status == JobStatus.PENDING]
         if released:
-            self.jobs.filter(id__in=released).update(status=JobStatus.PENDING)
+            self.set_where_ids("status", JobStatus.PENDING.value, released)
             woken = sorted({q for job in released if (q := waking[job]) is not None})
             self.driver.wake(woken)
             followed.released += released
@@ -370,11 +412,16 @@ class Workflows:
     def dependencies_of(self, jobs: Sequence[int]) -> dict[int, list[tuple[int, str, str, bool]]]:
         """Each job's dependencies: (id, status, name, whether a failure is ignored)."""
         found: dict[int, list[tuple[int, str, str, bool]]] = defaultdict(list)
-        read = self.links.filter(job_id__in=jobs).values_list(
-            "job_id", "depends_on_id", "depends_on__status", "depends_on__name", "ignore_failure"
+        qn = self.driver.qn
+        read = self.read(
+            f"SELECT l.{qn('job_id')}, l.{qn('depends_on_id')}, d.{qn('status')}, d.{qn('name')},"
+            f" l.{qn('ignore_failure')} FROM {self.links_table} l"
+            f" INNER JOIN {self.driver.job_table} d ON d.{qn('id')} = l.{qn('depends_on_id')}"
+            f" WHERE l.{qn('job_id')} IN ({marks(jobs)})",
+            jobs,
         )
         for job, dependency, status, name, ignored in read:
-            found[job].append((dependency, status, name, ignored))
+            found[job].append((dependency, status, name, bool(ignored)))
         return found
 
     def closed(self, batch_id: int, now: datetime) -> Followed:
