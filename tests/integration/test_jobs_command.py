@@ -286,9 +286,9 @@ def test_jobs_retry_reports_what_happened_to_each_id(make_job: MakeJob) -> None:
     with freeze_time(START), pytest.raises(CommandError, match=not_retried):
         call_command("jobs", "retry", str(dead.pk), str(pending.pk), "999", "--json", stdout=out)
     assert json.loads(out.getvalue())["results"] == [
-        {"id": dead.pk, "result": "retried", "status": None},
-        {"id": pending.pk, "result": "not_retryable", "status": "pending"},
-        {"id": 999, "result": "unknown", "status": None},
+        {"id": dead.pk, "result": "retried", "status": None, "dependents": 0},
+        {"id": pending.pk, "result": "not_retryable", "status": "pending", "dependents": 0},
+        {"id": 999, "result": "unknown", "status": None, "dependents": 0},
     ]
     dead.refresh_from_db()
     assert (dead.status, dead.attempts_used, dead.finished_at) == (JobStatus.PENDING, 0, None)
@@ -318,6 +318,28 @@ def test_jobs_retry_puts_a_cancelled_job_back(make_job: MakeJob) -> None:
     ]
     cancelled.refresh_from_db()
     assert cancelled.status == JobStatus.PENDING
+
+
+def test_jobs_retry_says_what_went_back_to_waiting_in_a_workflow() -> None:
+    """As the admin's Retry does: the dependents a failure cancelled go back to waiting,
+    and a job whose own dependency has not succeeded is retried into waiting."""
+    from django_jobs import cancel_job, chain
+
+    first, second, third = chain({"job": "tests.ok"}, {"job": "tests.ok"}, {"job": "tests.ok"})
+    cancel_job(first.pk)  # cancels the two after it, in turn
+    second_back = json.loads(jobs("retry", str(second.pk), "--json"))["results"]
+    assert second_back == [{"id": second.pk, "result": "waiting", "status": None, "dependents": 1}]
+    assert jobs("retry", str(first.pk)).splitlines()[1].split(maxsplit=1) == [
+        str(first.pk),
+        "retried",
+    ]
+    statuses = dict(Job.objects.values_list("id", "status"))
+    assert [statuses[j.pk] for j in (first, second, third)] == ["pending", "waiting", "waiting"]
+    cancel_job(first.pk)
+    assert jobs("retry", str(first.pk)).splitlines()[1].split(maxsplit=1) == [
+        str(first.pk),
+        "retried; 2 dependent(s) back to waiting",
+    ]
 
 
 def test_jobs_retry_of_a_cancelled_job_refused_by_a_live_twin_says_refused(

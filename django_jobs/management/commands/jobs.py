@@ -20,7 +20,7 @@ from django_jobs.control import (
     cancel_job,
     pause_queue,
     resume_queue,
-    retry_job,
+    retry_job_and_dependents,
 )
 from django_jobs.db.records import QueueLimits
 from django_jobs.exceptions import JobNotCancellable
@@ -57,6 +57,7 @@ RETRY_RESULTS = {
     "unknown": "unknown id",
     "refused": "refused: a live job has the same unique_key",
     "retried": "retried",
+    "waiting": "retried: waiting for what it depends on",
     "not_retryable": "not dead-lettered or cancelled",
 }
 FAILED_RESULTS = ("unknown", "refused", "not_retryable")
@@ -372,7 +373,9 @@ class Command(BaseCommand):
             [
                 [
                     r["id"],
-                    RETRY_RESULTS[r["result"]] + (f" (it is {r['status']})" * bool(r["status"])),
+                    RETRY_RESULTS[r["result"]]
+                    + (f" (it is {r['status']})" * bool(r["status"]))
+                    + (f"; {r['dependents']} dependent(s) back to waiting" * bool(r["dependents"])),
                 ]
                 for r in results
             ],
@@ -448,15 +451,20 @@ class Command(BaseCommand):
         return {"id": id, "result": done, "status": None}
 
     def retry_one(self, id: int) -> dict[str, Any]:
-        """``{"id", "result", "status"}``: status is given when the job was not retryable."""
-        if retry_job(id, using=self.using):
-            return {"id": id, "result": "retried", "status": None}
+        """``{"id", "result", "status", "dependents"}``: status is given when the job was
+        not retryable; dependents, how many jobs its failure had cancelled went back to
+        waiting (and theirs)."""
+        back = retry_job_and_dependents(id, using=self.using)
+        if back is not None:
+            waits = id in back
+            result = "waiting" if waits else "retried"
+            return {"id": id, "result": result, "status": None, "dependents": len(back) - waits}
         found = Job.objects.using(self.using).filter(id=id).values_list("status", flat=True).first()
         if found is None:
-            return {"id": id, "result": "unknown", "status": None}
+            return {"id": id, "result": "unknown", "status": None, "dependents": 0}
         if found in RETRYABLE_STATUSES:
-            return {"id": id, "result": "refused", "status": None}
-        return {"id": id, "result": "not_retryable", "status": found}
+            return {"id": id, "result": "refused", "status": None, "dependents": 0}
+        return {"id": id, "result": "not_retryable", "status": found, "dependents": 0}
 
 
 def queue_line(stats: QueueStats) -> str:
