@@ -133,14 +133,14 @@ def use_wal_journal() -> None:
 
 
 def delete_jobs() -> None:
-    """Delete every attempt and job, the other tables as they are."""
+    """Delete every attempt, dependency, job and batch, the other tables as they are."""
     from django.db import connection
 
-    from django_jobs.models import Attempt, Job
+    from django_jobs.models import Attempt, Batch, Job, JobDependency
 
     quote = connection.ops.quote_name
     with connection.cursor() as cursor:
-        for model in (Attempt, Job):
+        for model in (Attempt, JobDependency, Job, Batch):
             cursor.execute(f"DELETE FROM {quote(model._meta.db_table)}")
 
 

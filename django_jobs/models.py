@@ -198,6 +198,15 @@ class Job(PartialIndexesHandled, models.Model):
     concurrency_limit = models.PositiveIntegerField(
         null=True, blank=True, help_text="How many jobs with this key may run at once."
     )
+    # The enqueue's trace context (W3C ``traceparent``, ``tracestate``), when it was made
+    # inside a recording OpenTelemetry span: its attempts' spans follow it (docs/how-to/
+    # observability.md). NULL without tracing.
+    trace_context = models.JSONField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="The trace context of the span that enqueued it (W3C traceparent).",
+    )
     created_at = models.DateTimeField(default=tz.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -20,6 +20,7 @@ from typing import Any
 from django.db import router, transaction
 from django.utils import timezone
 
+from . import tracing
 from .conf import check_job_options, resolve_run_at, settings
 from .db import get_driver
 from .db.workflows import Followed
@@ -106,13 +107,14 @@ def enqueue(
     """
     driver = get_driver(using)
     followed = None
-    if len(rows) == 1 and workflow is None:
-        result = driver.insert_jobs(rows, timezone.now())
-    else:
-        with transaction.atomic(using=using):
+    with tracing.enqueuing(rows):
+        if len(rows) == 1 and workflow is None:
             result = driver.insert_jobs(rows, timezone.now())
-            if workflow is not None:
-                followed = workflow(result)
+        else:
+            with transaction.atomic(using=using):
+                result = driver.insert_jobs(rows, timezone.now())
+                if workflow is not None:
+                    followed = workflow(result)
     report_enqueued([job for job, row in zip(result, rows, strict=True) if job is row], using)
     if followed is not None:
         report_followed(followed, using)

@@ -213,7 +213,7 @@ class Driver(Statements):
         columns = ", ".join(qn(column) for column in INSERTED_COLUMNS)
         one = (
             f"(%s, %s, %s, '{JobStatus.PENDING.value}', %s, %s, 0, 0, %s, '', '', %s, %s,"
-            " %s, %s, %s)"
+            " %s, %s, %s, %s)"
         )
         returned = ", ".join(qn(column) for column in WRITTEN_COLUMNS)
         return (
@@ -362,6 +362,7 @@ class Driver(Statements):
                 owner=request.owner,
                 lease_expires_at=request.expires_at,
                 holds_slot=request.limits is not None,
+                trace_context=row.trace_context,
             )
             for row in rows
             if row.id in marked

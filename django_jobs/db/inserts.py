@@ -42,6 +42,7 @@ INSERTED_COLUMNS = (
     "unique_key",
     "concurrency_key",
     "concurrency_limit",
+    "trace_context",
 )
 #: What the insert returns of each row it wrote: enough to tell which rows they are.
 WRITTEN_COLUMNS = ("id", "name", "unique_key")
@@ -81,6 +82,7 @@ def inserted_values(row: Job, adapt: Callable[[datetime], Any] = lambda value: v
         row.unique_key,
         row.concurrency_key,
         row.concurrency_limit,
+        None if row.trace_context is None else json.dumps(row.trace_context),
     ]
 
 

@@ -328,7 +328,7 @@ class MySQLDriver(Driver):
         columns = ", ".join(qn(column) for column in INSERTED_COLUMNS)
         one = (
             f"(%s, %s, %s, '{JobStatus.PENDING.value}', %s, %s, 0, 0, %s, '', '', %s, %s,"
-            " %s, %s, %s)"
+            " %s, %s, %s, %s)"
         )
         values = ", ".join([one] * len(rows))
         sql = f"INSERT{ignore} INTO {self.job_table} ({columns}) VALUES {values}"

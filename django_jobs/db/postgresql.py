@@ -234,18 +234,19 @@ class PostgresDriver(Driver):
         if count == 1:
             source = (
                 f"VALUES (%s, %s, %s::jsonb, {pending}, %s::integer, %s::timestamptz, 0, 0,"
-                " %s::integer, '', '', %s::timestamptz, %s, %s, %s, %s::integer)"
+                " %s::integer, '', '', %s::timestamptz, %s, %s, %s, %s::integer, %s::jsonb)"
             )
         else:
             source = (
                 f"SELECT v.name, v.queue, v.payload::jsonb, {pending}, v.priority, v.run_at,"
                 " 0, 0, v.max_attempts, '', '', v.created_at, v.schedule, v.unique_key,"
-                " v.concurrency_key, v.concurrency_limit"
+                " v.concurrency_key, v.concurrency_limit, v.trace_context::jsonb"
                 " FROM unnest(%s::text[], %s::text[], %s::text[], %s::integer[],"
                 " %s::timestamptz[], %s::integer[], %s::timestamptz[], %s::text[], %s::text[],"
-                " %s::text[], %s::integer[])"
+                " %s::text[], %s::integer[], %s::text[])"
                 " WITH ORDINALITY AS v(name, queue, payload, priority, run_at, max_attempts,"
-                " created_at, schedule, unique_key, concurrency_key, concurrency_limit, n)"
+                " created_at, schedule, unique_key, concurrency_key, concurrency_limit,"
+                " trace_context, n)"
                 " ORDER BY v.n"
             )
         written = ", ".join(qn(c) for c in WRITTEN_COLUMNS)
@@ -318,6 +319,7 @@ class PostgresDriver(Driver):
                 owner=request.owner,
                 lease_expires_at=request.expires_at,
                 holds_slot=request.limits is not None,
+                trace_context=job.trace_context,
             )
             for job in (row.candidate for row in rows)
         ]

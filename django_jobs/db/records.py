@@ -34,7 +34,16 @@ ROW_ERRORS = (IntegrityError, DataError)
 Pairs = Sequence[tuple[int, int]]
 
 #: The columns a claim reads of a due row (:class:`Candidate`), in its order.
-CANDIDATE_COLUMNS = ("id", "name", "queue", "payload", "attempt", "attempts_used", "max_attempts")
+CANDIDATE_COLUMNS = (
+    "id",
+    "name",
+    "queue",
+    "payload",
+    "attempt",
+    "attempts_used",
+    "max_attempts",
+    "trace_context",
+)
 
 Wide = TypeVar("Wide", bound=tuple[Any, ...])
 
@@ -101,6 +110,7 @@ class Candidate(NamedTuple):
     attempt: int
     attempts_used: int
     max_attempts: int
+    trace_context: Any
 
 
 def with_candidate(wide: Callable[..., Wide], row: Sequence[Any]) -> Wide:
@@ -134,6 +144,8 @@ class ClaimedJob:
     lease_expires_at: datetime
     #: Claimed under its queue's limits: its end frees a slot other workers may wait for.
     holds_slot: bool = False
+    #: The enqueue's trace context as the column holds it (JSON text or a mapping), or None.
+    trace_context: Any = None
 
     @property
     def pair(self) -> tuple[int, int]:

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import router
 
+from .. import tracing
 from ..conf import settings
 from ..context import JobContext
 from ..db import ClaimedJob
@@ -115,6 +116,15 @@ def run_handler(claimed: ClaimedJob, ctx: JobContext, definition: Definition) ->
     payload is a failure too.
     """
     report_started(claimed)
+    with tracing.processing(claimed) as span:
+        result = _run(claimed, ctx, definition, span)
+        span.ended(result)
+    return result
+
+
+def _run(
+    claimed: ClaimedJob, ctx: JobContext, definition: Definition, span: tracing.Processing
+) -> HandlerResult:
     try:
         if isinstance(definition, UnknownJob):
             raise definition
@@ -127,8 +137,10 @@ def run_handler(claimed: ClaimedJob, ctx: JobContext, definition: Definition) ->
         return snooze(claimed, exc.seconds)
     except JobCancelled as exc:
         outcome = AttemptOutcome.RELEASED if ctx.cancelled else AttemptOutcome.FAILED
+        span.raised(exc)
         return _ended(claimed, outcome, exc)
     except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the handler's, not ours
+        span.raised(exc)
         return _ended(claimed, AttemptOutcome.FAILED, exc)
     return HandlerResult(AttemptOutcome.SUCCEEDED, result=result)
 

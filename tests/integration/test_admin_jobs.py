@@ -884,6 +884,7 @@ def test_job_change_page_shows_every_field_that_holds_something(admin_client, ma
         **{"lease_owner": "w", "lease_expires_at": now, "cancel_requested_at": now},
         **{"result": {"rows": 1}, "schedule": "nightly", "concurrency_key": "k"},
         **{"concurrency_limit": 2, "started_at": now, "finished_at": now},
+        trace_context={"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"},
         last_error="ValueError: no",
         batch=Batch.objects.create(),
     )

@@ -217,3 +217,21 @@ def flow_mark(ctx: JobContext, payload: Any) -> dict[str, Any]:
     if missing:
         raise RuntimeError(f"started before {missing} succeeded")
     return {"id": ctx.job_id}
+
+
+#: The span context current in ``tests.traced``'s handler, each attempt; and the tracer it
+#: starts a span of its own with, when a test sets one.
+TRACED: list[Any] = []
+TRACER: list[Any] = []
+
+
+@job("tests.traced", max_attempts=2)
+def traced(ctx: JobContext, payload: Any) -> None:
+    from opentelemetry import trace
+
+    TRACED.append(trace.get_current_span().get_span_context())
+    if TRACER:
+        with TRACER[0].start_as_current_span("inside the handler"):
+            pass
+    if payload == "fail first" and ctx.attempt == 1:
+        raise RuntimeError("the first attempt fails")
