@@ -119,6 +119,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]
     errors += _key_errors(user, BOOLEAN, "django_jobs.E007")
     errors += _key_errors(user, ("PROCESSES",), "django_jobs.E011")
     errors += _key_errors(user, ("UNKNOWN_QUEUES",), "django_jobs.E013")
+    errors += _key_errors(user, ("METRICS_TOKEN",), "django_jobs.E014")
     if "LISTEN_DATABASE" in user:
         errors += _listen_database_errors(user["LISTEN_DATABASE"])
     if "QUEUES" in user:
@@ -382,7 +383,26 @@ def check_live_database(
     using = router.db_for_write(Job)
     if not databases or using not in databases:
         return []
-    return [*get_driver(using).check_database(), *_schedule_row_warnings(using)]
+    return [
+        *get_driver(using).check_database(),
+        *_schedule_row_warnings(using),
+        *_health_warnings(using),
+    ]
+
+
+def _health_warnings(using: str) -> list[CheckMessage]:
+    """W020: a transaction open past ``HEALTH_HORIZON_SECONDS`` holds back the cleanup of
+    the jobs tables' dead rows (:mod:`django_jobs.health`)."""
+    from . import health
+
+    return [
+        Warning(
+            f"Jobs tables: {problem}.",
+            hint="See the observability guide's 'The health of the jobs table'.",
+            id="django_jobs.W020",
+        )
+        for problem in health.problems(health.read(using))
+    ]
 
 
 def _schedule_row_warnings(using: str) -> list[CheckMessage]:

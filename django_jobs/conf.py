@@ -69,6 +69,12 @@ DEFAULTS: dict[str, Any] = {
     # What schedule_job() onto a queue the project names nowhere does (a typo, most likely):
     # "warn" logs it once per queue and process, "error" refuses it with a ValueError.
     "UNKNOWN_QUEUES": "warn",
+    # The bearer token a scraper gives django_jobs.metrics.view (Authorization: Bearer
+    # ...); None: only staff users may read it. At least 16 characters.
+    "METRICS_TOKEN": None,
+    # A transaction open longer than this (seconds) holds back the cleanup of the jobs
+    # tables' dead rows: jobs status, the dashboard, check W020 and the leader warn of it.
+    "HEALTH_HORIZON_SECONDS": 300,
     # finished status -> how long its jobs are kept after they finish; None: forever.
     # A user's dict replaces only the statuses it names.
     "RETENTION": {
@@ -79,6 +85,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 POSITIVE = (
+    "HEALTH_HORIZON_SECONDS",
     "LEASE_SECONDS",
     "POLL_SECONDS",
     "MAINTENANCE_SECONDS",
@@ -95,6 +102,8 @@ NON_NEGATIVE = (
 )
 BOOLEAN = ("LISTEN", "PREPARED_STATEMENTS")
 UNKNOWN_QUEUE_CHOICES = ("warn", "error")
+#: The shortest METRICS_TOKEN: anything shorter is guessed.
+MIN_TOKEN_LENGTH = 16
 QUEUE_OPTIONS = ("workers", "timeout", "global_limit", "rate_limit")
 #: A rate limit's window, by the letter or word after its "/".
 RATE_WINDOWS = {"s": 1, "second": 1, "m": 60, "minute": 60, "h": 3600, "hour": 3600}
@@ -352,6 +361,18 @@ def setting_problem(key: str, value: Any) -> Problem | None:
             f"{where} must be the name of a database in DATABASES, or None, got {value!r}.",
             "For example 'direct', with DATABASES['direct'] reaching the jobs' PostgreSQL "
             "database without the pooler; None listens on the jobs' own database.",
+        )
+    if (
+        key == "METRICS_TOKEN"
+        and value is not None
+        and not (isinstance(value, str) and len(value) >= MIN_TOKEN_LENGTH and value.isprintable())
+    ):
+        got = "a shorter or unprintable one" if isinstance(value, str) else repr(value)
+        return Problem(
+            f"{where} must be a string of at least {MIN_TOKEN_LENGTH} printable characters,"
+            f" or None, got {got}.",
+            "Make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))', and"
+            " read it from the environment rather than writing it in settings.py.",
         )
     if key == "QUEUES":
         problems = queues_problems(value)

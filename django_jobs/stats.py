@@ -229,6 +229,7 @@ def overview(
     now: datetime | None = None,
     estimate_finished: bool = True,
     chart: bool = True,
+    finished: bool = True,
 ) -> Overview:
     """Queues, workers fresh and stale, the leader, and (``chart``) the last hour, in a fixed
     number of queries.
@@ -237,7 +238,9 @@ def overview(
     """
     using, now = resolve(using, now)
     fresh, stale, leader = registered_workers(using, now)
-    queues, estimated = count_queues(using, now, fresh, estimate_finished=estimate_finished)
+    queues, estimated = count_queues(
+        using, now, fresh, estimate_finished=estimate_finished, finished=finished
+    )
     return Overview(
         now=now,
         queues=queues,
@@ -251,9 +254,15 @@ def overview(
 
 
 def count_queues(
-    using: str, now: datetime, workers: Iterable[LiveWorker], *, estimate_finished: bool
+    using: str,
+    now: datetime,
+    workers: Iterable[LiveWorker],
+    *,
+    estimate_finished: bool,
+    finished: bool = True,
 ) -> tuple[list[QueueStats], bool]:
-    """The queues' counts, and whether the finished ones are estimates."""
+    """The queues' counts, and whether the finished ones are estimates (``finished``
+    False: not counted at all, left 0)."""
     by_queue: dict[str, QueueStats] = {name: QueueStats(name) for name in settings.QUEUES}
 
     def stats_for(queue: str) -> QueueStats:
@@ -263,12 +272,13 @@ def count_queues(
     count_live(jobs, now, stats_for)
     for name, paused_at in Queue.objects.using(using).paused().values_list("name", "paused_at"):
         stats_for(name).paused_at = paused_at
-    estimates = estimated_finished(jobs, sorted(by_queue)) if estimate_finished else None
-    if estimates is None:
-        count_finished(jobs, stats_for)
-    else:
+    wanted = estimate_finished and finished
+    estimates = estimated_finished(jobs, sorted(by_queue)) if wanted else None
+    if estimates is not None:
         for (queue, status), rows in estimates.items():
             setattr(stats_for(queue), status, rows)
+    elif finished:
+        count_finished(jobs, stats_for)
     # A supervisor runs no job itself: its queues are served while a child of it serves them.
     served = {queue for worker in workers if not worker.process_count for queue in worker.queues}
     for stats in by_queue.values():

@@ -25,6 +25,7 @@ from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext
 
+from .. import health
 from ..display import format_time
 from ..models import Job
 from ..stats import CHART_MINUTES, Minute, overview
@@ -200,6 +201,9 @@ def dashboard_view(site: AdminSite) -> Callable[..., HttpResponse]:
             "title": gettext("Jobs dashboard"),
             "subtitle": None,
             "overview": seen,
+            # What holds back the cleanup of the jobs tables (django_jobs.health), past
+            # HEALTH_HORIZON_SECONDS; the index's summary leaves it to this page.
+            "health_problems": health.problems(health.read()),
             "charts": {
                 queue: layout_chart(queue, minutes) for queue, minutes in seen.throughput.items()
             },

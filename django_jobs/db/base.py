@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.core.checks import CheckMessage
 from django.db import DatabaseError, transaction
@@ -63,6 +63,9 @@ from .records import (
 )
 from .statements import Statements
 from .workflows import Followed, Workflows
+
+if TYPE_CHECKING:
+    from ..health import Health
 
 
 class DatabaseBusy(Exception):
@@ -123,6 +126,16 @@ class Driver(Statements):
         """On a connection a worker's calls run on under a deadline of ``seconds``: have the
         server give up what it would wait for longer, where it can (by default it cannot):
         a row lock, and a transaction left idle (the client gone silent mid-transaction)."""
+
+    #: The database tells what holds back the cleanup of the jobs tables (read_health).
+    tells_health = False
+
+    def read_health(self) -> Health:
+        """What the database tells of the jobs tables' cleanup (:mod:`django_jobs.health`):
+        by default nothing (SQLite keeps no transaction horizon that others hold)."""
+        from ..health import Health
+
+        return Health(told=False)
 
     def begin_steps(self) -> None:
         """First in the workflow steps' own transaction (:meth:`follow`): what the database

@@ -37,7 +37,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from django.core.checks import CheckMessage, Error, Warning
 from django.db import DatabaseError
@@ -60,6 +60,9 @@ from .records import (
     Settlement,
     with_candidate,
 )
+
+if TYPE_CHECKING:
+    from ..health import Health
 
 #: The oldest servers with ``SKIP LOCKED``.
 MINIMUM_MARIADB = (10, 6)
@@ -188,6 +191,37 @@ class MySQLDriver(Driver):
         messages += self.table_messages()
         messages += self.packet_messages()
         return messages
+
+    tells_health = True
+
+    def read_health(self) -> Health:
+        """The oldest open InnoDB transaction (which holds purge back) and its session, and
+        InnoDB's history list length. Both need the ``PROCESS`` privilege."""
+        from ..health import Health, Holder
+
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT t.trx_mysql_thread_id, COALESCE(CONCAT(p.USER, '@', p.HOST), ''),"
+                " COALESCE(p.COMMAND, ''),"
+                " TIMESTAMPDIFF(MICROSECOND, t.trx_started, NOW(6)) / 1000000,"
+                " LEFT(COALESCE(t.trx_query, ''), 200)"
+                " FROM information_schema.INNODB_TRX t"
+                " LEFT JOIN information_schema.PROCESSLIST p ON p.ID = t.trx_mysql_thread_id"
+                " WHERE t.trx_mysql_thread_id <> CONNECTION_ID()"
+                " ORDER BY t.trx_started LIMIT 1"
+            )
+            oldest = cursor.fetchone()
+            cursor.execute(
+                "SELECT `COUNT` FROM information_schema.INNODB_METRICS"
+                " WHERE NAME = 'trx_rseg_history_len'"
+            )
+            history = cursor.fetchone()
+        holder = None
+        if oldest is not None:
+            pid, who, state, seconds, query = oldest
+            ending = f"KILL {int(pid)};"
+            holder = Holder(int(pid), who, state.lower(), float(seconds), query, ending)
+        return Health(holder=holder, history_length=None if history is None else int(history[0]))
 
     def table_messages(self) -> list[CheckMessage]:
         return self.engine_messages(self.table_engine())

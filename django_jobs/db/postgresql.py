@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from functools import partial
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 from ..conf import settings
 from ..models import Job, JobStatus
@@ -49,6 +49,9 @@ from .records import (
     settlement_values,
     with_candidate,
 )
+
+if TYPE_CHECKING:
+    from ..health import Health
 
 T = TypeVar("T")
 
@@ -140,6 +143,50 @@ class PostgresDriver(Driver):
                     "SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
                     [str(self.idle_bound_ms)],
                 )
+
+    tells_health = True
+
+    def read_health(self) -> Health:
+        """The oldest transaction that holds the snapshot horizon back (a session's, or a
+        prepared transaction's), and the jobs tables' rows and last autovacuum. A role
+        without ``pg_read_all_stats`` sees other roles' sessions without their state and
+        statement."""
+        from ..health import Health, Holder, TableStats
+
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pid, COALESCE(application_name, ''), COALESCE(state, ''),"
+                " EXTRACT(EPOCH FROM (clock_timestamp() - xact_start))::float8,"
+                " LEFT(COALESCE(query, ''), 200)"
+                " FROM pg_stat_activity"
+                " WHERE backend_xmin IS NOT NULL AND xact_start IS NOT NULL"
+                " AND pid <> pg_backend_pid() AND datname = current_database()"
+                " ORDER BY xact_start LIMIT 1"
+            )
+            session = cursor.fetchone()
+            cursor.execute(
+                "SELECT EXTRACT(EPOCH FROM (clock_timestamp() - prepared))::float8, gid"
+                " FROM pg_prepared_xacts WHERE database = current_database()"
+                " ORDER BY prepared LIMIT 1"
+            )
+            prepared = cursor.fetchone()
+            cursor.execute(
+                "SELECT relname, n_live_tup, n_dead_tup, last_autovacuum"
+                " FROM pg_stat_user_tables WHERE relid IN (%s::regclass, %s::regclass)"
+                " ORDER BY relname",
+                [self.job_table, self.attempt_table],
+            )
+            tables = [TableStats(*row) for row in cursor.fetchall()]
+        holder = None
+        if session is not None:
+            pid, application, state, seconds, query = session
+            ending = f"SELECT pg_terminate_backend({pid});"
+            holder = Holder(pid, application, state, seconds, query, ending)
+        if prepared is not None and (holder is None or prepared[0] > holder.open_seconds):
+            seconds, gid = prepared
+            ending = f"ROLLBACK PREPARED '{gid}';"
+            holder = Holder(0, f"prepared transaction {gid!r}", "prepared", seconds, "", ending)
+        return Health(holder=holder, tables=tables)
 
     def begin_steps(self) -> None:
         """The steps' transaction commits without waiting for its flush to disk

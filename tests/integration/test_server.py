@@ -112,6 +112,9 @@ class SlowChores:
     def refresh_registration(self, now):
         pass
 
+    def check_health(self, now):
+        pass
+
     def enqueue_due(self, now):
         time.sleep(0.1)  # five polls of 0.02 s
 

@@ -14,6 +14,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import DatabaseError, router
 from django.utils import timezone
 
+from django_jobs import health
 from django_jobs.conf import RETENTION_STATUSES, settings
 from django_jobs.control import (
     RETRYABLE_STATUSES,
@@ -225,6 +226,7 @@ class Command(BaseCommand):
         workers, leader = live_workers_and_leader(self.using, now)
         queues = queue_stats(self.using, now=now, workers=workers)
         waiting = waiting_for_names(self.using, now, workers)
+        seen = health.read(self.using)
         document = {
             "now": now,
             "queues": [
@@ -242,6 +244,7 @@ class Command(BaseCommand):
             "waiting": [
                 {**vars(w), "oldest_due_age_seconds": json_seconds(w.age(now))} for w in waiting
             ],
+            "health": health.document(seen),
         }
         counts = [
             "waiting",
@@ -285,6 +288,10 @@ class Command(BaseCommand):
         workers_text = worker_table if workers else "No live workers."
         if workers or leader:
             workers_text += f"\n\n{leader_line(leader)}"
+        told = health.summary(seen, now)
+        if told:
+            queue_table += f"\n\nDatabase: {told}"
+            queue_table += "".join(f"\nWARNING: {problem}." for problem in health.problems(seen))
         self.emit(document, f"As of {format_time(now)}\n\n{queue_table}\n\n{workers_text}")
 
     def handle_pause(self, options: dict[str, Any]) -> None:

@@ -9,14 +9,15 @@ from collections.abc import Callable
 from datetime import datetime
 
 from ...conf import settings
+from ...health import LOG_SECONDS
 from ..clock import Clock
 from .leadership import Leadership
 from .maintainer import Maintainer
 
 
 class Chores:
-    """The main loop's chores: the election, the maintenance pass, the registration and
-    the recurring schedules. All are due at once as it is built."""
+    """The main loop's chores: the election, the maintenance pass, the jobs tables' health,
+    the registration and the recurring schedules. All are due at once as it is built."""
 
     def __init__(
         self,
@@ -25,6 +26,7 @@ class Chores:
         clock: Clock,
         *,
         registration_seconds: float,
+        health_seconds: float = LOG_SECONDS,
     ) -> None:
         self.maintainer = maintainer
         self.leadership = leadership
@@ -32,6 +34,7 @@ class Chores:
         self.every = {
             "maintenance": float(settings.MAINTENANCE_SECONDS),
             "registration": registration_seconds,
+            "health": health_seconds,
         }
         self.next_at = dict.fromkeys(self.every, time.monotonic())
 
@@ -45,6 +48,9 @@ class Chores:
         if started >= self.next_at["maintenance"]:
             steps += [self.as_leader(maintainer.rescue), self.as_leader(maintainer.prune)]
             self.next_at["maintenance"] = started + self.every["maintenance"]
+        if started >= self.next_at["health"]:
+            steps.append(self.as_leader(maintainer.check_health))
+            self.next_at["health"] = started + self.every["health"]
         if started >= self.next_at["registration"]:
             steps.append(lambda: maintainer.refresh_registration(self.clock.now()))
             self.next_at["registration"] = started + self.every["registration"]

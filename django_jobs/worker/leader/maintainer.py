@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 
 from ...db import Driver
+from ...health import log_problems
 from ...maintenance.cleaner import prune_finished
 from ...maintenance.rescuer import (
     dead_letter_exhausted,
@@ -79,6 +80,12 @@ class Maintainer:
         """Delete finished jobs past their retention: at most ``PRUNE_BATCHES`` batches."""
         with self.deadline("pruning finished jobs"):
             return prune_finished(now, using=self.using, max_batches=PRUNE_BATCHES)
+
+    def check_health(self, now: datetime) -> list[str]:
+        """Log what holds back the cleanup of the jobs tables' dead rows (the leader's, every
+        ``health.LOG_SECONDS``): one process per database reads it, not every worker."""
+        with self.deadline("the jobs tables' health"):
+            return log_problems(self.using)
 
     def enqueue_due(self, now: datetime) -> int:
         """Fire the recurring schedules due at ``now``; note when the next falls due after

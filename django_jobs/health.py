@@ -1,0 +1,181 @@
+"""The health of the jobs tables: what holds back the database's cleanup of their dead rows.
+
+django-jobs lives in the project's own database, so it is exposed to the failure that
+wears database queues down in production: a transaction left open elsewhere (a shell, a
+stuck request, a forgotten ``BEGIN`` in a reporting tool) pins the snapshot horizon;
+every job's claim and end leave dead row versions that vacuum (InnoDB's purge, on
+MariaDB) may not remove while it is open; the jobs table and its indexes swell, and each
+claim reads more of them, until the queue falls behind. :func:`read` says, where the
+database can tell:
+
+- how long the oldest transaction that holds the horizon back has been open, and which
+  session it is (its pid, application name, state and its statement's start);
+- the jobs tables' live and dead rows and when autovacuum last cleaned them (PostgreSQL),
+  or InnoDB's history list length (MariaDB: the undo records purge has yet to remove).
+
+:func:`problems` turns it into warnings, past ``DJANGO_JOBS["HEALTH_HORIZON_SECONDS"]``.
+They are shown by ``jobs status``, the admin's dashboard and the system check W020 (which
+``runjobs`` runs at start), and logged by the leader every few minutes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from django.db import DatabaseError, connections, router, transaction
+
+from .conf import settings
+from .display import format_span
+from .models import Job
+
+logger = logging.getLogger(__name__)
+
+#: How often the leader reads the health and logs what is wrong (seconds).
+LOG_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The session whose open transaction holds the horizon back."""
+
+    pid: int
+    application: str  # its application_name (PostgreSQL), user@host (MariaDB); "" if unknown
+    state: str  # "idle in transaction", "active", ...
+    open_seconds: float  # how long its transaction has been open
+    query: str = ""  # the start of its last statement, where the database shows it
+    ending: str = ""  # the statement that ends it (pg_terminate_backend, KILL, ROLLBACK ...)
+
+    def describe(self) -> str:
+        parts = [f"pid {self.pid}"]
+        if self.application:
+            parts.append(self.application)
+        if self.state:
+            parts.append(self.state)
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class TableStats:
+    """One jobs table, as PostgreSQL's statistics count it."""
+
+    table: str
+    live_rows: int
+    dead_rows: int
+    last_autovacuum: datetime | None
+
+
+@dataclass(frozen=True)
+class Health:
+    """What the database tells of the jobs tables' cleanup (None: it cannot tell)."""
+
+    #: The oldest transaction (or prepared transaction) that holds the horizon back.
+    holder: Holder | None = None
+    tables: list[TableStats] = field(default_factory=list)
+    #: MariaDB and MySQL: InnoDB's history list length (undo records not purged yet).
+    history_length: int | None = None
+    #: Why nothing could be read (no privilege, not reachable), if so.
+    unknown: str = ""
+    #: False where the database keeps no such horizon to tell of (SQLite).
+    told: bool = True
+
+    @property
+    def horizon_seconds(self) -> float | None:
+        return None if self.holder is None else self.holder.open_seconds
+
+
+def read(using: str | None = None) -> Health:
+    """The health of the jobs tables of ``using`` (the jobs' database), from its driver; a
+    database that does not answer gives a :class:`Health` that says so."""
+    from .db import get_driver
+
+    using = using or router.db_for_write(Job)
+    driver = get_driver(using)
+    if not driver.tells_health:
+        return Health(told=False)
+    # Inside a transaction (a test's, a check's), a savepoint keeps a refused read (no
+    # privilege) from breaking it.
+    inside = connections[using].in_atomic_block
+    try:
+        with transaction.atomic(using=using) if inside else contextlib.nullcontext():
+            return driver.read_health()
+    except DatabaseError as exc:
+        return Health(unknown=f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
+
+
+def problems(health: Health, horizon_seconds: float | None = None) -> list[str]:
+    """What is wrong, each a sentence with the offending session and what to do."""
+    limit = float(settings.HEALTH_HORIZON_SECONDS if horizon_seconds is None else horizon_seconds)
+    holder = health.holder
+    if holder is None or holder.open_seconds < limit:
+        return []
+    open_for = format_span_seconds(holder.open_seconds)
+    return [
+        f"a transaction has been open for {open_for} ({holder.describe()}): while it is, the"
+        " database cannot clean up the jobs tables' dead rows, and claims slow down as they"
+        " pile up. End it"
+        + (f" ({holder.ending})" if holder.ending else "")
+        + " and find what left it open"
+        + (f"; its last statement: {holder.query}" if holder.query else "")
+    ]
+
+
+def summary(health: Health, now: datetime) -> str:
+    """One line of what the database tells (``jobs status``); "" where it tells nothing."""
+    if not health.told:
+        return ""
+    if health.unknown:
+        return f"unknown ({health.unknown})"
+    parts = []
+    if health.holder is not None:
+        parts.append(
+            f"oldest open transaction {format_span_seconds(health.holder.open_seconds)}"
+            f" ({health.holder.describe()})"
+        )
+    else:
+        parts.append("no open transaction holds back cleanup")
+    for table in health.tables:
+        vacuumed = (
+            "never autovacuumed"
+            if table.last_autovacuum is None
+            else f"autovacuumed {format_span(now - table.last_autovacuum)} ago"
+        )
+        parts.append(
+            f"{table.table} {table.live_rows:,} live / {table.dead_rows:,} dead rows, {vacuumed}"
+        )
+    if health.history_length is not None:
+        parts.append(f"InnoDB history list length {health.history_length:,}")
+    return "; ".join(parts)
+
+
+def document(health: Health) -> dict[str, object]:
+    """``health`` for ``jobs status --json``."""
+    holder = health.holder
+    return {
+        "horizon_seconds": health.horizon_seconds,
+        "holder": None if holder is None else vars(holder),
+        "tables": [vars(table) for table in health.tables],
+        "history_length": health.history_length,
+        "unknown": health.unknown or None,
+        "problems": problems(health),
+    }
+
+
+def format_span_seconds(seconds: float) -> str:
+    from datetime import timedelta
+
+    return format_span(timedelta(seconds=round(seconds)))
+
+
+def log_problems(using: str | None = None) -> list[str]:
+    """Read the health and log each problem (the leader's chore); the problems."""
+    found = problems(read(using))
+    for problem in found:
+        logger.warning(
+            "jobs tables: %s",
+            problem,
+            extra={"event": "jobs_table_health"},
+        )
+    return found
