@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.dispatch import Signal
 
-from . import signals
+from . import signals, telemetry
 from .db.workflows import DEPENDENCY_FAILED
 from .models import AttemptOutcome, Batch, Job, JobStatus
 
@@ -58,7 +58,10 @@ def send(signal: Signal, sender: Any = Job, **details: Any) -> None:
 
 
 def report_started(claimed: ClaimedJob) -> None:
-    """``job_started``, on the worker's thread as the handler is called."""
+    """``job_started``, on the worker's thread as the handler is called; how long the job
+    waited from its ``run_at`` to its claim (``django_jobs_wait_seconds``)."""
+    if claimed.waited is not None:
+        telemetry.waited(claimed.name, claimed.queue, claimed.waited)
     send(
         signals.job_started,
         job_id=claimed.id,
@@ -66,6 +69,11 @@ def report_started(claimed: ClaimedJob) -> None:
         queue=claimed.queue,
         attempt=claimed.attempt,
     )
+
+
+def report_ran(claimed: ClaimedJob, seconds: float) -> None:
+    """The handler returned (or raised) after ``seconds``: ``django_jobs_run_seconds``."""
+    telemetry.ran(claimed.name, claimed.queue, seconds)
 
 
 def report_task(signal: Signal, result: TaskResult, raised: BaseException | None = None) -> None:
@@ -283,9 +291,11 @@ def report_written(outcomes: Sequence[Written]) -> list[str]:
         if written is None:
             kinds.append("lease_lost")
             report_lease("job_lease_lost", decided.job_id, decided.attempt, outcome=decided.outcome)
+            telemetry.lease_lost()
         else:
             kinds.append(outcome_kind(written.status, result.outcome))
             report_outcome(claimed, result, written)
+            telemetry.outcome(claimed.name, claimed.queue, kinds[-1])
     return kinds
 
 
@@ -328,6 +338,8 @@ def report_lapsed(row: UnleasedRow, settled: Settlement) -> None:
             },
         )
     _send_all(OUTCOMES[kind], row.id, row.name, row.queue, row.attempt, settled.error)
+    telemetry.outcome(row.name, row.queue, kind)
+    telemetry.reclaimed()
 
 
 def report_exhausted(row: ExhaustedRow, error: str) -> None:
@@ -340,6 +352,7 @@ def report_exhausted(row: ExhaustedRow, error: str) -> None:
         error,
         extra={"event": "job_dead_lettered", "job_id": row.id, "job_name": row.name},
     )
+    telemetry.outcome(row.name, row.queue, "dead_lettered")
     send(
         signals.job_dead_lettered,
         job_id=row.id,

@@ -376,6 +376,8 @@ class Driver(Statements):
                 lease_expires_at=request.expires_at,
                 holds_slot=request.limits is not None,
                 trace_context=row.trace_context,
+                run_at=self.read_time(row.run_at),
+                claimed_at=request.now,
             )
             for row in rows
             if row.id in marked

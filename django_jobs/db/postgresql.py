@@ -55,16 +55,17 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-#: What the claim returns of a row: a candidate's columns and its place in the claim order.
-CLAIMED_COLUMNS = (*CANDIDATE_COLUMNS, "priority", "run_at")
+#: What the claim returns of a row: a candidate's columns (its run_at among them) and its
+#: priority: its place in the claim order.
+CLAIMED_COLUMNS = (*CANDIDATE_COLUMNS, "priority")
 
 
 class ClaimedRow(NamedTuple):
-    """A row the claim returns: a candidate, and its place in the claim order."""
+    """A row the claim returns: a candidate, and its priority (its place in the claim order,
+    with its run_at)."""
 
     candidate: Candidate
     priority: int
-    run_at: datetime
 
     @classmethod
     def read(cls, row: Sequence[Any]) -> ClaimedRow:
@@ -353,7 +354,7 @@ class PostgresDriver(Driver):
         return self.claimed_jobs(claimed, request), self.settled(settlements, written)
 
     def claimed_jobs(self, rows: list[ClaimedRow], request: ClaimRequest) -> list[ClaimedJob]:
-        rows.sort(key=lambda row: (-row.priority, row.run_at, row.candidate.id))  # no Sort
+        rows.sort(key=lambda row: (-row.priority, row.candidate.run_at, row.candidate.id))
         return [
             ClaimedJob(
                 id=job.id,
@@ -367,6 +368,8 @@ class PostgresDriver(Driver):
                 lease_expires_at=request.expires_at,
                 holds_slot=request.limits is not None,
                 trace_context=job.trace_context,
+                run_at=job.run_at,
+                claimed_at=request.now,
             )
             for job in (row.candidate for row in rows)
         ]

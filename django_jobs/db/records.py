@@ -43,6 +43,7 @@ CANDIDATE_COLUMNS = (
     "attempts_used",
     "max_attempts",
     "trace_context",
+    "run_at",
 )
 
 Wide = TypeVar("Wide", bound=tuple[Any, ...])
@@ -111,6 +112,7 @@ class Candidate(NamedTuple):
     attempts_used: int
     max_attempts: int
     trace_context: Any
+    run_at: Any  # as the database's cursor reads it: Statements.read_time() makes it aware
 
 
 def with_candidate(wide: Callable[..., Wide], row: Sequence[Any]) -> Wide:
@@ -146,6 +148,16 @@ class ClaimedJob:
     holds_slot: bool = False
     #: The enqueue's trace context as the column holds it (JSON text or a mapping), or None.
     trace_context: Any = None
+    #: When it was due, and when the claim took it (its attempt's ``started_at``).
+    run_at: datetime | None = None
+    claimed_at: datetime | None = None
+
+    @property
+    def waited(self) -> float | None:
+        """Seconds from when it was due to its claim (none if it was claimed early)."""
+        if self.run_at is None or self.claimed_at is None:
+            return None
+        return max(0.0, (self.claimed_at - self.run_at).total_seconds())
 
     @property
     def pair(self) -> tuple[int, int]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from django.db import connections, transaction
@@ -69,6 +69,16 @@ class Statements:
     @property
     def attempt_table(self) -> str:
         return self.qn(Attempt._meta.db_table)
+
+    @staticmethod
+    def read_time(value: Any) -> datetime | None:
+        """A datetime column as a raw cursor returns it (SQLite: text; MariaDB: naive, in
+        UTC as Django writes it; PostgreSQL: aware), as an aware datetime."""
+        if value is None:
+            return None
+        if isinstance(value, str):
+            value = datetime.fromisoformat(value)
+        return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
 
     def adapt(self, value: datetime | None) -> Any:
         return None if value is None else self.connection.ops.adapt_datetimefield_value(value)

@@ -11,6 +11,7 @@ same path. The job's definition is looked up once per attempt.
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 from django.db import router
@@ -19,7 +20,7 @@ from .. import tracing
 from ..conf import settings
 from ..context import JobContext
 from ..db import ClaimedJob
-from ..events import report_started
+from ..events import report_ran, report_started
 from ..exceptions import JobCancelled, PayloadError, ResultError, Snooze, UnknownJob
 from ..models import Attempt, AttemptOutcome
 from ..outcomes import HandlerResult, Settlement, cancelled, snoozed
@@ -116,9 +117,11 @@ def run_handler(claimed: ClaimedJob, ctx: JobContext, definition: Definition) ->
     payload is a failure too.
     """
     report_started(claimed)
+    started = time.monotonic()
     with tracing.processing(claimed) as span:
         result = _run(claimed, ctx, definition, span)
         span.ended(result)
+    report_ran(claimed, time.monotonic() - started)
     return result
 
 

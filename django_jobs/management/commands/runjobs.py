@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import os
 import signal
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -14,6 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import OperationalError, connections, router
 from django.utils import autoreload
 
+from django_jobs import telemetry
 from django_jobs.conf import processes_problem, settings
 from django_jobs.exceptions import JobsError
 from django_jobs.models import Job
@@ -78,6 +81,19 @@ class Command(BaseCommand):
             action="store_true",
             help="Restart the worker when Python code changes, as runserver does (development).",
         )
+        parser.add_argument(
+            "--metrics-port",
+            type=int,
+            metavar="PORT",
+            help="Serve this worker's metrics for Prometheus at http://ADDRESS:PORT/metrics "
+            "(with --processes, the sum of its processes'). Needs prometheus_client.",
+        )
+        parser.add_argument(
+            "--metrics-address",
+            default="127.0.0.1",
+            metavar="ADDRESS",
+            help="The address --metrics-port listens on (default 127.0.0.1).",
+        )
 
     def execute(self, *args: Any, **options: Any) -> Any:
         """As Django's; in a child of ``runjobs --processes``, what stops it from starting
@@ -117,6 +133,14 @@ class Command(BaseCommand):
         except (ValueError, ImproperlyConfigured) as exc:
             raise CommandError(str(exc)) from None
         self._configure_logging(options["verbosity"], with_pid=processes > 1)
+        port = options["metrics_port"]
+        if port is not None and not 1 <= port <= 65535:
+            raise CommandError(f"--metrics-port must be a port from 1 to 65535, got {port}.")
+        if port is not None and options["reload"]:
+            raise CommandError(
+                "--metrics-port and --reload do not go together: each reload would serve "
+                "the metrics anew. Leave --metrics-port out while developing."
+            )
         if options["reload"]:
             if options["burst"]:
                 raise CommandError(
@@ -130,15 +154,43 @@ class Command(BaseCommand):
                 )
             self.serve_with_reloader(options)
             return
-        if processes > 1:
-            if self.supervise(options, processes):
-                raise SystemExit(1)
-            return
-        stop_event, force_event = threading.Event(), threading.Event()
-        with stop_signals(stop_event, force_event):
-            forced = self.run_worker(options, stop_event, force_event)
+        with self.metrics_served(options, children=processes > 1):
+            if processes > 1:
+                if self.supervise(options, processes):
+                    raise SystemExit(1)
+                return
+            stop_event, force_event = threading.Event(), threading.Event()
+            with stop_signals(stop_event, force_event):
+                forced = self.run_worker(options, stop_event, force_event)
         if forced:
             raise SystemExit(1)
+
+    @contextlib.contextmanager
+    def metrics_served(self, options: dict[str, Any], *, children: bool) -> Iterator[None]:
+        """With ``--metrics-port``: this worker's metrics served while it runs (a
+        supervisor's, ``children``: the sum of its children's, which write them to a
+        directory it makes and removes)."""
+        port, address = options["metrics_port"], options["metrics_address"]
+        if port is None:
+            yield
+            return
+        try:
+            if children:
+                server, directory = telemetry.serve_children(port, address)
+            else:
+                server, directory = telemetry.serve(port, address), None
+        except (OSError, ValueError) as exc:
+            raise CommandError(f"could not serve the metrics on {address}:{port}: {exc}") from None
+        logger.info(
+            "metrics served at http://%s:%s/metrics",
+            address,
+            port,
+            extra={"event": "metrics_served", "port": port, "address": address},
+        )
+        try:
+            yield
+        finally:
+            telemetry.stop_serving(server, directory)
 
     def start_up(self, options: dict[str, Any], stop_event: threading.Event) -> dict[str, int]:
         """The checks before serving; the queues served, or {} if stopped while waiting for

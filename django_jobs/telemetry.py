@@ -1,0 +1,238 @@
+"""The worker's own metrics: what its process did, counted as :mod:`django_jobs.events`
+reports it (the one reporter), through ``prometheus_client`` and OpenTelemetry's metrics
+API, each when installed.
+
+- ``django_jobs_outcomes_total{job,queue,outcome}``: each written end of an attempt, by
+  kind (``succeeded``, ``failed`` (due again), ``dead_lettered``, ``cancelled``,
+  ``released``, ``snoozed``), and each end the rescuer or the maintenance pass decided;
+- ``django_jobs_wait_seconds{job,queue}``: how long each job waited from its ``run_at`` to
+  its claim (its attempt's ``started_at``);
+- ``django_jobs_run_seconds{job,queue}``: how long each handler ran;
+- ``django_jobs_leases_lost_total``, ``django_jobs_reclaims_total`` (leases the rescuer
+  took back), ``django_jobs_snoozes_total``.
+
+With ``prometheus_client`` the counters live in :data:`REGISTRY`, which ``runjobs
+--metrics-port`` serves (:func:`serve`); under ``runjobs --processes`` each child writes
+them to the supervisor's directory (``prometheus_client``'s multiprocess mode) and the
+supervisor serves their sum. With OpenTelemetry's API and a meter provider configured,
+the same instruments (named with dots: ``django_jobs.outcomes``, ``django_jobs.run`` in
+seconds, ...) go to its exporters. Without either, each call does nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+#: Where ``runjobs --processes`` children write their counters for the supervisor to sum
+#: (``prometheus_client``'s own variable: it must be set before the children import it).
+MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
+#: The buckets of a job's wait from its run_at to its start (seconds): a wake-up's to an hour.
+WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+#: The histogram's buckets of a handler's run (seconds): a no-op's to an hour's.
+RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+
+try:
+    import prometheus_client
+except ImportError:  # the ``prometheus`` extra is not installed
+    prometheus_client = None  # type: ignore[assignment]
+
+try:
+    from opentelemetry import metrics as otel_metrics
+except ImportError:  # the ``otel`` extra is not installed
+    otel_metrics = None  # type: ignore[assignment]
+
+
+class Prometheus:
+    """The instruments in ``prometheus_client``'s registry :attr:`registry`."""
+
+    def __init__(self) -> None:
+        client = prometheus_client
+        self.registry = client.CollectorRegistry(auto_describe=True)
+        labels = ["job", "queue"]
+        self.outcomes = client.Counter(
+            "django_jobs_outcomes",
+            "Ends of attempts, by job, queue and kind of end.",
+            [*labels, "outcome"],
+            registry=self.registry,
+        )
+        self.wait = client.Histogram(
+            "django_jobs_wait_seconds",
+            "How long each job waited from its run_at to its claim (its attempt's start).",
+            labels,
+            buckets=WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self.run = client.Histogram(
+            "django_jobs_run_seconds",
+            "How long each handler ran.",
+            labels,
+            buckets=RUN_BUCKETS,
+            registry=self.registry,
+        )
+        self.leases_lost = client.Counter(
+            "django_jobs_leases_lost",
+            "Outcomes not written: the job's lease had passed to another worker.",
+            registry=self.registry,
+        )
+        self.reclaims = client.Counter(
+            "django_jobs_reclaims",
+            "Leases the rescuer took back from workers that stopped renewing them.",
+            registry=self.registry,
+        )
+        self.snoozes = client.Counter(
+            "django_jobs_snoozes", "Attempts that snoozed (raise Snooze).", registry=self.registry
+        )
+
+
+class OpenTelemetry:
+    """The same instruments from a meter of the configured meter provider."""
+
+    def __init__(self, provider: Any) -> None:
+        from . import __version__
+
+        meter = provider.get_meter("django_jobs", __version__)
+        self.provider = provider
+        self.outcomes = meter.create_counter(
+            "django_jobs.outcomes", unit="{attempt}", description="Ends of attempts."
+        )
+        self.wait = meter.create_histogram(
+            "django_jobs.wait", unit="s", description="How long each job waited to start."
+        )
+        self.run = meter.create_histogram(
+            "django_jobs.run", unit="s", description="How long each handler ran."
+        )
+        self.leases_lost = meter.create_counter(
+            "django_jobs.leases_lost", unit="{attempt}", description="Outcomes not written."
+        )
+        self.reclaims = meter.create_counter(
+            "django_jobs.reclaims", unit="{lease}", description="Leases taken back."
+        )
+        self.snoozes = meter.create_counter(
+            "django_jobs.snoozes", unit="{attempt}", description="Attempts that snoozed."
+        )
+
+
+_prometheus: Prometheus | None = None
+_otel: OpenTelemetry | None = None
+
+
+def prometheus() -> Prometheus | None:
+    """The ``prometheus_client`` instruments, made on first use; None without it."""
+    global _prometheus
+    if _prometheus is None and prometheus_client is not None:
+        _prometheus = Prometheus()
+    return _prometheus
+
+
+def otel() -> OpenTelemetry | None:
+    """The OpenTelemetry instruments of the configured meter provider; None without the
+    package or while no provider is configured (the API's proxy or no-op)."""
+    global _otel
+    if otel_metrics is None:
+        return None
+    provider = otel_metrics.get_meter_provider()
+    if isinstance(provider, otel_metrics.NoOpMeterProvider) or type(provider).__name__ == (
+        "_ProxyMeterProvider"
+    ):
+        return None
+    if _otel is None or _otel.provider is not provider:
+        _otel = OpenTelemetry(provider)
+    return _otel
+
+
+def each(record: Callable[[Any], object]) -> None:
+    """``record`` with each backend's instruments; a failure is logged, never raised."""
+    for instruments in (prometheus(), otel()):
+        if instruments is None:
+            continue
+        try:
+            record(instruments)
+        except Exception:  # metrics must never cost a job its outcome
+            logger.exception("a metric could not be recorded", extra={"event": "worker_error"})
+
+
+def outcome(name: str, queue: str, kind: str) -> None:
+    each(lambda m: _count(m.outcomes, 1, job=name, queue=queue, outcome=kind))
+    if kind == "snoozed":
+        each(lambda m: _count(m.snoozes, 1))
+
+
+def waited(name: str, queue: str, seconds: float) -> None:
+    each(lambda m: _observe(m.wait, seconds, job=name, queue=queue))
+
+
+def ran(name: str, queue: str, seconds: float) -> None:
+    each(lambda m: _observe(m.run, seconds, job=name, queue=queue))
+
+
+def lease_lost() -> None:
+    each(lambda m: _count(m.leases_lost, 1))
+
+
+def reclaimed() -> None:
+    each(lambda m: _count(m.reclaims, 1))
+
+
+def _count(instrument: Any, amount: int, **labels: str) -> None:
+    if hasattr(instrument, "add"):  # OpenTelemetry
+        instrument.add(amount, labels)
+    else:
+        (instrument.labels(**labels) if labels else instrument).inc(amount)
+
+
+def _observe(instrument: Any, value: float, **labels: str) -> None:
+    if hasattr(instrument, "record"):  # OpenTelemetry
+        instrument.record(value, labels)
+    else:
+        instrument.labels(**labels).observe(value)
+
+
+# -- serving them: runjobs --metrics-port ------------------------------------------------
+
+
+def require_prometheus() -> Any:
+    """``prometheus_client`` for ``runjobs --metrics-port``, or ValueError saying how."""
+    if prometheus_client is None:
+        raise ValueError(
+            "--metrics-port needs prometheus_client: pip install 'django-jobs[prometheus]'"
+        )
+    return prometheus_client
+
+
+def serve(port: int, address: str) -> Any:
+    """Serve this process's metrics at ``http://address:port/metrics``; the server."""
+    client = require_prometheus()
+    instruments = prometheus()
+    assert instruments is not None
+    server, _thread = client.start_http_server(port, addr=address, registry=instruments.registry)
+    return server
+
+
+def serve_children(port: int, address: str) -> tuple[Any, str]:
+    """For the supervisor of ``runjobs --processes``: a directory its children (which
+    inherit :data:`MULTIPROCESS_ENV`) write their counters to, and the sum of them served
+    at ``http://address:port/metrics``; the server and the directory (:func:`stop_serving`
+    removes it)."""
+    client = require_prometheus()
+    from prometheus_client import multiprocess
+
+    directory = tempfile.mkdtemp(prefix="django-jobs-metrics-")
+    os.environ[MULTIPROCESS_ENV] = directory
+    registry = client.CollectorRegistry()
+    multiprocess.MultiProcessCollector(registry, path=directory)
+    server, _thread = client.start_http_server(port, addr=address, registry=registry)
+    return server, directory
+
+
+def stop_serving(server: Any, directory: str | None = None) -> None:
+    server.shutdown()
+    server.server_close()
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)
