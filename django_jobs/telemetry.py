@@ -25,6 +25,7 @@ import logging
 import os
 import shutil
 import tempfile
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -121,13 +122,17 @@ class OpenTelemetry:
 
 _prometheus: Prometheus | None = None
 _otel: OpenTelemetry | None = None
+# Handler threads record at once: the instruments are made once, under it.
+_making = threading.Lock()
 
 
 def prometheus() -> Prometheus | None:
     """The ``prometheus_client`` instruments, made on first use; None without it."""
     global _prometheus
     if _prometheus is None and prometheus_client is not None:
-        _prometheus = Prometheus()
+        with _making:
+            if _prometheus is None:
+                _prometheus = Prometheus()
     return _prometheus
 
 
@@ -143,7 +148,9 @@ def otel() -> OpenTelemetry | None:
     ):
         return None
     if _otel is None or _otel.provider is not provider:
-        _otel = OpenTelemetry(provider)
+        with _making:
+            if _otel is None or _otel.provider is not provider:
+                _otel = OpenTelemetry(provider)
     return _otel
 
 
