@@ -21,11 +21,14 @@ seconds, ...) go to its exporters. Without either, each call does nothing.
 
 from __future__ import annotations
 
+import functools
 import logging
+import math
 import os
 import shutil
 import tempfile
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +39,8 @@ logger = logging.getLogger(__name__)
 MULTIPROCESS_ENV = "PROMETHEUS_MULTIPROC_DIR"
 #: The buckets of a job's wait from its run_at to its start (seconds): a wake-up's to an hour.
 WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 10, 30, 60, 300, 900, 3600)
+#: How often the OpenTelemetry meter provider is looked up again (seconds).
+PROVIDER_SECONDS = 1.0
 #: The histogram's buckets of a handler's run (seconds): a no-op's to an hour's.
 RUN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
@@ -122,6 +127,7 @@ class OpenTelemetry:
 
 _prometheus: Prometheus | None = None
 _otel: OpenTelemetry | None = None
+_otel_looked_at = -math.inf
 # Handler threads record at once: the instruments are made once, under it.
 _making = threading.Lock()
 
@@ -138,20 +144,90 @@ def prometheus() -> Prometheus | None:
 
 def otel() -> OpenTelemetry | None:
     """The OpenTelemetry instruments of the configured meter provider; None without the
-    package or while no provider is configured (the API's proxy or no-op)."""
-    global _otel
+    package or while no provider is configured (the API's proxy or no-op).
+
+    The provider is looked up again at most every :data:`PROVIDER_SECONDS`: the API's
+    lookup reads the environment on each call while none is set, which would cost every
+    job's end more than its metrics."""
+    global _otel, _otel_looked_at
     if otel_metrics is None:
         return None
+    now = time.monotonic()
+    if now - _otel_looked_at < PROVIDER_SECONDS:
+        return _otel
     provider = otel_metrics.get_meter_provider()
-    if isinstance(provider, otel_metrics.NoOpMeterProvider) or type(provider).__name__ == (
-        "_ProxyMeterProvider"
-    ):
-        return None
-    if _otel is None or _otel.provider is not provider:
-        with _making:
-            if _otel is None or _otel.provider is not provider:
-                _otel = OpenTelemetry(provider)
+    with _making:
+        _otel_looked_at = now
+        if isinstance(provider, otel_metrics.NoOpMeterProvider) or type(provider).__name__ == (
+            "_ProxyMeterProvider"
+        ):
+            _otel = None
+        elif _otel is None or _otel.provider is not provider:
+            _otel = OpenTelemetry(provider)
     return _otel
+
+
+def forget() -> None:
+    """Look the meter provider up again at the next record (tests that set one)."""
+    global _otel, _otel_looked_at
+    with _making:
+        _otel, _otel_looked_at = None, -math.inf
+        _bound.clear()
+
+
+class Bound:
+    """One job name and queue's instruments in every backend, their labels applied once.
+
+    ``prometheus_client``'s ``labels()`` and a new attributes dict per call cost more than
+    the update itself; a job's end records three times, so each (job, queue) is bound once
+    and kept (the names are the registry's, a handful per project)."""
+
+    def __init__(self, name: str, queue: str) -> None:
+        self.prometheus = prometheus()
+        self.otel = otel()
+        labels = {"job": name, "queue": queue}
+        self.attributes = labels
+        self.outcomes: dict[str, Callable[[], object]] = {}
+        self.wait: list[Callable[[float], object]] = []
+        self.run: list[Callable[[float], object]] = []
+        if self.prometheus is not None:
+            self.wait.append(self.prometheus.wait.labels(**labels).observe)
+            self.run.append(self.prometheus.run.labels(**labels).observe)
+        if self.otel is not None:
+            self.wait.append(functools.partial(_record, self.otel.wait, labels))
+            self.run.append(functools.partial(_record, self.otel.run, labels))
+
+    def current(self) -> bool:
+        """Whether the backends are still those it was bound to (a meter provider is set
+        once, usually after the first import)."""
+        return self.prometheus is prometheus() and self.otel is otel()
+
+    def outcome(self, kind: str) -> None:
+        try:
+            add = self.outcomes[kind]
+        except KeyError:
+            add = self.outcomes[kind] = self._outcome(kind)
+        add()
+
+    def _outcome(self, kind: str) -> Callable[[], object]:
+        adds: list[Callable[[], object]] = []
+        if self.prometheus is not None:
+            adds.append(self.prometheus.outcomes.labels(outcome=kind, **self.attributes).inc)
+        if self.otel is not None:
+            attributes = {**self.attributes, "outcome": kind}
+            adds.append(functools.partial(self.otel.outcomes.add, 1, attributes))
+        return lambda: [add() for add in adds]
+
+
+_bound: dict[tuple[str, str], Bound] = {}
+
+
+def bound(name: str, queue: str) -> Bound:
+    """The :class:`Bound` instruments of ``name`` on ``queue``."""
+    instruments = _bound.get((name, queue))
+    if instruments is None or not instruments.current():
+        instruments = _bound[(name, queue)] = Bound(name, queue)
+    return instruments
 
 
 def each(record: Callable[[Any], object]) -> None:
@@ -159,24 +235,28 @@ def each(record: Callable[[Any], object]) -> None:
     for instruments in (prometheus(), otel()):
         if instruments is None:
             continue
-        try:
-            record(instruments)
-        except Exception:  # metrics must never cost a job its outcome
-            logger.exception("a metric could not be recorded", extra={"event": "worker_error"})
+        guarded(record, instruments)
+
+
+def guarded(record: Callable[..., object], *arguments: Any) -> None:
+    try:
+        record(*arguments)
+    except Exception:  # metrics must never cost a job its outcome
+        logger.exception("a metric could not be recorded", extra={"event": "worker_error"})
 
 
 def outcome(name: str, queue: str, kind: str) -> None:
-    each(lambda m: _count(m.outcomes, 1, job=name, queue=queue, outcome=kind))
+    guarded(lambda: bound(name, queue).outcome(kind))
     if kind == "snoozed":
         each(lambda m: _count(m.snoozes, 1))
 
 
 def waited(name: str, queue: str, seconds: float) -> None:
-    each(lambda m: _observe(m.wait, seconds, job=name, queue=queue))
+    guarded(lambda: [record(seconds) for record in bound(name, queue).wait])
 
 
 def ran(name: str, queue: str, seconds: float) -> None:
-    each(lambda m: _observe(m.run, seconds, job=name, queue=queue))
+    guarded(lambda: [record(seconds) for record in bound(name, queue).run])
 
 
 def lease_lost() -> None:
@@ -187,18 +267,15 @@ def reclaimed() -> None:
     each(lambda m: _count(m.reclaims, 1))
 
 
-def _count(instrument: Any, amount: int, **labels: str) -> None:
+def _count(instrument: Any, amount: int) -> None:
     if hasattr(instrument, "add"):  # OpenTelemetry
-        instrument.add(amount, labels)
+        instrument.add(amount)
     else:
-        (instrument.labels(**labels) if labels else instrument).inc(amount)
+        instrument.inc(amount)
 
 
-def _observe(instrument: Any, value: float, **labels: str) -> None:
-    if hasattr(instrument, "record"):  # OpenTelemetry
-        instrument.record(value, labels)
-    else:
-        instrument.labels(**labels).observe(value)
+def _record(histogram: Any, attributes: dict[str, str], value: float) -> None:
+    histogram.record(value, attributes)
 
 
 # -- serving them: runjobs --metrics-port ------------------------------------------------

@@ -30,8 +30,10 @@ def reader(monkeypatch):
     read = InMemoryMetricReader()
     provider = MeterProvider(metric_readers=[read])
     monkeypatch.setattr(telemetry.otel_metrics, "get_meter_provider", lambda: provider)
+    telemetry.forget()  # the provider is looked up once a second
     yield read
     provider.shutdown()
+    telemetry.forget()
 
 
 def points(read: InMemoryMetricReader) -> dict[str, list]:
@@ -100,6 +102,7 @@ def test_each_end_counts_by_job_queue_and_kind(reader, worker, clock):
 
 
 def test_without_a_meter_provider_nothing_goes_to_opentelemetry():
+    telemetry.forget()
     assert telemetry.otel() is None  # the API's proxy: no instrument is even made
 
 
@@ -107,7 +110,7 @@ def test_a_failing_instrument_costs_the_job_nothing(worker, clock, monkeypatch, 
     def broken(*args, **kwargs):
         raise RuntimeError("exporter gone")
 
-    monkeypatch.setattr(telemetry, "_count", broken)
+    monkeypatch.setattr(telemetry.Bound, "outcome", broken)
     job = schedule_job("tests.ok")
     assert worker().run_once().succeeded == 1
     job.refresh_from_db()
