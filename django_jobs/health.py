@@ -11,7 +11,9 @@ database can tell:
 - how long the oldest transaction that holds the horizon back has been open, and which
   session it is (its pid, application name, state and its statement's start);
 - the jobs tables' live and dead rows and when autovacuum last cleaned them (PostgreSQL),
-  or InnoDB's history list length (MariaDB: the undo records purge has yet to remove).
+  or InnoDB's history list length (MariaDB: the undo records purge has yet to remove);
+- on every database, the recent claim latency: how long the last claims waited from their
+  job's ``run_at`` (:class:`Pickup`), the first thing to grow as dead rows pile up.
 
 :func:`problems` turns it into warnings, past ``DJANGO_JOBS["HEALTH_HORIZON_SECONDS"]``.
 They are shown by ``jobs status``, the admin's dashboard and the system check W020 (which
@@ -21,20 +23,27 @@ They are shown by ``jobs status``, the admin's dashboard and the system check W0
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
+import math
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import DatabaseError, connections, router, transaction
+from django.utils import timezone
 
 from .conf import settings
 from .display import format_span
-from .models import Job
+from .models import Attempt, Job
 
 logger = logging.getLogger(__name__)
 
 #: How often the leader reads the health and logs what is wrong (seconds).
 LOG_SECONDS = 300
+#: The claims the recent claim latency is read from: at most this many of the last ...
+PICKUP_SAMPLES = 1000
+#: ... that started within this many seconds.
+PICKUP_SECONDS = 300
 
 
 @dataclass(frozen=True)
@@ -68,6 +77,23 @@ class TableStats:
 
 
 @dataclass(frozen=True)
+class Pickup:
+    """The recent claim latency: how long the last claims waited from their job's ``run_at``
+    (due) to their attempt's start, in seconds, over ``samples`` claims."""
+
+    samples: int
+    p50: float
+    p95: float
+    max: float
+
+    def describe(self) -> str:
+        return (
+            f"recent claims waited {format_latency(self.p50)} (p50), "
+            f"{format_latency(self.p95)} (p95) over the last {self.samples:,}"
+        )
+
+
+@dataclass(frozen=True)
 class Health:
     """What the database tells of the jobs tables' cleanup (None: it cannot tell)."""
 
@@ -80,29 +106,65 @@ class Health:
     unknown: str = ""
     #: False where the database keeps no such horizon to tell of (SQLite).
     told: bool = True
+    #: The recent claim latency; None when no claim started in the last PICKUP_SECONDS.
+    pickup: Pickup | None = None
 
     @property
     def horizon_seconds(self) -> float | None:
         return None if self.holder is None else self.holder.open_seconds
 
 
-def read(using: str | None = None) -> Health:
-    """The health of the jobs tables of ``using`` (the jobs' database), from its driver; a
-    database that does not answer gives a :class:`Health` that says so."""
+def read(using: str | None = None, now: datetime | None = None) -> Health:
+    """The health of the jobs tables of ``using`` (the jobs' database), from its driver, and
+    the recent claim latency; a database that does not answer gives a :class:`Health` that
+    says so."""
     from .db import get_driver
 
     using = using or router.db_for_write(Job)
     driver = get_driver(using)
-    if not driver.tells_health:
-        return Health(told=False)
     # Inside a transaction (a test's, a check's), a savepoint keeps a refused read (no
     # privilege) from breaking it.
     inside = connections[using].in_atomic_block
     try:
         with transaction.atomic(using=using) if inside else contextlib.nullcontext():
-            return driver.read_health()
+            told = driver.read_health() if driver.tells_health else Health(told=False)
+            return dataclasses.replace(told, pickup=recent_pickup(using, now or timezone.now()))
     except DatabaseError as exc:
         return Health(unknown=f"{type(exc).__name__}: {exc}".splitlines()[0][:200])
+
+
+def recent_pickup(using: str, now: datetime) -> Pickup | None:
+    """The claim latency of the last :data:`PICKUP_SAMPLES` attempts that started within
+    :data:`PICKUP_SECONDS` of ``now``.
+
+    Read by the attempts' primary key from the newest back (one index's end, however many
+    finished rows the table holds), then kept to those recent enough. An earlier attempt
+    of a job due again since (a retry's, a snooze's) would show a negative wait against the
+    job's new ``run_at``, and is left out."""
+    since = now - timedelta(seconds=PICKUP_SECONDS)
+    rows = (
+        Attempt.objects.using(using)
+        .order_by("-id")
+        .values_list("started_at", "job__run_at")[:PICKUP_SAMPLES]
+    )
+    waits = sorted(
+        (started - due).total_seconds()
+        for started, due in rows
+        if started >= since and started >= due
+    )
+    if not waits:
+        return None
+    return Pickup(
+        samples=len(waits),
+        p50=percentile(waits, 0.50),
+        p95=percentile(waits, 0.95),
+        max=waits[-1],
+    )
+
+
+def percentile(ordered: list[float], fraction: float) -> float:
+    """The nearest-rank percentile of an ordered, non-empty list."""
+    return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
 
 
 def problems(health: Health, horizon_seconds: float | None = None) -> list[str]:
@@ -124,18 +186,17 @@ def problems(health: Health, horizon_seconds: float | None = None) -> list[str]:
 
 def summary(health: Health, now: datetime) -> str:
     """One line of what the database tells (``jobs status``); "" where it tells nothing."""
-    if not health.told:
-        return ""
     if health.unknown:
         return f"unknown ({health.unknown})"
     parts = []
-    if health.holder is not None:
-        parts.append(
-            f"oldest open transaction {format_span_seconds(health.holder.open_seconds)}"
-            f" ({health.holder.describe()})"
-        )
-    else:
-        parts.append("no open transaction holds back cleanup")
+    if health.told:
+        if health.holder is not None:
+            parts.append(
+                f"oldest open transaction {format_span_seconds(health.holder.open_seconds)}"
+                f" ({health.holder.describe()})"
+            )
+        else:
+            parts.append("no open transaction holds back cleanup")
     for table in health.tables:
         vacuumed = (
             "never autovacuumed"
@@ -147,6 +208,8 @@ def summary(health: Health, now: datetime) -> str:
         )
     if health.history_length is not None:
         parts.append(f"InnoDB history list length {health.history_length:,}")
+    if health.pickup is not None:
+        parts.append(health.pickup.describe())
     return "; ".join(parts)
 
 
@@ -159,13 +222,21 @@ def document(health: Health) -> dict[str, object]:
         "tables": [vars(table) for table in health.tables],
         "history_length": health.history_length,
         "unknown": health.unknown or None,
+        "pickup": None if health.pickup is None else vars(health.pickup),
         "problems": problems(health),
     }
 
 
-def format_span_seconds(seconds: float) -> str:
-    from datetime import timedelta
+def format_latency(seconds: float) -> str:
+    """A claim's wait: milliseconds below a second, then a span."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return format_span_seconds(seconds)
 
+
+def format_span_seconds(seconds: float) -> str:
     return format_span(timedelta(seconds=round(seconds)))
 
 

@@ -196,6 +196,7 @@ def dashboard_view(site: AdminSite) -> Callable[..., HttpResponse]:
         if not can_view(request):
             raise PermissionDenied
         seen = overview(router.db_for_read(Job))
+        seen_health = health.read(now=seen.now)
         context: dict[str, Any] = {
             **site.each_context(request),
             "title": gettext("Jobs dashboard"),
@@ -203,7 +204,8 @@ def dashboard_view(site: AdminSite) -> Callable[..., HttpResponse]:
             "overview": seen,
             # What holds back the cleanup of the jobs tables (django_jobs.health), past
             # HEALTH_HORIZON_SECONDS; the index's summary leaves it to this page.
-            "health_problems": health.problems(health.read()),
+            "health_problems": health.problems(seen_health),
+            "health_summary": health.summary(seen_health, seen.now),
             "charts": {
                 queue: layout_chart(queue, minutes) for queue, minutes in seen.throughput.items()
             },

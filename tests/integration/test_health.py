@@ -138,6 +138,43 @@ def test_the_dashboard_flags_it(forgotten, admin_client, settings):
     time.sleep(0.2)
     text = admin_client.get("/admin/django_jobs/dashboard/").content.decode()
     assert 'class="error jobs-flag-health"' in text and f"pid {forgotten}" in text
+    assert "Database: oldest open transaction" in text
     settings.DJANGO_JOBS = {**settings.DJANGO_JOBS, "HEALTH_HORIZON_SECONDS": 300}
     text = admin_client.get("/admin/django_jobs/dashboard/").content.decode()
     assert "jobs-flag-health" not in text
+
+
+def test_the_recent_claim_latency_is_read_from_the_last_attempts(make_job):
+    """How long the last claims waited from their job's run_at, on every database; an
+    attempt older than the window, and an earlier attempt of a job due again since, are
+    left out."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from django_jobs.models import Attempt
+
+    now = timezone.now()  # as jobs status reads it
+
+    def claimed(waited_ms: int, ago: timedelta = timedelta(seconds=1), number: int = 1):
+        started = now - ago
+        job = make_job(run_at=started - timedelta(milliseconds=waited_ms))
+        Attempt.objects.create(job=job, number=number, owner="w", started_at=started)
+        return job
+
+    assert health.read(now=now).pickup is None  # no claim yet
+    for waited in (2, 3, 4, 5, 6, 7, 8, 9, 10, 400):
+        claimed(waited)
+    claimed(90_000, ago=timedelta(seconds=health.PICKUP_SECONDS + 1))  # too old
+    retried = claimed(1)
+    retried.run_at = now + timedelta(minutes=1)  # due again: its first attempt's wait is gone
+    retried.save()
+    pickup = health.read(now=now).pickup
+    assert pickup is not None
+    assert (pickup.samples, pickup.p50, pickup.p95, pickup.max) == (10, 0.006, 0.4, 0.4)
+    assert "recent claims waited 6 ms (p50), 400 ms (p95) over the last 10" in health.summary(
+        health.read(now=now), now
+    )
+    out = StringIO()
+    call_command("jobs", "status", "--json", stdout=out)
+    assert json.loads(out.getvalue())["health"]["pickup"]["samples"] == 10

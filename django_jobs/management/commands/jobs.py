@@ -226,7 +226,7 @@ class Command(BaseCommand):
         workers, leader = live_workers_and_leader(self.using, now)
         queues = queue_stats(self.using, now=now, workers=workers)
         waiting = waiting_for_names(self.using, now, workers)
-        seen = health.read(self.using)
+        seen = health.read(self.using, now)
         document = {
             "now": now,
             "queues": [
