@@ -22,6 +22,7 @@ from __future__ import annotations
 import hmac
 import logging
 from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -51,53 +52,83 @@ def prometheus() -> Any:
     return prometheus_client
 
 
+@dataclass(frozen=True)
+class Gauge:
+    """One database-wide gauge: its Prometheus name, what it is, its labels and unit (for
+    OpenTelemetry, which names it with a dot: :attr:`otel_name`)."""
+
+    name: str
+    description: str
+    labels: tuple[str, ...] = ()
+    unit: str = "1"
+
+    @property
+    def otel_name(self) -> str:
+        return "django_jobs." + self.name.removeprefix("django_jobs_").removesuffix("_seconds")
+
+
+QUEUE_DEPTH = Gauge(
+    "django_jobs_queue_depth", "Live jobs of a queue, by status.", ("queue", "status"), "{job}"
+)
+OLDEST_DUE_AGE = Gauge(
+    "django_jobs_oldest_due_age_seconds",
+    "How long the oldest due job of a queue has waited past its run_at.",
+    ("queue",),
+    "s",
+)
+RUNNING = Gauge("django_jobs_running", "Jobs of a queue running now.", ("queue",), "{job}")
+LIMIT = Gauge(
+    "django_jobs_limit",
+    "A queue's global_limit: the most of its jobs that run at once.",
+    ("queue",),
+    "{job}",
+)
+PAUSED = Gauge("django_jobs_queue_paused", "1 while a queue is paused, else 0.", ("queue",))
+WORKERS = Gauge(
+    "django_jobs_workers",
+    "Worker processes serving queues whose heartbeat is fresh (not counting the"
+    " supervisor of runjobs --processes).",
+    unit="{process}",
+)
+LEADER_EPOCH = Gauge(
+    "django_jobs_leader_epoch", "How many times the leader lease has passed to a new leader."
+)
+GAUGES = (QUEUE_DEPTH, OLDEST_DUE_AGE, RUNNING, LIMIT, PAUSED, WORKERS, LEADER_EPOCH)
+
+#: A gauge's samples: each its label values (in the gauge's order) and its value.
+Readings = dict[Gauge, list[tuple[tuple[str, ...], float]]]
+
+
+def readings(seen: Overview) -> Readings:
+    """The gauges' samples in ``seen`` (an overview read at scrape time)."""
+    found: Readings = {gauge: [] for gauge in GAUGES}
+    for stats in seen.queues:
+        queue = (stats.queue,)
+        for status in DEPTHS:
+            found[QUEUE_DEPTH].append(((stats.queue, status), getattr(stats, status)))
+        age = stats.oldest_due_age(seen.now)
+        found[OLDEST_DUE_AGE].append((queue, 0.0 if age is None else age.total_seconds()))
+        found[RUNNING].append((queue, stats.running))
+        if stats.limits is not None and stats.limits.global_limit is not None:
+            found[LIMIT].append((queue, stats.limits.global_limit))
+        found[PAUSED].append((queue, 1 if stats.paused_at is not None else 0))
+    found[WORKERS].append(((), sum(1 for worker in seen.workers if not worker.process_count)))
+    if seen.leader is not None:  # absent while no worker leads
+        found[LEADER_EPOCH].append(((), seen.leader.epoch))
+    return found
+
+
 def families(seen: Overview) -> Iterator[Any]:
-    """The gauges of ``seen`` (an overview read at scrape time), as metric families."""
+    """The gauges of ``seen``, as ``prometheus_client`` metric families."""
     from prometheus_client.core import GaugeMetricFamily
 
-    depth = GaugeMetricFamily(
-        "django_jobs_queue_depth", "Live jobs of a queue, by status.", labels=["queue", "status"]
-    )
-    oldest = GaugeMetricFamily(
-        "django_jobs_oldest_due_age_seconds",
-        "How long the oldest due job of a queue has waited past its run_at.",
-        labels=["queue"],
-    )
-    running = GaugeMetricFamily(
-        "django_jobs_running", "Jobs of a queue running now.", labels=["queue"]
-    )
-    limit = GaugeMetricFamily(
-        "django_jobs_limit",
-        "A queue's global_limit: the most of its jobs that run at once.",
-        labels=["queue"],
-    )
-    paused = GaugeMetricFamily(
-        "django_jobs_queue_paused", "1 while a queue is paused, else 0.", labels=["queue"]
-    )
-    for stats in seen.queues:
-        for status in DEPTHS:
-            depth.add_metric([stats.queue, status], getattr(stats, status))
-        age = stats.oldest_due_age(seen.now)
-        oldest.add_metric([stats.queue], 0.0 if age is None else age.total_seconds())
-        running.add_metric([stats.queue], stats.running)
-        if stats.limits is not None and stats.limits.global_limit is not None:
-            limit.add_metric([stats.queue], stats.limits.global_limit)
-        paused.add_metric([stats.queue], 1 if stats.paused_at is not None else 0)
-    yield from (depth, oldest, running, limit, paused)
-    workers = GaugeMetricFamily(
-        "django_jobs_workers",
-        "Worker processes serving queues whose heartbeat is fresh (not counting the"
-        " supervisor of runjobs --processes).",
-    )
-    workers.add_metric([], sum(1 for worker in seen.workers if not worker.process_count))
-    yield workers
-    if seen.leader is not None:
-        epoch = GaugeMetricFamily(
-            "django_jobs_leader_epoch",
-            "How many times the leader lease has passed to a new leader.",
-        )
-        epoch.add_metric([], seen.leader.epoch)
-        yield epoch
+    for gauge, samples in readings(seen).items():
+        if not samples and not gauge.labels:
+            continue
+        family = GaugeMetricFamily(gauge.name, gauge.description, labels=list(gauge.labels))
+        for values, value in samples:
+            family.add_metric(list(values), value)
+        yield family
 
 
 class DatabaseCollector:

@@ -123,6 +123,17 @@ class OpenTelemetry:
         self.snoozes = meter.create_counter(
             "django_jobs.snoozes", unit="{attempt}", description="Attempts that snoozed."
         )
+        from .metrics import GAUGES
+
+        self.gauges = [
+            meter.create_observable_gauge(
+                gauge.otel_name,
+                callbacks=[functools.partial(_observe_gauge, gauge)],
+                unit=gauge.unit,
+                description=gauge.description,
+            )
+            for gauge in GAUGES
+        ]
 
 
 _prometheus: Prometheus | None = None
@@ -173,6 +184,7 @@ def forget() -> None:
     with _making:
         _otel, _otel_looked_at = None, -math.inf
         _bound.clear()
+    database_read(None)
 
 
 class Bound:
@@ -276,6 +288,36 @@ def _count(instrument: Any, amount: int) -> None:
 
 def _record(histogram: Any, attributes: dict[str, str], value: float) -> None:
     histogram.record(value, attributes)
+
+
+# -- the database-wide gauges, through OpenTelemetry ---------------------------------------
+
+#: How often the leader reads the database-wide gauges for OpenTelemetry (seconds).
+GAUGE_SECONDS = 15.0
+# The leader's last reading (monotonic time, readings); the gauges' callbacks, which run on
+# the exporter's thread, observe it and never read the database themselves.
+_database_readings: tuple[float, Any] | None = None
+
+
+def database_read(readings: Any) -> None:
+    """The leader's reading of the database-wide gauges (``metrics.readings``), for the
+    OpenTelemetry exporter's next collection."""
+    global _database_readings
+    _database_readings = None if readings is None else (time.monotonic(), readings)
+
+
+def _observe_gauge(gauge: Any, options: Any = None) -> list[Any]:
+    """A database-wide gauge's observations: the leader's last reading while it is recent
+    (three of its intervals); none in a process that does not lead, or no longer does."""
+    from opentelemetry.metrics import Observation
+
+    latest = _database_readings
+    if latest is None or time.monotonic() - latest[0] > 3 * GAUGE_SECONDS:
+        return []
+    return [
+        Observation(value, dict(zip(gauge.labels, values, strict=True)))
+        for values, value in latest[1].get(gauge, [])
+    ]
 
 
 # -- serving them: runjobs --metrics-port ------------------------------------------------

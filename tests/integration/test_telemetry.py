@@ -153,3 +153,60 @@ def test_the_wait_is_from_run_at_to_the_attempts_start(worker, clock, reader):
     assert added == pytest.approx(waited, abs=0.001)
     [point] = points(reader)["django_jobs.wait"]
     assert point.count == 1 and point.sum == pytest.approx(waited, abs=0.001)
+
+
+def test_the_leader_reads_the_database_gauges_for_opentelemetry(reader, worker, clock, make_job):
+    """The database-wide gauges go to OpenTelemetry from the leader's reading, named with
+    dots; the exporter's callbacks never read the database themselves."""
+    for _ in range(3):
+        make_job(queue="default", run_at=clock.now() - timedelta(seconds=30))
+    w = worker()
+    w.maintainer.read_gauges(clock.now())
+    found = points(reader)
+    depth = {
+        p.attributes["status"]: p.value
+        for p in found["django_jobs.queue_depth"]
+        if p.attributes["queue"] == "default"
+    }
+    assert depth["due"] == 3 and depth["running"] == 0
+    [age] = [p for p in found["django_jobs.oldest_due_age"] if p.attributes["queue"] == "default"]
+    assert age.value == pytest.approx(30, abs=1)
+    assert "django_jobs.workers" in found
+
+
+def test_a_process_that_does_not_lead_observes_no_database_gauge(reader, monkeypatch):
+    from django_jobs.metrics import WORKERS
+
+    assert telemetry.otel() is not None  # the instruments, made as a job's end makes them
+    telemetry.database_read(None)  # never read here: this process has not led
+    assert "django_jobs.workers" not in points(reader)
+    telemetry.database_read({WORKERS: [((), 2)]})
+    [point] = points(reader)["django_jobs.workers"]
+    assert point.value == 2
+    # It led, and no longer does: its last reading goes stale and is no longer observed.
+    later = telemetry.time.monotonic() + 3 * telemetry.GAUGE_SECONDS + 1
+    monkeypatch.setattr(telemetry.time, "monotonic", lambda: later)
+    assert "django_jobs.workers" not in points(reader)
+
+
+def test_the_gauges_are_a_leader_chore(worker, monkeypatch):
+    from django_jobs.worker.leader.chores import Chores
+
+    w = worker()
+    read: list[object] = []
+    monkeypatch.setattr(w.maintainer, "read_gauges", read.append)
+    for chore in ("rescue", "prune", "check_health", "enqueue_due", "refresh_registration"):
+        monkeypatch.setattr(w.maintainer, chore, lambda now: None)
+    monkeypatch.setattr(w.leadership, "due", lambda now: False)
+    leads = True
+    monkeypatch.setattr(w.leadership, "acts", lambda now: leads)
+    chores = Chores(w.maintainer, w.leadership, w.clock, registration_seconds=10)
+    start = telemetry.time.monotonic()
+    for at in (start, start + telemetry.GAUGE_SECONDS - 1, start + telemetry.GAUGE_SECONDS):
+        for step in chores.due(at):
+            step()
+    assert len(read) == 2  # at the start, then once its interval has passed
+    leads = False
+    for step in chores.due(start + 2 * telemetry.GAUGE_SECONDS):
+        step()
+    assert len(read) == 2  # not read by a process that does not lead

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from ...conf import settings
 from ...health import LOG_SECONDS
+from ...telemetry import GAUGE_SECONDS
 from ..clock import Clock
 from .leadership import Leadership
 from .maintainer import Maintainer
@@ -17,7 +18,8 @@ from .maintainer import Maintainer
 
 class Chores:
     """The main loop's chores: the election, the maintenance pass, the jobs tables' health,
-    the registration and the recurring schedules. All are due at once as it is built."""
+    the database-wide gauges for OpenTelemetry, the registration and the recurring
+    schedules. All are due at once as it is built."""
 
     def __init__(
         self,
@@ -27,6 +29,7 @@ class Chores:
         *,
         registration_seconds: float,
         health_seconds: float = LOG_SECONDS,
+        gauge_seconds: float = GAUGE_SECONDS,
     ) -> None:
         self.maintainer = maintainer
         self.leadership = leadership
@@ -35,6 +38,7 @@ class Chores:
             "maintenance": float(settings.MAINTENANCE_SECONDS),
             "registration": registration_seconds,
             "health": health_seconds,
+            "gauges": gauge_seconds,
         }
         self.next_at = dict.fromkeys(self.every, time.monotonic())
 
@@ -51,6 +55,9 @@ class Chores:
         if started >= self.next_at["health"]:
             steps.append(self.as_leader(maintainer.check_health))
             self.next_at["health"] = started + self.every["health"]
+        if started >= self.next_at["gauges"]:
+            steps.append(self.as_leader(maintainer.read_gauges))
+            self.next_at["gauges"] = started + self.every["gauges"]
         if started >= self.next_at["registration"]:
             steps.append(lambda: maintainer.refresh_registration(self.clock.now()))
             self.next_at["registration"] = started + self.every["registration"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from datetime import datetime
 
+from ... import telemetry
 from ...db import Driver
 from ...health import log_problems
 from ...maintenance.cleaner import prune_finished
@@ -22,7 +23,9 @@ from ...maintenance.rescuer import (
 )
 from ...maintenance.scheduler import enqueue_due, next_due_at
 from ...maintenance.workers import sweep_workers
+from ...metrics import readings
 from ...registry import known_names
+from ...stats import overview
 from ..deadlines import Deadlines
 from ..processes import refresh_worker, register_worker, unregister_worker
 
@@ -86,6 +89,16 @@ class Maintainer:
         ``health.LOG_SECONDS``): one process per database reads it, not every worker."""
         with self.deadline("the jobs tables' health"):
             return log_problems(self.using)
+
+    def read_gauges(self, now: datetime) -> None:
+        """Read the database-wide gauges for OpenTelemetry's exporter (the leader's, every
+        ``telemetry.GAUGE_SECONDS``, while a meter provider is configured): one process per
+        database reads them, as the Prometheus view does at each scrape."""
+        if telemetry.otel() is None:
+            return
+        with self.deadline("the metrics' gauges"):
+            seen = overview(self.using, now=now, chart=False, finished=False)
+        telemetry.database_read(readings(seen))
 
     def enqueue_due(self, now: datetime) -> int:
         """Fire the recurring schedules due at ``now``; note when the next falls due after
