@@ -12,7 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from textwrap import dedent
 from typing import Any
@@ -112,6 +112,22 @@ def clock():
     from django_jobs.testing import FakeClock
 
     return FakeClock(START)
+
+
+@pytest.fixture
+def clock_ahead():
+    """The workers' clock a minute ahead of the host's, which ``schedule_job()`` reads: each
+    job it enqueues is due to them. A module that needs it makes it its ``clock``::
+
+        @pytest.fixture
+        def clock(clock_ahead):
+            return clock_ahead
+    """
+    from django.utils import timezone
+
+    from django_jobs.testing import FakeClock
+
+    return FakeClock(timezone.now() + timedelta(minutes=1))
 
 
 @pytest.fixture

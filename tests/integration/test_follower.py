@@ -19,15 +19,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def clock():
-    """The workers' clock a minute ahead of the host's, which ``schedule_job()`` reads."""
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from django_jobs.testing import FakeClock
-
-    return FakeClock(timezone.now() + timedelta(minutes=1))
+def clock(clock_ahead):
+    return clock_ahead
 
 
 class Follows:

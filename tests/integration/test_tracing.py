@@ -7,7 +7,6 @@ import os
 import subprocess
 import sys
 import textwrap
-from datetime import timedelta
 
 import pytest
 from opentelemetry import trace
@@ -24,13 +23,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def clock():
-    """The workers' clock a minute ahead of the host's, which ``schedule_job()`` reads."""
-    from django.utils import timezone
-
-    from django_jobs.testing import FakeClock
-
-    return FakeClock(timezone.now() + timedelta(minutes=1))
+def clock(clock_ahead):
+    return clock_ahead
 
 
 @pytest.fixture

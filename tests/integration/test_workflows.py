@@ -24,14 +24,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def clock():
-    """The workers' clock a minute ahead of the host's, which ``schedule_job()`` reads: each
-    job is due to them."""
-    from django.utils import timezone
-
-    from django_jobs.testing import FakeClock
-
-    return FakeClock(timezone.now() + timedelta(minutes=1))
+def clock(clock_ahead):
+    return clock_ahead
 
 
 def statuses(*jobs: Job) -> list[str]:
