@@ -1,0 +1,502 @@
+#!/usr/bin/env python
+"""Soak benchmark: a steady load for a long while, and a snapshot held open in the middle.
+
+    DATABASE_URL=postgres://... python bench/soak.py                   # 20 minutes
+    DATABASE_URL=postgres://... python bench/soak.py --minutes 3 --hold-at 1 --hold 1
+    DATABASE_URL=postgres://... python bench/soak.py --rate 800 --json soak.json --svg soak.svg
+
+What it shows is what a transaction left open elsewhere does to the queue (the health of
+the jobs tables, docs/how-to/observability.md): while it holds PostgreSQL's snapshot
+horizon, vacuum cannot remove the dead row versions each claim and each end leave, and
+the claim reads more of them.
+
+1. Calibrate (unless ``--rate`` is given): ``--calibrate`` no-op jobs drained by the same
+   workers; the load is ``--load`` (0.5) of that drain rate.
+2. Start ``--processes`` processes of ``manage.py runjobs --workers --threads``, and enqueue
+   no-op jobs at the load's rate (``schedule_jobs()`` every 100 ms) for ``--minutes``.
+3. From ``--hold-at`` minutes, for ``--hold`` minutes, another session holds a snapshot
+   open (``REPEATABLE READ``, one read, then idle in transaction), as a forgotten shell does.
+4. Every ``--sample`` seconds: the claims since the last sample (the drain), their claim
+   latency (p50 and p99 of attempt start minus the job's ``run_at``), the backlog of due
+   jobs, the jobs tables' live and dead rows and size, the claim's candidate scan (the
+   claim index's read, ``EXPLAIN (ANALYZE, BUFFERS)``: time and buffers), and what
+   ``django_jobs.health`` reports (the holder's age, and its warning past ``--horizon``
+   seconds: 60 here, so that it shows within the hold; ``HEALTH_HORIZON_SECONDS``, 300 by
+   default, in a project).
+
+PostgreSQL only (the horizon it shows is PostgreSQL's). The jobs tables are emptied
+first: do not point it at a database whose jobs you want to keep. The jobs tables keep
+their own autovacuum settings (migration 0019); ``--server-autovacuum`` resets them to the
+server's for the run (the comparison in the performance page).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import harness
+from harness import JOB_NAME, QUEUE, BenchError
+
+TICK_SECONDS = 0.1
+#: The jobs tables' own autovacuum settings, as migration 0019 sets them.
+AUTOVACUUM = importlib.import_module("django_jobs.migrations.0019_jobs_tables_autovacuum").SETTINGS
+PROBE = (
+    "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT id FROM django_jobs_job"
+    " WHERE status = 'pending' AND queue = %s AND run_at <= now()"
+    " ORDER BY priority DESC, run_at, id LIMIT 10"
+)
+COLUMNS = [
+    ("minute", 7),
+    ("claims/s", 9),
+    ("p50 ms", 8),
+    ("p99 ms", 8),
+    ("due", 7),
+    ("job dead", 9),
+    ("job MB", 7),
+    ("scan ms", 8),
+    ("scan buf", 9),
+    ("horizon s", 10),
+    ("warning", 8),
+]
+
+
+@dataclass
+class Sample:
+    at: float  # seconds since the load started
+    claims_per_second: float
+    p50_ms: float | None
+    p99_ms: float | None
+    due: int
+    job_live: int
+    job_dead: int
+    attempt_dead: int
+    job_mb: float
+    scan_ms: float
+    scan_buffers: int
+    horizon_seconds: float | None
+    warning: str
+    holding: bool
+
+
+@dataclass
+class Run:
+    rate: float
+    calibrated: float | None
+    minutes: float
+    hold_at: float
+    hold: float
+    autovacuum: bool
+    samples: list[Sample] = field(default_factory=list)
+
+
+def parse(argv: list[str] | None) -> Any:
+    parser = harness.option_parser(__doc__ or "")
+    parser.add_argument("--minutes", type=float, default=20.0, help="how long the load runs")
+    parser.add_argument("--rate", type=float, help="jobs/s (default: --load of the drain)")
+    parser.add_argument("--load", type=float, default=0.5, help="fraction of the drain")
+    parser.add_argument("--calibrate", type=int, default=20_000, help="jobs to calibrate on")
+    parser.add_argument("--hold-at", type=float, default=5.0, help="minute the snapshot opens")
+    parser.add_argument("--hold", type=float, default=5.0, help="minutes it stays open")
+    parser.add_argument("--processes", type=int, default=2, help="runjobs processes")
+    parser.add_argument("--workers", type=int, default=2, help="handler threads each")
+    parser.add_argument("--sample", type=float, default=15.0, help="seconds between samples")
+    parser.add_argument(
+        "--server-autovacuum",
+        action="store_true",
+        help="reset the tables' own autovacuum settings (migration 0019) to the server's",
+    )
+    parser.add_argument(
+        "--horizon", type=float, default=60.0, help="HEALTH_HORIZON_SECONDS for the warning"
+    )
+    parser.add_argument("--svg", type=Path, help="draw the samples to this SVG file")
+    parser.add_argument("--redraw", type=Path, help="no run: draw --svg from a run's --json file")
+    harness.add_json_option(parser)
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.redraw:
+        if not args.svg:
+            return harness.failed(BenchError("--redraw needs --svg"))
+        args.svg.write_text(draw(load(args.redraw)))
+        return 0
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith(("postgres://", "postgresql://")):
+        return harness.failed(BenchError("the soak runs on PostgreSQL: set DATABASE_URL"))
+    harness.raise_on_sigterm()
+    harness.configure_environment(url, JOBS_POLL_SECONDS="1")
+    harness.setup_django()
+    harness.migrate()
+    harness.empty_tables()
+    autovacuum(not args.server_autovacuum)
+    with harness.work_directory("django-jobs-soak.") as work:
+        calibrated = None
+        rate = args.rate
+        if rate is None:
+            calibrated = calibrate(args, work)
+            rate = round(calibrated * args.load)
+            harness.log(f"drain {calibrated:,.0f} jobs/s: the load is {rate:,.0f} jobs/s")
+        own = not args.server_autovacuum
+        run = Run(rate, calibrated, args.minutes, args.hold_at, args.hold, own)
+        soak(run, args, work)
+    report(run)
+    if args.json:
+        harness.write_json(args.json, harness.run_info("soak", database(), asdict(run)))
+    if args.svg:
+        args.svg.write_text(draw(run))
+    return 0
+
+
+def load(path: Path) -> Run:
+    """A run from its ``--json`` file."""
+    data = json.loads(path.read_text())
+    fields = {name: data[name] for name in ("rate", "calibrated", "minutes", "hold_at", "hold")}
+    samples = [Sample(**sample) for sample in data["samples"]]
+    return Run(**fields, autovacuum=data["autovacuum"], samples=samples)
+
+
+def autovacuum(own: bool) -> None:
+    """The jobs tables' own autovacuum settings (migration 0019's), or the server's."""
+    from django.db import connection
+
+    names = ", ".join(AUTOVACUUM)
+    with connection.cursor() as cursor:
+        for table in ("django_jobs_job", "django_jobs_attempt"):
+            if own:
+                values = ", ".join(f"{name} = {value}" for name, value in AUTOVACUUM.items())
+                cursor.execute(f"ALTER TABLE {table} SET ({values})")
+            else:
+                cursor.execute(f"ALTER TABLE {table} RESET ({names})")
+
+
+def workers(args: Any, work: Path, tag: str, *extra: str) -> list[Any]:
+    command = harness.runjobs_command("--queue", QUEUE, "--workers", str(args.workers), *extra)
+    return [
+        harness.start_process(command, work / f"{tag}-{number}.log")
+        for number in range(args.processes)
+    ]
+
+
+def calibrate(args: Any, work: Path) -> float:
+    """The drain rate of ``--calibrate`` no-op jobs by the soak's workers (jobs/s)."""
+    harness.schedule_noop_jobs(args.calibrate, 500)
+    harness.settle_database()
+    processes = workers(args, work, "calibrate", "--burst")
+    try:
+        for process in processes:
+            process.wait(timeout=600)
+    finally:
+        harness.stop_processes(processes, 10)
+    first, last = harness.drain_span(args.calibrate)
+    # The calibration's finished jobs stay, and are analyzed: the soak starts on tables
+    # with a history, as a project's do, and on plans made for them (emptied tables,
+    # analyzed empty, would have the claim planned for an empty table until the next
+    # autoanalyze).
+    harness.settle_database()
+    return args.calibrate / max((last - first).total_seconds(), 0.001)
+
+
+def soak(run: Run, args: Any, work: Path) -> None:
+    stop = threading.Event()
+    held = threading.Event()
+    producer = threading.Thread(target=produce, args=(run.rate, stop), daemon=True)
+    holder = threading.Thread(
+        target=hold_snapshot, args=(run.hold_at * 60, run.hold * 60, stop, held), daemon=True
+    )
+    processes = workers(args, work, "soak")
+    print("  ".join(name.rjust(width) for name, width in COLUMNS))
+    try:
+        started = time.monotonic()
+        producer.start()
+        holder.start()
+        last_id = newest_attempt()
+        end = started + run.minutes * 60
+        next_at = started + args.sample
+        while time.monotonic() < end:
+            time.sleep(max(0.0, next_at - time.monotonic()))
+            for process in processes:
+                if process.poll() is not None:
+                    raise BenchError(f"a runjobs process stopped (exit {process.returncode})")
+            at = time.monotonic() - started
+            holding = held.is_set()
+            sample, last_id = measure(at, last_id, args.sample, holding, args.horizon)
+            run.samples.append(sample)
+            print_row(sample)
+            next_at += args.sample
+    finally:
+        stop.set()
+        harness.stop_processes(processes, 30)
+        producer.join(5)
+        holder.join(5)
+
+
+def newest_attempt() -> int:
+    """The newest attempt's id (the calibration's claims are not the soak's)."""
+    from django.db.models import Max
+
+    from django_jobs.models import Attempt
+
+    return Attempt.objects.aggregate(newest=Max("id"))["newest"] or 0
+
+
+def produce(rate: float, stop: threading.Event) -> None:
+    """``rate`` no-op jobs a second, a batch every :data:`TICK_SECONDS`, until ``stop``."""
+    from django.db import connection
+
+    from django_jobs.scheduling import JobSpec, schedule_jobs
+
+    owed = 0.0
+    next_at = time.monotonic()
+    try:
+        while not stop.is_set():
+            owed += rate * TICK_SECONDS
+            count = int(owed)
+            owed -= count
+            if count:
+                schedule_jobs([JobSpec(JOB_NAME, {}) for _ in range(count)])
+            next_at += TICK_SECONDS
+            stop.wait(max(0.0, next_at - time.monotonic()))
+    finally:
+        connection.close()
+
+
+def hold_snapshot(
+    after: float, seconds: float, stop: threading.Event, held: threading.Event
+) -> None:
+    """From ``after`` seconds on, hold a snapshot open for ``seconds`` (``held`` set while
+    it is): a forgotten shell."""
+    from django.db import connection
+
+    if stop.wait(after):
+        return
+    raw = connection.get_new_connection(connection.get_connection_params())
+    try:
+        raw.autocommit = True
+        cursor = raw.cursor()
+        cursor.execute("SET application_name = 'soak: forgotten shell'")
+        raw.autocommit = False
+        cursor.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+        cursor.execute("SELECT count(*) FROM django_jobs_recurringjob")
+        cursor.fetchall()
+        harness.log("a snapshot is held open")
+        held.set()
+        stop.wait(seconds)
+        raw.rollback()
+        held.clear()
+        harness.log("the snapshot is released")
+    finally:
+        raw.close()
+
+
+def measure(
+    at: float, last_id: int, interval: float, holding: bool, horizon: float
+) -> tuple[Sample, int]:
+    """One sample: the claims since the attempt ``last_id``, and the tables as they are."""
+    from django.db import connection
+
+    from django_jobs import health
+
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*), max(a.id),"
+            " percentile_cont(0.5) WITHIN GROUP (ORDER BY a.started_at - j.run_at),"
+            " percentile_cont(0.99) WITHIN GROUP (ORDER BY a.started_at - j.run_at)"
+            " FROM django_jobs_attempt a JOIN django_jobs_job j ON j.id = a.job_id"
+            " WHERE a.id > %s",
+            [last_id],
+        )
+        claims, newest, p50, p99 = cursor.fetchone()
+        cursor.execute(
+            "SELECT count(*) FROM django_jobs_job"
+            " WHERE status = 'pending' AND queue = %s AND run_at <= now()",
+            [QUEUE],
+        )
+        (due,) = cursor.fetchone()
+        cursor.execute(
+            "SELECT relname, n_live_tup, n_dead_tup, pg_total_relation_size(relid)"
+            " FROM pg_stat_user_tables"
+            " WHERE relname IN ('django_jobs_job', 'django_jobs_attempt')"
+        )
+        tables = {name: (live, dead, size) for name, live, dead, size in cursor.fetchall()}
+        cursor.execute(PROBE, [QUEUE])
+        [plan] = cursor.fetchone()[0]
+        scan_ms = plan["Execution Time"]
+        top = plan["Plan"]
+        scan_buffers = top.get("Shared Hit Blocks", 0) + top.get("Shared Read Blocks", 0)
+    seen = health.read()
+    problems = health.problems(seen, horizon_seconds=horizon)
+    job_live, job_dead, job_size = tables.get("django_jobs_job", (0, 0, 0))
+    sample = Sample(
+        at=round(at, 1),
+        claims_per_second=claims / interval,
+        p50_ms=None if p50 is None else p50.total_seconds() * 1000,
+        p99_ms=None if p99 is None else p99.total_seconds() * 1000,
+        due=due,
+        job_live=job_live,
+        job_dead=job_dead,
+        attempt_dead=tables.get("django_jobs_attempt", (0, 0, 0))[1],
+        job_mb=job_size / 1e6,
+        scan_ms=scan_ms,
+        scan_buffers=scan_buffers,
+        horizon_seconds=seen.horizon_seconds,
+        warning=problems[0] if problems else "",
+        holding=holding,
+    )
+    return sample, newest or last_id
+
+
+def print_row(sample: Sample) -> None:
+    cells = [
+        f"{sample.at / 60:.2f}",
+        f"{sample.claims_per_second:,.0f}",
+        "-" if sample.p50_ms is None else f"{sample.p50_ms:.1f}",
+        "-" if sample.p99_ms is None else f"{sample.p99_ms:.1f}",
+        f"{sample.due:,}",
+        f"{sample.job_dead:,}",
+        f"{sample.job_mb:.1f}",
+        f"{sample.scan_ms:.2f}",
+        f"{sample.scan_buffers:,}",
+        "-" if sample.horizon_seconds is None else f"{sample.horizon_seconds:.0f}",
+        "yes" if sample.warning else "",
+    ]
+    print("  ".join(cell.rjust(width) for cell, (_, width) in zip(cells, COLUMNS, strict=True)))
+    sys.stdout.flush()
+
+
+def report(run: Run) -> None:
+    """The phases' medians: before, while and after the snapshot is held."""
+    held = [index for index, sample in enumerate(run.samples) if sample.holding]
+    first, last = (held[0], held[-1] + 1) if held else (len(run.samples), len(run.samples))
+    phases = {
+        "before": run.samples[:first],
+        "holding": run.samples[first:last],
+        "after": run.samples[last:],
+    }
+    print(f"\nload {run.rate:,.0f} jobs/s for {run.minutes:g} minutes", end="")
+    if run.calibrated:
+        print(f" ({run.calibrated:,.0f} jobs/s drained when calibrated)", end="")
+    print(f"; autovacuum: {autovacuum_label(run)}")
+    for name, samples in phases.items():
+        if not samples:
+            continue
+
+        def median(values: list[float | None]) -> float:
+            known = [value for value in values if value is not None]
+            return statistics.median(known) if known else float("nan")
+
+        print(
+            f"{name:>8}: claims/s {median([s.claims_per_second for s in samples]):,.0f},"
+            f" latency p50 {median([s.p50_ms for s in samples]):.1f} ms,"
+            f" p99 {median([s.p99_ms for s in samples]):.1f} ms,"
+            f" dead rows (max) {max(s.job_dead for s in samples):,},"
+            f" scan {median([s.scan_ms for s in samples]):.2f} ms"
+            f" / {median([s.scan_buffers for s in samples]):,.0f} buffers,"
+            f" warned in {sum(1 for s in samples if s.warning)} of {len(samples)} samples"
+        )
+
+
+def autovacuum_label(run: Run) -> str:
+    return "the tables' own (migration 0019)" if run.autovacuum else "the server's defaults"
+
+
+def database() -> dict[str, Any]:
+    return {"version": harness.database_version(), "settings": harness.durability()}
+
+
+# -- the chart ----------------------------------------------------------------------------
+
+WIDTH, PANEL, GAP, LEFT, RIGHT, TOP = 900, 150, 40, 80, 30, 70
+PANELS = [
+    ("claims/s", lambda s: s.claims_per_second),
+    ("claim latency p99, ms", lambda s: s.p99_ms),
+    ("jobs table dead rows", lambda s: s.job_dead),
+    ("candidate scan, buffers", lambda s: s.scan_buffers),
+]
+
+
+def draw_warnings(drawing: Any, run: Run, x_of: Any, top_y: float) -> None:
+    """A red strip over the first panel where the health warning was on, and its legend."""
+    previous = 0.0
+    for sample in run.samples:
+        if sample.warning:
+            drawing.add(
+                "rect",
+                x=f"{x_of(previous):.1f}",
+                y=top_y - 16,
+                width=f"{x_of(sample.at) - x_of(previous):.1f}",
+                height=6,
+                fill="#c0392b",
+            )
+        previous = sample.at
+    drawing.text(
+        WIDTH - RIGHT, top_y - 6, "red: the health warning on", text_anchor="end", font_size=11
+    )
+
+
+def draw(run: Run) -> str:
+    """The samples as four stacked line charts, the held snapshot shaded."""
+    from chart import Drawing, nice_scale, number
+
+    height = TOP + len(PANELS) * (PANEL + GAP) + 30
+    drawing = Drawing()
+    drawing.root.set("height", str(height))
+    drawing.root.set("viewBox", f"0 0 {WIDTH} {height}")
+    drawing.add("rect", width=WIDTH, height=height, fill="#ffffff")
+    title = f"django-jobs soak: {run.rate:,.0f} jobs/s for {run.minutes:g} minutes"
+    drawing.text(WIDTH / 2, 28, title, text_anchor="middle", font_size=18)
+    subtitle = (
+        f"a snapshot held open from minute {run.hold_at:g} to {run.hold_at + run.hold:g}"
+        f" (shaded); autovacuum: {autovacuum_label(run)}"
+    )
+    drawing.text(WIDTH / 2, 48, subtitle, text_anchor="middle", font_size=12)
+    span = max(run.minutes * 60, 1.0)
+    inner = WIDTH - LEFT - RIGHT
+
+    def x_of(seconds: float) -> float:
+        return LEFT + inner * seconds / span
+
+    for index, (label, value_of) in enumerate(PANELS):
+        top_y = TOP + index * (PANEL + GAP)
+        bottom = top_y + PANEL
+        drawing.add(
+            "rect",
+            x=f"{x_of(run.hold_at * 60):.1f}",
+            y=top_y,
+            width=f"{x_of((run.hold_at + run.hold) * 60) - x_of(run.hold_at * 60):.1f}",
+            height=PANEL,
+            fill="#f3e3d3",
+        )
+        values = [(s.at, value_of(s)) for s in run.samples]
+        known = [v for _, v in values if v is not None]
+        top, step = nice_scale(max(known, default=1.0), ticks=3)
+        for tick in range(round(top / step) + 1):
+            y = bottom - PANEL * tick * step / top
+            drawing.add(
+                "line", x1=LEFT, x2=WIDTH - RIGHT, y1=f"{y:.1f}", y2=f"{y:.1f}", stroke="#dddddd"
+            )
+            drawing.text(LEFT - 6, y + 4, number(tick * step), text_anchor="end", font_size=11)
+        drawing.text(LEFT, top_y - 6, label, font_size=12)
+        points = " ".join(
+            f"{x_of(at):.1f},{bottom - PANEL * v / top:.1f}" for at, v in values if v is not None
+        )
+        drawing.add("polyline", points=points, fill="none", stroke="#3b6ea8", stroke_width=2)
+        if index == 0:
+            draw_warnings(drawing, run, x_of, top_y)
+    axis_y = TOP + len(PANELS) * (PANEL + GAP) - GAP + 18
+    for minute in range(0, int(run.minutes) + 1, max(1, int(run.minutes) // 10)):
+        drawing.text(x_of(minute * 60), axis_y, f"{minute} min", text_anchor="middle", font_size=11)
+    return drawing.tostring()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
