@@ -195,6 +195,10 @@ def admin_pages(sample: dict[str, Any]) -> list[Page]:
         pages.append(Page("dashboard", reverse(DASHBOARD)))
     except NoReverseMatch:
         pages.append(Page("dashboard", "", note=f"not timed: {DASHBOARD} does not resolve"))
+    try:  # the Prometheus scrape: the database-wide gauges (the testproject mounts it)
+        pages.append(Page("metrics scrape", reverse("metrics")))
+    except NoReverseMatch:
+        pages.append(Page("metrics scrape", "", note="not timed: no URL named 'metrics'"))
     return pages
 
 
