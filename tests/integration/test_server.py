@@ -115,6 +115,9 @@ class SlowChores:
     def check_health(self, now):
         pass
 
+    def read_gauges(self, now):
+        pass
+
     def enqueue_due(self, now):
         time.sleep(0.1)  # five polls of 0.02 s
 
