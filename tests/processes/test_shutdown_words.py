@@ -23,9 +23,12 @@ def lines(log: str, pattern: str) -> list[str]:
 
 
 def start_with_a_running_job(runjobs_process, seconds: float, **env: str):
-    job = schedule_job("example.record", {"sleep": seconds})
+    """A runjobs process whose handler runs the job: its mark written, not only its attempt
+    (a job claimed ahead has its attempt before its handler starts)."""
+    mark = runjobs_process.tmp_path / "started.mark"
+    job = schedule_job("example.record", {"sleep": seconds, "mark": str(mark)})
     process = runjobs_process.start("--queue", "default", env=env)
-    wait_until(lambda: Attempt.objects.filter(job=job).exists(), timeout=20)
+    wait_until(lambda: mark.exists() and mark.read_text().strip(), timeout=20)
     return job, process
 
 
