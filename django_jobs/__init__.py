@@ -37,6 +37,9 @@ __all__ = [
     "Snooze",
     "UnknownJob",
     "add_recurring_job",
+    "aschedule_job",
+    "aschedule_jobs",
+    "await_job",
     "batch",
     "cancel_job",
     "chain",
@@ -48,12 +51,14 @@ __all__ = [
     "run_job_now",
     "schedule_job",
     "schedule_jobs",
+    "wait_for",
 ]
 
 if TYPE_CHECKING:
     from .control import cancel_job, pause_queue, resume_queue, retry_job, run_job_now
     from .recurring import add_recurring_job, remove_recurring_job
     from .scheduling import JobSpec, schedule_job, schedule_jobs
+    from .waiting import aschedule_job, aschedule_jobs, await_job, wait_for
     from .workflows import batch, chain
 
 _LAZY = {
@@ -67,6 +72,10 @@ _LAZY = {
     "resume_queue": "control",
     "add_recurring_job": "recurring",
     "remove_recurring_job": "recurring",
+    "aschedule_job": "waiting",
+    "aschedule_jobs": "waiting",
+    "wait_for": "waiting",
+    "await_job": "waiting",
     "batch": "workflows",
     "chain": "workflows",
 }

@@ -1,0 +1,136 @@
+"""Waiting for a job's end, and enqueueing from async code.
+
+- :func:`wait_for` and :func:`await_job` return the job once it has ended (succeeded,
+  dead-lettered or cancelled), read again from its row, and raise ``TimeoutError`` when
+  it has not ended within ``timeout`` seconds. They read the row at first every
+  :data:`FIRST_POLL_SECONDS`, then less often, up to every :data:`MAX_POLL_SECONDS`: a
+  job that ends in milliseconds is seen in milliseconds, and a long wait costs a read a
+  second or two. Neither may run inside ``transaction.atomic()``: the wait would hold the
+  transaction (and, on PostgreSQL, the cleanup of every table) open, and a job enqueued
+  in it could not start before it commits.
+- :func:`aschedule_job` and :func:`aschedule_jobs` are :func:`schedule_job` and
+  :func:`schedule_jobs` for async views, run in Django's thread for sync code as the async
+  ORM's methods are.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import connections, router
+
+from .exceptions import JobsError
+from .models import FINISHED_STATUSES, Job
+from .scheduling import JobSpec, schedule_job, schedule_jobs
+
+#: The first wait between two reads of the row (seconds); each wait doubles it ...
+FIRST_POLL_SECONDS = 0.01
+#: ... up to this.
+MAX_POLL_SECONDS = 1.0
+
+
+def job_id(job: Job | int | str) -> int:
+    """The id of ``job``: a :class:`Job`, its id, or its id as text."""
+    if isinstance(job, Job):
+        if job.pk is None:
+            raise JobsError("this job has no id: it was never saved, so it will never end")
+        return int(job.pk)
+    if isinstance(job, bool) or not isinstance(job, (int, str)):
+        raise TypeError(f"expected a Job or a job id, got {type(job).__name__}")
+    try:
+        return int(job)
+    except ValueError:
+        raise TypeError(f"expected a Job or a job id, got {job!r}") from None
+
+
+def check_timeout(timeout: float) -> float:
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0:
+        raise ValueError(f"timeout must be a number of seconds, 0 or more; got {timeout!r}")
+    return float(timeout)
+
+
+def refuse_in_transaction(using: str, what: str) -> None:
+    if connections[using].in_atomic_block:
+        raise JobsError(
+            f"{what} inside transaction.atomic(): the wait would hold the transaction open,"
+            " and a job enqueued in it cannot start before it commits. Wait after the"
+            " transaction (transaction.on_commit(), or outside the atomic block)"
+        )
+
+
+def ended(found: Job | None, ident: int) -> bool:
+    if found is None:
+        raise Job.DoesNotExist(
+            f"no job {ident}: it was never enqueued, or was deleted (retention) since"
+        )
+    return found.status in FINISHED_STATUSES
+
+
+def timed_out(ident: int, timeout: float, found: Job) -> TimeoutError:
+    return TimeoutError(f"job {ident} has not ended within {timeout:g} s (it is {found.status})")
+
+
+def wait_for(
+    job: Job | int | str,
+    *,
+    timeout: float,
+    using: str | None = None,
+    monotonic: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Job:
+    """Wait until ``job`` (a :class:`Job` or its id) has ended; the job, read again.
+
+    ``TimeoutError`` when it has not ended within ``timeout`` seconds; ``Job.DoesNotExist``
+    when there is no such job."""
+    ident, limit = job_id(job), check_timeout(timeout)
+    using = using or router.db_for_read(Job)
+    refuse_in_transaction(using, "wait_for()")
+    deadline = monotonic() + limit
+    pause = FIRST_POLL_SECONDS
+    while True:
+        found = Job.objects.using(using).filter(pk=ident).first()
+        if ended(found, ident):
+            assert found is not None
+            return found
+        left = deadline - monotonic()
+        if left <= 0:
+            assert found is not None
+            raise timed_out(ident, limit, found)
+        sleep(min(pause, left))
+        pause = min(pause * 2, MAX_POLL_SECONDS)
+
+
+async def await_job(job: Job | int | str, *, timeout: float, using: str | None = None) -> Job:
+    """:func:`wait_for` for async code: waits on the event loop, reads through Django's
+    async ORM."""
+    ident, limit = job_id(job), check_timeout(timeout)
+    using = using or router.db_for_read(Job)
+    await sync_to_async(refuse_in_transaction)(using, "await_job()")
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    pause = FIRST_POLL_SECONDS
+    while True:
+        found = await Job.objects.using(using).filter(pk=ident).afirst()
+        if ended(found, ident):
+            assert found is not None
+            return found
+        left = deadline - loop.time()
+        if left <= 0:
+            assert found is not None
+            raise timed_out(ident, limit, found)
+        await asyncio.sleep(min(pause, left))
+        pause = min(pause * 2, MAX_POLL_SECONDS)
+
+
+async def aschedule_job(job: Any, payload: Any = None, **options: Any) -> Job:
+    """:func:`~django_jobs.schedule_job` for async code (the same arguments)."""
+    return await sync_to_async(schedule_job)(job, payload, **options)
+
+
+async def aschedule_jobs(specs: Iterable[JobSpec | Mapping[str, Any]]) -> list[Job]:
+    """:func:`~django_jobs.schedule_jobs` for async code."""
+    return await sync_to_async(schedule_jobs)(list(specs))
