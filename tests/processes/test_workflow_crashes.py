@@ -220,7 +220,26 @@ def assert_none_started_before_what_it_waits_for() -> None:
     first_start = dict(started.values_list("job", "first"))
     finished = dict(Job.objects.values_list("id", "finished_at"))
     for job, dependency in JobDependency.objects.values_list("job", "depends_on"):
-        assert first_start[job] >= finished[dependency] - CLOCK_SLACK, (job, dependency)
+        assert first_start[job] >= finished[dependency] - CLOCK_SLACK, attempts_of(job, dependency)
+
+
+def attempts_of(*jobs: int) -> str:
+    """The attempts of ``jobs``, each with its owner and times, and the jobs' ends: what a
+    failure of the order above needs to be read."""
+    lines = [
+        f"job {pk}: {status}, finished {finished}"
+        for pk, status, finished in Job.objects.filter(pk__in=jobs).values_list(
+            "id", "status", "finished_at"
+        )
+    ]
+    attempts = Attempt.objects.filter(job__in=jobs).order_by("job", "number")
+    lines += [
+        f"  job {job} attempt {number} by {owner}: {started} -> {ended} {outcome}"
+        for job, number, owner, started, ended, outcome in attempts.values_list(
+            "job", "number", "owner", "started_at", "finished_at", "outcome"
+        )
+    ]
+    return "\n".join(lines)
 
 
 def assert_each_batch_finished_with_its_callbacks_once(workflow: Workflow) -> None:
