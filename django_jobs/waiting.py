@@ -62,12 +62,13 @@ def refuse_in_transaction(using: str, what: str) -> None:
         )
 
 
-def ended(found: Job | None, ident: int) -> bool:
+def existing(found: Job | None, ident: int) -> Job:
+    """``found``, or ``Job.DoesNotExist`` saying why there may be none."""
     if found is None:
         raise Job.DoesNotExist(
             f"no job {ident}: it was never enqueued, or was deleted (retention) since"
         )
-    return found.status in FINISHED_STATUSES
+    return found
 
 
 def timed_out(ident: int, timeout: float, found: Job) -> TimeoutError:
@@ -87,18 +88,16 @@ def wait_for(
     ``TimeoutError`` when it has not ended within ``timeout`` seconds; ``Job.DoesNotExist``
     when there is no such job."""
     ident, limit = job_id(job), check_timeout(timeout)
-    using = using or router.db_for_read(Job)
+    using = using or router.db_for_write(Job)  # the jobs' database: a replica may lag
     refuse_in_transaction(using, "wait_for()")
     deadline = monotonic() + limit
     pause = FIRST_POLL_SECONDS
     while True:
-        found = Job.objects.using(using).filter(pk=ident).first()
-        if ended(found, ident):
-            assert found is not None
+        found = existing(Job.objects.using(using).filter(pk=ident).first(), ident)
+        if found.status in FINISHED_STATUSES:
             return found
         left = deadline - monotonic()
         if left <= 0:
-            assert found is not None
             raise timed_out(ident, limit, found)
         sleep(min(pause, left))
         pause = min(pause * 2, MAX_POLL_SECONDS)
@@ -108,19 +107,17 @@ async def await_job(job: Job | int | str, *, timeout: float, using: str | None =
     """:func:`wait_for` for async code: waits on the event loop, reads through Django's
     async ORM."""
     ident, limit = job_id(job), check_timeout(timeout)
-    using = using or router.db_for_read(Job)
+    using = using or router.db_for_write(Job)  # the jobs' database: a replica may lag
     await sync_to_async(refuse_in_transaction)(using, "await_job()")
     loop = asyncio.get_running_loop()
     deadline = loop.time() + limit
     pause = FIRST_POLL_SECONDS
     while True:
-        found = await Job.objects.using(using).filter(pk=ident).afirst()
-        if ended(found, ident):
-            assert found is not None
+        found = existing(await Job.objects.using(using).filter(pk=ident).afirst(), ident)
+        if found.status in FINISHED_STATUSES:
             return found
         left = deadline - loop.time()
         if left <= 0:
-            assert found is not None
             raise timed_out(ident, limit, found)
         await asyncio.sleep(min(pause, left))
         pause = min(pause * 2, MAX_POLL_SECONDS)
