@@ -26,7 +26,8 @@ from django.utils.module_loading import import_string
 from .text import UNSTORABLE, is_number_text
 
 DEFAULTS: dict[str, Any] = {
-    # queue name -> options; "workers" is the number of handler threads.
+    # queue name -> options; "workers" is the number of handler threads, "async_concurrency"
+    # how many of its async handlers run at once on the worker's event loop (default 100).
     "QUEUES": {"default": {"workers": 2}},
     # How long a claim holds a job before another worker may take it back.
     "LEASE_SECONDS": 300,
@@ -44,6 +45,9 @@ DEFAULTS: dict[str, Any] = {
     # A dispatcher claims the next jobs while its threads run the current ones, as long as
     # its queue's jobs take less than this on average (seconds); 0: never.
     "CLAIM_AHEAD_SECONDS": 0.01,
+    # A worker warns when its event loop (async handlers) has not turned for this long
+    # (seconds): a coroutine is running blocking code.
+    "ASYNC_BLOCKED_SECONDS": 0.5,
     # How often a worker logs how many outcomes it wrote since its last summary; 0: never.
     "SUMMARY_SECONDS": 60,
     "MAX_ATTEMPTS": 5,
@@ -85,6 +89,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 POSITIVE = (
+    "ASYNC_BLOCKED_SECONDS",
     "HEALTH_HORIZON_SECONDS",
     "LEASE_SECONDS",
     "POLL_SECONDS",
@@ -104,7 +109,9 @@ BOOLEAN = ("LISTEN", "PREPARED_STATEMENTS")
 UNKNOWN_QUEUE_CHOICES = ("warn", "error")
 #: The shortest METRICS_TOKEN: anything shorter is guessed.
 MIN_TOKEN_LENGTH = 16
-QUEUE_OPTIONS = ("workers", "timeout", "global_limit", "rate_limit")
+QUEUE_OPTIONS = ("workers", "async_concurrency", "timeout", "global_limit", "rate_limit")
+#: How many async handlers of a queue run at once when its options do not say.
+ASYNC_CONCURRENCY = 100
 #: A rate limit's window, by the letter or word after its "/".
 RATE_WINDOWS = {"s": 1, "second": 1, "m": 60, "minute": 60, "h": 3600, "hour": 3600}
 #: The most a concurrency limit (global or per key) or a rate's count may be.
@@ -525,6 +532,15 @@ def queue_options_problems(where: str, options: Mapping[Any, Any]) -> list[Probl
                 "Give a whole number of handler threads, e.g. {'workers': 2}.",
             )
         )
+    concurrency = options.get("async_concurrency", ASYNC_CONCURRENCY)
+    if not is_int(concurrency, 1):
+        problems.append(
+            Problem(
+                f"{where}['async_concurrency'] must be a positive integer, got {concurrency!r}.",
+                "It is how many of the queue's async handlers one worker process runs at "
+                "once on its event loop, e.g. {'workers': 2, 'async_concurrency': 500}.",
+            )
+        )
     limit = options.get("global_limit")
     if limit is not None and concurrency_problem(limit):
         problems.append(
@@ -679,6 +695,12 @@ class JobsSettings:
         """Handler threads for ``queue``: its ``workers`` option, else 1."""
         options = self.QUEUES.get(queue) or {}
         return int(options.get("workers", 1))
+
+    def queue_async_concurrency(self, queue: str) -> int:
+        """Async handlers of ``queue`` one process runs at once: its ``async_concurrency``
+        option, else :data:`ASYNC_CONCURRENCY`."""
+        options = self.QUEUES.get(queue) or {}
+        return int(options.get("async_concurrency", ASYNC_CONCURRENCY))
 
     def queue_option(self, queue: str, option: str) -> Any:
         """One option of ``queue`` in ``QUEUES``; None where it is not set."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import reprlib
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
@@ -54,6 +56,9 @@ class JobContext:
     _cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
     _progress: Progress | None = field(default=None, repr=False)
     _progress_version: int = field(default=0, repr=False)
+    #: Called by :meth:`cancel`, on the cancelling thread: how an event loop hears of it.
+    _on_cancel: list[Callable[[], None]] = field(default_factory=list, repr=False)
+    _cancelled_async: asyncio.Event | None = field(default=None, repr=False)
 
     @cached_property
     def dependency_results(self) -> dict[int, Any]:
@@ -79,6 +84,11 @@ class JobContext:
     def cancel(self) -> None:
         """Ask the handler to stop. Used by the worker; handlers read ``cancelled``."""
         self._cancel_event.set()
+        for hook in list(self._on_cancel):
+            try:
+                hook()
+            except RuntimeError:  # its event loop has closed: nothing is left to wake
+                pass
 
     def raise_if_cancelled(self) -> None:
         """Raise :class:`JobCancelled` if the attempt has been cancelled."""
@@ -93,6 +103,27 @@ class JobContext:
     def wait(self, seconds: float) -> bool:
         """Sleep up to ``seconds``; return True early once cancelled."""
         return self._cancel_event.wait(max(0.0, seconds))
+
+    async def asleep(self, seconds: float) -> bool:
+        """In an async handler: sleep up to ``seconds`` without holding the event loop;
+        return True early once cancelled (as :meth:`wait` does on a thread)."""
+        if self._cancel_event.is_set():
+            return True
+        if self._cancelled_async is None:
+            event = self._cancelled_async = asyncio.Event()
+            loop = asyncio.get_running_loop()
+
+            def wake() -> None:
+                loop.call_soon_threadsafe(event.set)
+
+            self._on_cancel.append(wake)
+            if self._cancel_event.is_set():  # cancelled as the hook went in
+                return True
+        try:
+            await asyncio.wait_for(self._cancelled_async.wait(), max(0.0, seconds))
+        except asyncio.TimeoutError:
+            return False
+        return True
 
     def progress(self, done: int, total: int | None = None, note: str = "") -> None:
         """Report how far the handler is: ``done`` of ``total``, with a short note.

@@ -448,6 +448,13 @@ LEASE_EVENTS: dict[str, tuple[int, str]] = {
         logging.INFO,
         "cancel requested; cancelled at the stop, not handed back",
     ),
+    "job_blocked_loop": (
+        logging.WARNING,
+        "its async handler has held the event loop for %(seconds).1f s "
+        "(ASYNC_BLOCKED_SECONDS is %(limit)s): it runs blocking code, and every async job "
+        "of this worker waits for it; call blocking code through sync_to_async() or "
+        "asyncio.to_thread()",
+    ),
     "job_late_result": (
         logging.WARNING,
         "handler returned after its attempt was over; result dropped",
@@ -493,6 +500,21 @@ def report_lease(event: str, job_id: int, attempt: int, **details: Any) -> None:
             line % details if details else line,
             extra={"event": LOGGED_AS.get(event, event), "job_id": job_id, "attempt": attempt},
         )
+
+
+def report_loop_blocked(claimed: ClaimedJob | None, seconds: float, limit: float) -> None:
+    """The worker's event loop has not turned for ``seconds``: ``claimed``'s async handler
+    holds it, or something else does (None)."""
+    if claimed is not None:
+        report_lease("job_blocked_loop", *claimed.pair, seconds=seconds, limit=limit)
+        return
+    logger.warning(
+        "the event loop of async handlers has not turned for %.1f s "
+        "(ASYNC_BLOCKED_SECONDS is %s): something on it runs blocking code",
+        seconds,
+        limit,
+        extra={"event": "job_blocked_loop"},
+    )
 
 
 # -- the leader lease ------------------------------------------------------------------

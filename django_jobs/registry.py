@@ -16,8 +16,10 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from asgiref.sync import iscoroutinefunction
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
@@ -61,6 +63,11 @@ class JobDefinition:
     #: Why no job of this name can be enqueued now, though its rows still run (and fail):
     #: a task whose module no longer imports, say.
     unavailable: str | None = None
+
+    @cached_property
+    def is_async(self) -> bool:
+        """The handler is a coroutine function: a worker runs it on its event loop."""
+        return iscoroutinefunction(self.func)
 
     @property
     def func_path(self) -> str:
@@ -308,6 +315,37 @@ def known_names() -> tuple[str, ...]:
     if known is None or known[0] != generation:
         known = _known = (generation, tuple(registered_names()))
     return known[1]
+
+
+def async_names() -> tuple[str, ...]:
+    """Those of :func:`known_names` whose handlers are coroutine functions: the names a
+    worker's event loop claims (the same tuple until the registry grows)."""
+    return _split_names()[1]
+
+
+def sync_names() -> tuple[str, ...]:
+    """Those of :func:`known_names` whose handlers run on threads."""
+    return _split_names()[0]
+
+
+#: :func:`known_names` split by the kind of handler, as of a generation.
+_split: tuple[int, tuple[str, ...], tuple[str, ...]] | None = None
+
+
+def _split_names() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    global _split
+    split, generation = _split, _generation
+    if split is None or split[0] != generation:
+        sync: list[str] = []
+        coroutines: list[str] = []
+        for name in known_names():
+            try:
+                is_async = get_definition(name).is_async
+            except UnknownJob:  # gone since it was listed: the next generation says so
+                is_async = False
+            (coroutines if is_async else sync).append(name)
+        split = _split = (generation, tuple(sync), tuple(coroutines))
+    return split[1], split[2]
 
 
 def discover_names() -> None:

@@ -17,6 +17,8 @@ env = environ.Env(
     JOBS_LEADER_LEASE_SECONDS=(float, 30.0),
     JOBS_RETRY_BASE_SECONDS=(float, 30.0),
     JOBS_WORKERS=(int, 2),
+    JOBS_ASYNC_CONCURRENCY=(int, 100),
+    JOBS_ASYNC_BLOCKED_SECONDS=(float, 0.5),
     JOBS_SHUTDOWN_GRACE_SECONDS=(float, 20.0),
     JOBS_LISTEN=(bool, True),
     JOBS_GLOBAL_LIMIT=(int, 0),
@@ -91,7 +93,10 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 DJANGO_JOBS = {
     "QUEUES": {
-        "default": {"workers": env("JOBS_WORKERS")},
+        "default": {
+            "workers": env("JOBS_WORKERS"),
+            "async_concurrency": env("JOBS_ASYNC_CONCURRENCY"),
+        },
         "emails": {"workers": 1},
         "keyed": {"workers": 4},  # example.keyed: one job per concurrency key at once
     },
@@ -102,6 +107,7 @@ DJANGO_JOBS = {
     "RETRY_BASE_SECONDS": env("JOBS_RETRY_BASE_SECONDS"),
     "SHUTDOWN_GRACE_SECONDS": env("JOBS_SHUTDOWN_GRACE_SECONDS"),
     "LISTEN": env("JOBS_LISTEN"),
+    "ASYNC_BLOCKED_SECONDS": env("JOBS_ASYNC_BLOCKED_SECONDS"),
 }
 # The default queue under limits (the peers bench's limited drains).
 if env("JOBS_DEFAULT_GLOBAL_LIMIT"):

@@ -63,6 +63,10 @@ def wanted_options(options: Mapping[str, Any]) -> dict[str, Any]:
     return {**wanted, **{key: value for key, value in options.items() if key not in wanted}}
 
 
+#: How many names tuples' JSON arrays :meth:`SQLiteDriver.names_params` keeps.
+NAMES_KEPT = 4
+
+
 class SQLiteDriver(Driver):
     row_lock = ""  # the claim's write transaction (BEGIN IMMEDIATE) holds the database
     has_journal_modes = True
@@ -70,8 +74,9 @@ class SQLiteDriver(Driver):
     # the database's time, it put the worker's clock up to a millisecond behind the clock
     # that stamped a job's run_at, and a job enqueued in that millisecond was not yet due.
     clock_is_hosts = True
-    #: The last names :meth:`names_params` made a JSON array of, and that array.
-    names_json: tuple[Sequence[str], str] | None = None
+    #: The JSON arrays :meth:`names_params` made of the last few names tuples (a worker's
+    #: lanes, sync and async, pass one each), by the tuple's id.
+    names_json: dict[int, tuple[Sequence[str], str]] = {}
 
     @contextmanager
     def write_transaction(self) -> Iterator[None]:
@@ -95,11 +100,14 @@ class SQLiteDriver(Driver):
         return f"{self.qn('name')} IN (SELECT value FROM json_each(%s))"
 
     def names_params(self, names: Sequence[str]) -> list[Any]:
-        """The names as one JSON array, made once for a worker's names (it passes the same
-        tuple to every claim until its registry grows)."""
-        made = self.names_json
+        """The names as one JSON array, made once for each of a worker's names tuples (it
+        passes the same tuple to every claim until its registry grows)."""
+        made = self.names_json.get(id(names))
         if made is None or made[0] is not names:
-            made = self.names_json = (names, json.dumps(list(names)))
+            if len(self.names_json) >= NAMES_KEPT:
+                self.names_json = {}
+            made = (names, json.dumps(list(names)))
+            self.names_json = {**self.names_json, id(names): made}
         return [made[1]]
 
     def names_key(self, names: Sequence[str] | None) -> str:

@@ -7,8 +7,9 @@ project declares (:mod:`.declared`: nothing else is imported) and gives this
 module's handler with the task's own queue, attempts and timeout. Rows of the
 older single job, :data:`~.results.RUNNER`, name the task in their payload and
 still run. The handler refuses anything that is not a ``Task`` and calls it as
-Django's ``ImmediateBackend`` does: ``Task.call``, which runs a coroutine
-function to completion with ``async_to_sync``.
+Django's ``ImmediateBackend`` does: ``Task.call``. A task whose function is a
+coroutine function runs through :func:`arun_task` instead, an async handler
+the worker runs on its event loop (``Task.acall``).
 
 ``task_started`` is sent as the attempt starts, on the worker's thread;
 ``task_finished`` once the attempt's outcome is written, from the receivers
@@ -21,12 +22,14 @@ failure it is sent while the task's exception is being handled, as
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from asgiref.sync import iscoroutinefunction, sync_to_async
 from django.db import router
 from django.dispatch import Signal
 from django.utils import timezone
@@ -103,14 +106,8 @@ def load_result(job_id: int, using: str | None = None) -> TaskResult:
 @job(RUNNER)
 def run_task(ctx: JobContext, payload: Any) -> Any:
     """Run the task the job names; its return value is the job's result."""
-    # A path the project does not declare fails here, as an unknown job's name does:
-    # before a query, with nothing imported. One that no longer imports runs as a
-    # stand-in that raises the import's error: the attempt fails as that error.
-    task_named(ctx.name, payload, ctx.job_id, ctx.queue)
-    result = load_result(ctx.job_id)
-    object.__setattr__(result, "status", TaskResultStatus.RUNNING)
+    result = start_task(ctx, payload)
     task = result.task
-    events.report_task(task_started, result)
     try:
         if task.takes_context:
             value = task.call(TaskContext(task_result=result), *result.args, **result.kwargs)
@@ -120,13 +117,56 @@ def run_task(ctx: JobContext, payload: Any) -> Any:
     except JobCancelled:
         raise
     except BaseException as exc:  # SystemExit too: the task's failure, as the runtime treats it
-        mask = mask_arguments(task.func, task.takes_context, result.args, result.kwargs)
-        trace = keep_end(mask(failure_trace(exc)), TRACEBACK_LIMIT)
-        error = TaskError(exception_class_path=class_path(type(exc)), traceback=trace)
-        remember(ctx, result, errors=[*result.errors, error], raised=exc)
-        raise TaskFailed(mask(failure_head(exc)), trace) from None
+        raise task_failed(ctx, result, exc) from None
     remember(ctx, result, value=value)
     return value
+
+
+async def arun_task(ctx: JobContext, payload: Any) -> Any:
+    """:func:`run_task` of a task whose function is a coroutine function, on the worker's
+    event loop: its reads and signals run off the loop (``sync_to_async``), the task is
+    awaited there (``Task.acall``)."""
+    result = await sync_to_async(start_task)(ctx, payload)
+    task = result.task
+    try:
+        if task.takes_context:
+            value = await task.acall(TaskContext(task_result=result), *result.args, **result.kwargs)
+        else:
+            value = await task.acall(*result.args, **result.kwargs)
+        value = normalize_json(value)
+    except (JobCancelled, asyncio.CancelledError):
+        raise
+    except BaseException as exc:
+        raise task_failed(ctx, result, exc) from None
+    remember(ctx, result, value=value)
+    return value
+
+
+#: The handlers that run a Django task.
+TASK_HANDLERS = (run_task, arun_task)
+
+
+def start_task(ctx: JobContext, payload: Any) -> TaskResult:
+    """The task's result as it starts (``RUNNING``), with ``task_started`` sent."""
+    # A path the project does not declare fails here, as an unknown job's name does:
+    # before a query, with nothing imported. One that no longer imports runs as a
+    # stand-in that raises the import's error: the attempt fails as that error.
+    task_named(ctx.name, payload, ctx.job_id, ctx.queue)
+    result = load_result(ctx.job_id)
+    object.__setattr__(result, "status", TaskResultStatus.RUNNING)
+    events.report_task(task_started, result)
+    return result
+
+
+def task_failed(ctx: JobContext, result: TaskResult, exc: BaseException) -> TaskFailed:
+    """What the job raises for a task that raised ``exc``: its error and traceback, masked;
+    the task's own error kept for ``task_finished``."""
+    task = result.task
+    mask = mask_arguments(task.func, task.takes_context, result.args, result.kwargs)
+    trace = keep_end(mask(failure_trace(exc)), TRACEBACK_LIMIT)
+    error = TaskError(exception_class_path=class_path(type(exc)), traceback=trace)
+    remember(ctx, result, errors=[*result.errors, error], raised=exc)
+    return TaskFailed(mask(failure_head(exc)), trace)
 
 
 def mask_arguments(
@@ -236,7 +276,7 @@ def task_definition(name: str) -> JobDefinition | None:
     options = options_of(found)
     return JobDefinition(
         name,
-        run_task,
+        arun_task if iscoroutinefunction(found.func) else run_task,
         queue=found.queue_name,
         priority=found.priority,
         max_attempts=options.max_attempts or backend_max_attempts(found.backend),
@@ -254,7 +294,7 @@ def backend_max_attempts(alias: str) -> int | None:
 def is_task_job(name: str) -> bool:
     """Whether jobs named ``name`` run a task: :data:`RUNNER`, or a task's module path."""
     try:
-        return get_definition(name).func is run_task
+        return get_definition(name).func in TASK_HANDLERS
     except UnknownJob:
         return False
 

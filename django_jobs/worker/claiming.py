@@ -48,9 +48,12 @@ class Claimer:
         self.settler = settler
         self.writer = writer
 
-    def request(self, queue: str, now: datetime, limit: int) -> ClaimRequest:
-        """The claim of ``queue``: of the jobs whose names this process knows (the same
-        tuple until its registry grows: the driver binds it as it is)."""
+    def request(
+        self, queue: str, now: datetime, limit: int, names: tuple[str, ...] | None = None
+    ) -> ClaimRequest:
+        """The claim of ``queue``: of the jobs whose names this process knows, or of
+        ``names`` (a lane's: the sync or the async handlers'), the same tuple until the
+        registry grows: the driver binds it as it is."""
         limits = queue_limits(queue)
         return ClaimRequest(
             queue,
@@ -60,17 +63,22 @@ class Claimer:
             limit,
             limits,
             report_claim_refused,
-            names=known_names(),
+            names=known_names() if names is None else names,
         )
 
-    def claim(self, queue: str, now: datetime, limit: int) -> list[ClaimedJob]:
-        """Up to ``limit`` due jobs of ``queue`` at ``now``, claimed and committed."""
+    def claim(
+        self, queue: str, now: datetime, limit: int, names: tuple[str, ...] | None = None
+    ) -> list[ClaimedJob]:
+        """Up to ``limit`` due jobs of ``queue`` at ``now`` (of ``names`` if given), claimed
+        and committed."""
         with self.deadline("the claim"):
-            claimed = self.driver.claim(self.request(queue, now, limit))
+            claimed = self.driver.claim(self.request(queue, now, limit, names))
         report_claimed(claimed)
         return claimed
 
-    def claim_and_settle(self, queue: str, limit: int) -> list[ClaimedJob]:
+    def claim_and_settle(
+        self, queue: str, limit: int, names: tuple[str, ...] | None = None
+    ) -> list[ClaimedJob]:
         """Claim for ``queue``, writing the outcomes that wait in the settler in the same
         statement, through the writer's one path. If that fails, the outcomes go back to
         the settler, still held, which writes them through the outage: the database busy,
@@ -79,8 +87,8 @@ class Claimer:
         carried = self.settler.take()
         now = self.clock.now()
         if not carried:
-            return self.claim(queue, now, limit)
-        request = self.request(queue, now, limit)
+            return self.claim(queue, now, limit, names)
+        request = self.request(queue, now, limit, names)
         claimed: list[ClaimedJob] = []
 
         def claim_carrying(decided: list[Decided]) -> tuple[list[Decided], Settled]:
@@ -102,5 +110,5 @@ class Claimer:
         except DatabaseBusy:
             return []
         except ROW_ERRORS:
-            return self.claim(queue, now, limit)
+            return self.claim(queue, now, limit, names)
         return claimed

@@ -31,6 +31,7 @@ from typing import TypeVar
 from django.db import connections
 
 from ..conf import settings
+from ..db import ClaimedJob
 from .ahead import Pace, Waiting, stale
 from .burst import job_list
 from .claiming import Claimer
@@ -63,6 +64,9 @@ class QueueState:
     woken: Doorbell = field(default_factory=Doorbell)
     closed: bool = False  # the dispatcher has stopped: the threads end once the inbox is empty
     limited: bool = False  # claimed under limits: never ahead, and again as a job ends
+    #: The names its claims take (a lane's: the sync or the async handlers'); None: every
+    #: name this process knows.
+    names: Callable[[], tuple[str, ...]] | None = None
 
     def wake(self) -> None:
         self.woken.set()
@@ -134,7 +138,11 @@ class Dispatcher:
                 if stop_event.is_set():
                     break
                 state.woken.clear()
-                claimed = self.guarded(partial(claimer.claim_and_settle, state.name, room))
+                names = None if state.names is None else state.names()
+                if names == ():  # no handler of this lane: nothing to claim
+                    self.sleep_dry(stop_event, poll)
+                    continue
+                claimed = self.guarded(partial(claimer.claim_and_settle, state.name, room, names))
                 if claimed is None and not failed:
                     # The first failure after a success is most often a connection the
                     # server dropped (a restart, pg_terminate_backend): guarded() closed
@@ -143,11 +151,7 @@ class Dispatcher:
                     continue
                 failed = claimed is None
                 jobs = claimed or []
-                with state.changed:
-                    since = time.monotonic()
-                    state.busy += len(jobs)
-                    state.inbox.extend(Waiting(since, job) for job in jobs)
-                    state.changed.notify_all()
+                self.hand_over(jobs)
                 if len(jobs) < room:  # the queue ran dry: sleep until woken or the next poll
                     self.sleep_dry(stop_event, poll)
         finally:
@@ -158,7 +162,20 @@ class Dispatcher:
                 state.closed = True
                 state.changed.notify_all()
             self.hand_back_waiting(waiting, "stopping")
+            self.wait_for_running()
             connections.close_all()
+
+    def hand_over(self, jobs: list[ClaimedJob]) -> None:
+        """Put claimed jobs in the inbox for the handler threads."""
+        state = self.state
+        with state.changed:
+            since = time.monotonic()
+            state.busy += len(jobs)
+            state.inbox.extend(Waiting(since, job) for job in jobs)
+            state.changed.notify_all()
+
+    def wait_for_running(self) -> None:
+        """At a stop, once nothing waits: the handler threads end by themselves."""
 
     def wait_for_room(self, stop_event: threading.Event, poll: float) -> int:
         """Wait until there is room for a claim; return how many jobs to claim.

@@ -10,10 +10,14 @@ same path. The job's definition is looked up once per attempt.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
+from asgiref.sync import async_to_sync, sync_to_async
 from django.db import router
 
 from .. import tracing
@@ -27,6 +31,7 @@ from ..outcomes import HandlerResult, Settlement, cancelled, snoozed
 from ..payloads import decode_payload, encode_payload
 from ..registry import JobDefinition, get_definition
 from .clock import Clock
+from .connections import tidy_connections
 from .inflight import Held, InFlight, Outcome
 from .settler import Settler
 
@@ -34,7 +39,9 @@ logger = logging.getLogger(__name__)
 
 
 class Executor:
-    """Runs claimed jobs on the calling thread while the heartbeat keeps their leases."""
+    """Runs claimed jobs while the heartbeat keeps their leases: a sync handler on the
+    calling thread (:meth:`execute`), an async one as a task of the worker's event loop
+    (:meth:`begin` on the dispatcher's thread, then :meth:`arun` on the loop)."""
 
     def __init__(self, *, clock: Clock, inflight: InFlight, settler: Settler) -> None:
         self.clock = clock
@@ -49,28 +56,56 @@ class Executor:
         the heartbeat's side (its lease given up, a time-out) and the result
         was dropped.
         """
+        started = self.begin(claimed)
+        if isinstance(started, Outcome):
+            return self.settler.submit(started)
+        try:
+            ran = run_handler(claimed, started.held.ctx, started.definition)
+        finally:
+            still_ours = self.inflight.finish(started.held)
+        return self.end(started, ran) if still_ours else None
+
+    def begin(
+        self, claimed: ClaimedJob, interrupt: Callable[[], None] | None = None
+    ) -> Started | Outcome:
+        """Hold ``claimed`` (the heartbeat keeps its lease from now on) and say it started;
+        the outcome at once when it cannot start (a bad timeout setting: a failed attempt,
+        not a stuck job). ``interrupt``: how its attempt is stopped when it ends on the
+        heartbeat's side (an async handler's task is cancelled)."""
         ctx = make_context(claimed)
         definition = definition_of(claimed)
-        held: Held | None = None
         try:
             timeout = timeout_for(claimed, definition)
-        except Exception as exc:  # a bad setting: a failed attempt, not a stuck job
+        except Exception as exc:
             result = HandlerResult.from_exception(AttemptOutcome.FAILED, exc, None)
-        else:
-            held = self.inflight.add(claimed, ctx, self.clock.now(), timeout)
-            ran = self.run(held, definition)
-            if ran is None:
-                return None
-            result = judge(held, ran)
-        return self.settler.submit(Outcome(claimed, result, held))
+            return Outcome(claimed, result)
+        held = self.inflight.add(claimed, ctx, self.clock.now(), timeout, interrupt)
+        report_started(claimed)
+        return Started(held, definition)
 
-    def run(self, held: Held, definition: Definition) -> HandlerResult | None:
-        """The handler's result, or None if its attempt is over (the heartbeat ended it)."""
+    async def arun(self, started: Started) -> Settlement | None:
+        """On the event loop: await the async handler, and hand its outcome on."""
+        held = started.held
         try:
-            result = run_handler(held.claimed, held.ctx, definition)
+            ran = await arun_handler(held.claimed, held.ctx, started.definition)
         finally:
             still_ours = self.inflight.finish(held)
-        return result if still_ours else None
+        if ran.outcome != AttemptOutcome.SUCCEEDED:  # it may have broken its connection
+            await sync_to_async(tidy_connections)()
+        return self.end(started, ran) if still_ours else None
+
+    def end(self, started: Started, ran: HandlerResult) -> Settlement | None:
+        """The handler's result, judged against a cancel request, to the settler."""
+        held = started.held
+        return self.settler.submit(Outcome(held.claimed, judge(held, ran), held))
+
+
+@dataclass(frozen=True)
+class Started:
+    """A job held and announced, its handler about to run."""
+
+    held: Held
+    definition: Definition
 
 
 def judge(held: Held, result: HandlerResult) -> HandlerResult:
@@ -114,38 +149,73 @@ def run_handler(claimed: ClaimedJob, ctx: JobContext, definition: Definition) ->
     Whatever the handler raises, ``SystemExit`` and ``KeyboardInterrupt``
     included, is a failed attempt: the worker stops only by its own stop
     event, never by a handler's exception. An unknown name or an undecodable
-    payload is a failure too.
+    payload is a failure too. An async handler called here (the tick's, a
+    test's) runs to its end through ``async_to_sync``.
     """
-    report_started(claimed)
     started = time.monotonic()
     with tracing.processing(claimed) as span:
-        result = _run(claimed, ctx, definition, span)
+        try:
+            defined = prepare(claimed, ctx, definition)
+            if defined.is_async:
+                result = returned(async_to_sync(defined.func)(ctx, ctx.payload))
+            else:
+                result = returned(defined.func(ctx, ctx.payload))
+        except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the handler's
+            ended = raised(claimed, ctx, exc, span)
+            result = snooze(claimed, ended.seconds) if isinstance(ended, Snooze) else ended
         span.ended(result)
     report_ran(claimed, time.monotonic() - started)
     return result
 
 
-def _run(
-    claimed: ClaimedJob, ctx: JobContext, definition: Definition, span: tracing.Processing
+async def arun_handler(
+    claimed: ClaimedJob, ctx: JobContext, definition: Definition
 ) -> HandlerResult:
-    try:
-        if isinstance(definition, UnknownJob):
-            raise definition
-        ctx.payload = decode_payload(claimed.raw_payload)
-        value = definition.func(ctx, ctx.payload)
-        if value is None:
-            return SUCCEEDED
-        result = stored_result(value)
-    except Snooze as exc:
-        return snooze(claimed, exc.seconds)
-    except JobCancelled as exc:
-        outcome = AttemptOutcome.RELEASED if ctx.cancelled else AttemptOutcome.FAILED
-        span.raised(exc)
-        return _ended(claimed, outcome, exc)
-    except BaseException as exc:  # SystemExit, KeyboardInterrupt too: the handler's, not ours
-        span.raised(exc)
-        return _ended(claimed, AttemptOutcome.FAILED, exc)
-    return HandlerResult(AttemptOutcome.SUCCEEDED, result=result)
+    """:func:`run_handler` of an async handler, on the event loop. Its task cancelled by
+    the worker (a timeout, ``cancel_job()``, a lease given up) ends as ``JobCancelled``
+    does; the snooze count runs off the loop."""
+    started = time.monotonic()
+    with tracing.processing(claimed) as span:
+        try:
+            defined = prepare(claimed, ctx, definition)
+            result = returned(await defined.func(ctx, ctx.payload))
+        except BaseException as exc:  # CancelledError too: the task is ours to end
+            ended = raised(claimed, ctx, exc, span)
+            if isinstance(ended, Snooze):
+                result = await sync_to_async(snooze)(claimed, ended.seconds)
+            else:
+                result = ended
+        span.ended(result)
+    report_ran(claimed, time.monotonic() - started)
+    return result
+
+
+def prepare(claimed: ClaimedJob, ctx: JobContext, definition: Definition) -> JobDefinition:
+    """The handler's definition, its payload decoded into ``ctx``; raises what fails."""
+    if isinstance(definition, UnknownJob):
+        raise definition
+    ctx.payload = decode_payload(claimed.raw_payload)
+    return definition
+
+
+def returned(value: Any) -> HandlerResult:
+    """A handler's return value as its attempt's result."""
+    if value is None:
+        return SUCCEEDED
+    return HandlerResult(AttemptOutcome.SUCCEEDED, result=stored_result(value))
+
+
+def raised(
+    claimed: ClaimedJob, ctx: JobContext, exc: BaseException, span: tracing.Processing
+) -> HandlerResult | Snooze:
+    """How an attempt whose handler raised ``exc`` ended (a snooze: the exception, whose
+    count is read next). A cancel the worker asked for (``JobCancelled`` raised, an async
+    handler's task cancelled) hands the job back; raised of itself, it is a failure."""
+    if isinstance(exc, Snooze):
+        return exc
+    span.raised(exc)
+    cancelled_ = isinstance(exc, (JobCancelled, asyncio.CancelledError)) and ctx.cancelled
+    return _ended(claimed, AttemptOutcome.RELEASED if cancelled_ else AttemptOutcome.FAILED, exc)
 
 
 SUCCEEDED = HandlerResult(AttemptOutcome.SUCCEEDED)

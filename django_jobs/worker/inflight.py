@@ -97,6 +97,15 @@ class Held:
     cancel_requested: bool = False  # cancel_job() asked: the attempt ends cancelled
     progress_sent: int = 0  # the version of the last progress report written
     progress_sent_at: datetime | None = None
+    #: Stops the handler when its attempt ends on the heartbeat's side or is cancelled
+    #: (an async handler's task is cancelled); None: the handler only reads ``ctx``.
+    interrupt: Callable[[], None] | None = None
+
+    def stop(self) -> None:
+        """Cancel the handler: ``ctx.cancelled``, and its task cancelled if it has one."""
+        self.ctx.cancel()
+        if self.interrupt is not None:
+            self.interrupt()
 
     def progress_due(self, now: datetime) -> bool:
         """A newer report waits, and the last write is at least a second old."""
@@ -137,13 +146,18 @@ class InFlight:
         self._lock = threading.Lock()
 
     def add(
-        self, claimed: ClaimedJob, ctx: JobContext, now: datetime, timeout: float | None
+        self,
+        claimed: ClaimedJob,
+        ctx: JobContext,
+        now: datetime,
+        timeout: float | None,
+        interrupt: Callable[[], None] | None = None,
     ) -> Held:
         keeper = LeaseKeeper.start(
             now, claimed.lease_expires_at, self.lease_seconds, self.beat_seconds
         )
         timeout_at = now + timedelta(seconds=timeout) if timeout else None
-        held = Held(claimed, ctx, keeper, timeout_at)
+        held = Held(claimed, ctx, keeper, timeout_at, interrupt=interrupt)
         with self._lock:
             self._held[claimed.pair] = held
             if self.stopping:
@@ -178,7 +192,7 @@ class InFlight:
                 return False
             held.over = True
             self._held.pop(held.claimed.pair, None)
-        held.ctx.cancel()
+        held.stop()
         return True
 
     def snapshot(self) -> list[Held]:
@@ -313,7 +327,7 @@ class InFlight:
         if held.cancel_requested:
             return
         held.cancel_requested = True
-        held.ctx.cancel()
+        held.stop()
         report_lease("job_cancel_requested", *held.claimed.pair)
 
     def _give_up(self, held: Held, why: str) -> None:

@@ -30,19 +30,20 @@ import threading
 import time
 from collections.abc import Callable
 from datetime import timedelta
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from django.db import connections
 
 from ..conf import settings
 from ..display import format_span
-from ..registry import queue_limits
+from ..registry import async_names, queue_limits, sync_names
 from .ahead import Pace, hold_seconds
 from .burst import BurstCheck, job_list
 from .connections import guarded, start_thread
 from .core import Parts, Worker
 from .deadlines import apply_connect_timeout
 from .dispatcher import Dispatcher, QueueState
+from .eventloop import AsyncDispatcher, EventLoop
 from .leader.chores import Chores
 from .summary import Summary
 from .waker import Waker
@@ -66,9 +67,13 @@ class Server:
         self.parts = parts
         self.hold = hold_seconds(parts.inflight.beat_seconds)
         ahead = float(settings.CLAIM_AHEAD_SECONDS)
-        self.dispatchers = {
-            name: self.dispatcher(name, count, ahead) for name, count in parts.queues.items()
-        }
+        # Async handlers known: each queue gets an async lane, run on one event loop.
+        self.loop = EventLoop(float(settings.ASYNC_BLOCKED_SECONDS)) if async_names() else None
+        self.dispatchers: list[Dispatcher] = [
+            self.dispatcher(name, count, ahead) for name, count in parts.queues.items()
+        ]
+        if self.loop is not None:
+            self.dispatchers += [self.async_dispatcher(name, self.loop) for name in parts.queues]
         self.summary = Summary(parts.writer, float(settings.SUMMARY_SECONDS), time.monotonic())
         self.burst = BurstCheck(parts)
 
@@ -81,16 +86,31 @@ class Server:
             Pace(ahead),
             woken=p.doorbells[name],
             limited=queue_limits(name) is not None,
+            names=None if self.loop is None else sync_names,
         )
-        return Dispatcher(
-            state,
-            claimer=p.claimer,
-            executor=p.executor,
-            writer=p.writer,
-            clock=p.clock,
-            using=p.using,
-            hold=self.hold,
+        return Dispatcher(state, hold=self.hold, **self.dispatcher_parts())
+
+    def async_dispatcher(self, name: str, loop: EventLoop) -> AsyncDispatcher:
+        """Queue ``name``'s async lane: up to its ``async_concurrency`` jobs on the loop."""
+        state = QueueState(
+            name,
+            settings.queue_async_concurrency(name),
+            Pace(0.0),  # never claims ahead: a task starts as soon as it is claimed
+            woken=self.parts.doorbells.add_lane(name),
+            limited=queue_limits(name) is not None,
+            names=async_names,
         )
+        return AsyncDispatcher(state, loop=loop, hold=self.hold, **self.dispatcher_parts())
+
+    def dispatcher_parts(self) -> dict[str, Any]:
+        p = self.parts
+        return {
+            "claimer": p.claimer,
+            "executor": p.executor,
+            "writer": p.writer,
+            "clock": p.clock,
+            "using": p.using,
+        }
 
     def guarded(self, step: Callable[[], T]) -> T | None:
         return guarded(step, self.parts.using)
@@ -110,18 +130,22 @@ class Server:
         heartbeat = start_thread("heartbeat", self.keep_leases, heartbeat_stop)
         p.follower.start()
         p.settler.start()
+        if self.loop is not None:
+            self.loop.start()
         threads = self.start_threads(stop_event)
-        waker = Waker(p.using, self.dispatchers, wake=self.wake)
+        waker = Waker(p.using, p.queues, wake=self.wake)
         waker.start()  # False where LISTEN is off or unavailable: the dispatchers poll
         try:
             self.main_loop(stop_event)
         finally:
             asked = stop_event.is_set()  # else: drained in burst mode, or the loop failed
             stop_event.set()
-            for dispatcher in self.dispatchers.values():
+            for dispatcher in self.dispatchers:
                 dispatcher.rouse()
             waker.stop()
             self.shut_down(threads, asked)
+            if self.loop is not None:
+                self.loop.stop(p.call_timeout_seconds)
             heartbeat_stop.set()
             heartbeat.join(5)
             p.inflight.close()
@@ -134,12 +158,12 @@ class Server:
             logger.info("worker %s stopped", p.owner, extra={"event": "worker_stopped"})
 
     def wake(self, queue: str) -> None:
-        """The waker's callback: new jobs on ``queue``."""
-        self.dispatchers[queue].wake()
+        """The waker's callback: new jobs on ``queue``, for each of its dispatchers."""
+        self.parts.doorbells.ring([queue])
 
     def start_threads(self, stop_event: threading.Event) -> list[threading.Thread]:
         threads = []
-        for dispatcher in self.dispatchers.values():
+        for dispatcher in self.dispatchers:
             threads += dispatcher.start(stop_event)
         return threads
 
@@ -174,7 +198,7 @@ class Server:
 
     def is_busy(self) -> bool:
         """A handler of this worker holds a job, or one waits for a handler."""
-        return any(dispatcher.is_busy() for dispatcher in self.dispatchers.values())
+        return any(dispatcher.is_busy() for dispatcher in self.dispatchers)
 
     def shut_down(self, threads: list[threading.Thread], asked: bool = True) -> None:
         """Say what the stop waits for (``asked``: a stop was asked for), cancel running

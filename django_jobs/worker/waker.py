@@ -33,26 +33,32 @@ class Doorbell(threading.Event):
 
 
 class Doorbells:
-    """One :class:`Doorbell` per served queue."""
+    """One :class:`Doorbell` per served queue, and one more for its async lane if it has
+    one (:meth:`add_lane`): a ring wakes both."""
 
     def __init__(self, queues: Iterable[str]) -> None:
-        self.events = {queue: Doorbell() for queue in queues}
+        self.events = {queue: [Doorbell()] for queue in queues}
 
     def __getitem__(self, queue: str) -> Doorbell:
-        return self.events[queue]
+        return self.events[queue][0]
+
+    def add_lane(self, queue: str) -> Doorbell:
+        """A doorbell of its own for another dispatcher of ``queue``, rung with the first."""
+        bell = Doorbell()
+        self.events[queue] = [*self.events[queue], bell]
+        return bell
 
     def is_dry(self, queue: str) -> bool:
-        """Queue ``queue``'s dispatcher sleeps with nothing to claim: no claim of it will
+        """Queue ``queue``'s dispatchers sleep with nothing to claim: no claim of it will
         carry an outcome before a wake-up or its poll."""
-        event = self.events.get(queue)
-        return event is not None and event.dry
+        bells = self.events.get(queue)
+        return bells is not None and all(bell.dry for bell in bells)
 
     def ring(self, queues: Iterable[str]) -> None:
         """Wake the dispatchers of ``queues`` that this process runs (others: nothing)."""
         for queue in queues:
-            event = self.events.get(queue)
-            if event is not None:
-                event.set()
+            for bell in self.events.get(queue, ()):
+                bell.set()
 
 
 class Waker:

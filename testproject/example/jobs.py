@@ -155,3 +155,103 @@ def counts(ctx: JobContext, payload: Any) -> None:
         if done < total:
             ctx.wait(payload["step"])
             ctx.raise_if_cancelled()
+
+
+# -- async handlers: run on the worker's event loop --------------------------
+
+
+@job("example.async_add")
+async def async_add(ctx: JobContext, payload: dict[str, Any]) -> int:
+    """Awaits ``sleep`` seconds (0 by default), then returns ``a + b``."""
+    import asyncio
+
+    await asyncio.sleep(float(payload.get("sleep", 0)))
+    return int(payload["a"]) + int(payload["b"])
+
+
+@job("example.async_record")
+async def async_record(ctx: JobContext, payload: dict[str, Any] | None) -> None:
+    """``example.record`` through the async ORM: awaits ``sleep`` seconds, then writes its
+    witness row."""
+    import asyncio
+    import os
+
+    from django.utils import timezone
+
+    from .models import Execution
+
+    started_at = timezone.now()
+    await asyncio.sleep(float((payload or {}).get("sleep", 0)))
+    await Execution.objects.acreate(
+        job_id=ctx.job_id,
+        attempt=ctx.attempt,
+        pid=os.getpid(),
+        started_at=started_at,
+        finished_at=timezone.now(),
+    )
+
+
+@job("example.async_watchful")
+async def async_watchful(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """``example.watchful`` as a coroutine: works ``seconds`` in steps of
+    ``ctx.asleep()``, noting to ``payload["log"]`` when it started, when it saw
+    ``ctx.cancelled`` (a stop), when its task was cancelled (a timeout, a cancel,
+    a hand-back) and when it finished. ``heedless``: it never looks at ``ctx``, so only
+    its task's cancellation stops it."""
+    import asyncio
+    import time
+
+    seconds = float(payload["seconds"] if ctx.attempt == 1 else payload.get("then_seconds", 1))
+    note_event(payload["log"], "started", ctx)
+    deadline = time.monotonic() + seconds
+    try:
+        while time.monotonic() < deadline:
+            step = min(0.05, max(0.0, deadline - time.monotonic()))
+            if payload.get("heedless"):
+                await asyncio.sleep(step)
+            elif await ctx.asleep(step):
+                note_event(payload["log"], "cancelled", ctx)
+                ctx.raise_if_cancelled()
+    except asyncio.CancelledError:
+        note_event(payload["log"], "interrupted", ctx)
+        raise
+    note_event(payload["log"], "finished", ctx)
+
+
+@job("example.async_watchful_timed", timeout=1.5)
+async def async_watchful_timed(ctx: JobContext, payload: dict[str, Any]) -> None:
+    """``example.async_watchful`` with a 1.5-second timeout."""
+    await async_watchful(ctx, payload)
+
+
+@job("example.async_blocking")
+async def async_blocking(ctx: JobContext, payload: dict[str, Any] | None) -> None:
+    """A coroutine that blocks the event loop with ``time.sleep(seconds)``: the mistake the
+    worker reports."""
+    import time
+
+    time.sleep(float((payload or {}).get("seconds", 1)))
+
+
+@job("example.async_counts", max_attempts=1)
+async def async_counts(ctx: JobContext, payload: Any) -> None:
+    """``example.counts`` as a coroutine."""
+    total = payload["total"]
+    for done in range(total + 1):
+        ctx.progress(done, total, f"step {done}")
+        if done < total:
+            await ctx.asleep(payload["step"])
+            ctx.raise_if_cancelled()
+
+
+@job("example.async_snooze", max_attempts=1)
+async def async_snooze(ctx: JobContext, payload: Any) -> str:
+    """Snoozes ``times`` times for ``seconds``, then returns how many attempts it saw."""
+    if ctx.attempt <= int(payload["times"]):
+        ctx.snooze(float(payload.get("seconds", 0.1)))
+    return f"ran on attempt {ctx.attempt}"
+
+
+@job("example.async_broken", max_attempts=2)
+async def async_broken(ctx: JobContext, payload: Any) -> None:
+    raise ValueError("this async job always fails")

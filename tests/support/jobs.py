@@ -235,3 +235,26 @@ def traced(ctx: JobContext, payload: Any) -> None:
             pass
     if payload == "fail first" and ctx.attempt == 1:
         raise RuntimeError("the first attempt fails")
+
+
+@job("tests.async_ok")
+async def async_ok(ctx: JobContext, payload: Any) -> Any:
+    CALLS.append((ctx.job_id, ctx.attempt, payload))
+    return payload
+
+
+@job("tests.async_cancels_itself", max_attempts=1)
+async def async_cancels_itself(ctx: JobContext, payload: Any) -> None:
+    """Raises ``CancelledError`` of its own (a task it awaited was cancelled): a failure,
+    not a cancel the worker asked for."""
+    import asyncio
+
+    raise asyncio.CancelledError("an inner task was cancelled")
+
+
+@job("tests.async_where")
+async def async_where(ctx: JobContext, payload: Any) -> str:
+    """The name of the thread the handler runs on."""
+    import threading
+
+    return threading.current_thread().name

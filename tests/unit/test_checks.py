@@ -258,8 +258,11 @@ def test_check_number_settings_in_range_pass():
         (
             {"q": {"retries": 2}},
             "unknown option 'retries'",
-            "Known: workers, timeout, global_limit, rate_limit.",
+            "Known: workers, async_concurrency, timeout, global_limit, rate_limit.",
         ),
+        ({"q": {"async_concurrency": 0}}, "['async_concurrency'] must be a positive", "loop"),
+        ({"q": {"async_concurrency": "500"}}, "['async_concurrency'] must be a positive", "500"),
+        ({"q": {"async_concurren": 5}}, "unknown option", "Did you mean 'async_concurrency'?"),
         ({"q": {"global_limit": 0}}, "['global_limit'] must be a whole number", "across every"),
         ({"q": {"global_limit": "2"}}, "['global_limit'] must be a whole number", "None"),
         ({"q": {"rate_limit": "100/day"}}, "['rate_limit'] is not a rate", "'100/m'"),

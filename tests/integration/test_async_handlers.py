@@ -1,0 +1,68 @@
+"""Async handlers in process: the tick runs them to their end, the server on its event
+loop; the names each lane claims; a CancelledError of the handler's own is a failure."""
+
+import threading
+
+import pytest
+
+from django_jobs import schedule_jobs
+from django_jobs.models import Attempt, Job, JobStatus
+from django_jobs.registry import async_names, get_definition, sync_names
+from django_jobs.worker import Worker, serve
+from django_jobs.worker.clock import SystemClock
+from tests.conftest import wait_until
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_the_tick_runs_an_async_handler_to_its_end(worker, make_job):
+    job = make_job(name="tests.async_ok", payload={"n": 3})
+    result = worker().run_once()
+    assert result.succeeded == 1
+    job.refresh_from_db()
+    assert (job.status, job.result) == (JobStatus.SUCCEEDED, {"n": 3})
+
+
+def test_a_cancelled_error_of_the_handlers_own_is_a_failed_attempt(worker, make_job):
+    job = make_job(name="tests.async_cancels_itself", max_attempts=1)
+    worker().run_once()
+    job.refresh_from_db()
+    assert job.status == JobStatus.DEAD_LETTERED
+    assert job.last_error == "CancelledError: an inner task was cancelled"
+    assert Attempt.objects.get(job=job).outcome == "failed"
+
+
+def test_each_lane_claims_the_names_of_its_kind_of_handler():
+    assert {"tests.async_ok", "example.async_add"} <= set(async_names())
+    assert {"tests.ok", "reports.add"} <= set(sync_names())
+    assert not set(async_names()) & set(sync_names())
+    assert get_definition("tests.async_ok").is_async
+    assert not get_definition("tests.ok").is_async
+
+
+def test_a_django_task_of_a_coroutine_function_is_run_as_an_async_handler():
+    pytest.importorskip("django_jobs.backend")
+    from django_jobs.tasks.runner import arun_task, run_task
+
+    assert get_definition("tests.support.tasks.async_add").func is arun_task
+    assert get_definition("tests.support.tasks.add").func is run_task
+    assert "tests.support.tasks.async_add" in async_names()
+
+
+def test_the_server_runs_async_handlers_on_its_loop_and_sync_ones_on_threads(settings):
+    settings.DJANGO_JOBS = {
+        "POLL_SECONDS": 0.02,
+        "QUEUES": {"default": {"workers": 1, "async_concurrency": 5}},
+    }
+    jobs = schedule_jobs([{"job": "tests.async_where"}] * 10 + [{"job": "tests.ok"}] * 3)
+    stop = threading.Event()
+    thread = threading.Thread(target=serve, args=(Worker(clock=SystemClock()), stop))
+    thread.start()
+    try:
+        wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 13, timeout=20)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()
+    results = {job.result for job in Job.objects.filter(pk__in=[j.pk for j in jobs[:10]])}
+    assert results == {"django-jobs-loop"}
