@@ -207,6 +207,14 @@ class Job(PartialIndexesHandled, models.Model):
         editable=False,
         help_text="The trace context of the span that enqueued it (W3C traceparent).",
     )
+    # True once wait_for() or await_job() waits for its end: on PostgreSQL its end is then
+    # NOTIFYed to them (a trigger); NULL otherwise, and no end of it notifies anyone.
+    awaited = models.BooleanField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="Someone waits for its end (wait_for, await_job).",
+    )
     created_at = models.DateTimeField(default=tz.now)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

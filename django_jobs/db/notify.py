@@ -13,6 +13,11 @@ does not deliver notifications (detected with a probe at every connection).
 
 The channel name is fixed and versioned; the payload is the queue's name
 alone, and an empty payload is the probe's.
+
+The end of a job someone waits for (``wait_for()``, ``await_job()``: its row's
+``awaited`` set) is NOTIFYed on :data:`END_CHANNEL` by a trigger (migration
+0020), with the job's id: :func:`ends_heard` and :func:`aends_heard` listen for
+one job's end on a connection of their own.
 """
 
 from __future__ import annotations
@@ -20,6 +25,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
@@ -34,6 +41,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 CHANNEL = "django_jobs_v1"
+#: The ends of awaited jobs, by id (the trigger of migration 0020 sends them).
+END_CHANNEL = "django_jobs_end_v1"
 
 # How long a listener waits for its own probe before it concludes that
 # notifications are not delivered (a transaction-mode pooler).
@@ -228,5 +237,89 @@ def close_quietly(connection: psycopg.Connection[Any] | None) -> None:
     if connection is not None:
         try:
             connection.close()
+        except Exception:  # noqa: BLE001, S110 (closing a broken connection)
+            pass
+
+
+# -- the end of one awaited job ----------------------------------------------------------
+
+
+def listening_params(using: str) -> dict[str, Any]:
+    """A listening connection's parameters: the Django alias's, in autocommit, bounded."""
+    params = {**CONNECTION_DEFAULTS, **connections[using].get_connection_params()}
+    params["autocommit"] = True
+    return params
+
+
+@contextmanager
+def ends_heard(using: str, job_id: int) -> Iterator[Callable[[float], bool] | None]:
+    """``heard(timeout)``: True once job ``job_id``'s end is NOTIFYed within ``timeout``
+    seconds, on a connection of its own LISTENing from now on; None where it cannot
+    listen (the connection failed: the caller polls)."""
+    import psycopg
+    from psycopg import sql
+
+    try:
+        connection = psycopg.connect(**listening_params(using))
+        connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(END_CHANNEL)))
+    except Exception as exc:  # noqa: BLE001 (psycopg or socket: polling will do)
+        logger.info("waiting by polling: LISTEN failed (%s)", first_line(exc))
+        yield None
+        return
+    wanted = str(job_id)
+
+    def heard(timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            notices = connection.notifies(timeout=left, stop_after=1)
+            try:
+                if any(notice.payload == wanted for notice in notices):
+                    return True
+            finally:
+                notices.close()
+        return False
+
+    try:
+        yield heard
+    finally:
+        close_quietly(connection)
+
+
+@asynccontextmanager
+async def aends_heard(
+    using: str, job_id: int
+) -> AsyncIterator[Callable[[float], Awaitable[bool]] | None]:
+    """:func:`ends_heard` on the event loop (psycopg's async connection)."""
+    import psycopg
+    from psycopg import sql
+
+    params = listening_params(using)
+    params.pop("cursor_factory", None)  # Django's cursor classes are sync ones
+    try:
+        connection = await psycopg.AsyncConnection.connect(**params)
+        await connection.execute(sql.SQL("LISTEN {}").format(sql.Identifier(END_CHANNEL)))
+    except Exception as exc:  # noqa: BLE001 (psycopg or socket: polling will do)
+        logger.info("waiting by polling: LISTEN failed (%s)", first_line(exc))
+        yield None
+        return
+    wanted = str(job_id)
+
+    async def heard(timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            notices = connection.notifies(timeout=left, stop_after=1)
+            try:
+                async for notice in notices:
+                    if notice.payload == wanted:
+                        return True
+            finally:
+                await notices.aclose()
+        return False
+
+    try:
+        yield heard
+    finally:
+        try:
+            await connection.close()
         except Exception:  # noqa: BLE001, S110 (closing a broken connection)
             pass

@@ -18,8 +18,10 @@ from django_jobs import (
     schedule_job,
     wait_for,
 )
+from django_jobs import waiting as waiting_module
+from django_jobs.db.notify import END_CHANNEL
 from django_jobs.models import Job
-from django_jobs.waiting import FIRST_POLL_SECONDS, MAX_POLL_SECONDS
+from django_jobs.waiting import FIRST_POLL_SECONDS, MAX_POLL_SECONDS, listens
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -27,6 +29,12 @@ pytestmark = pytest.mark.django_db(transaction=True)
 @pytest.fixture
 def clock(clock_ahead):
     return clock_ahead
+
+
+@pytest.fixture
+def polling(monkeypatch):
+    """Waits that poll, as on a database without LISTEN: the poll's schedule is the test's."""
+    monkeypatch.setattr(waiting_module, "listens", lambda using: False)
 
 
 class Waiting:
@@ -47,7 +55,7 @@ class Waiting:
             self.on_sleep()
 
 
-def test_wait_for_returns_the_job_once_it_has_ended(worker):
+def test_wait_for_returns_the_job_once_it_has_ended(worker, polling):
     job = schedule_job("tests.ok")
     w = worker()
     waiting = Waiting(on_sleep=lambda: w.run_once())
@@ -65,7 +73,7 @@ def test_wait_for_an_ended_job_reads_once_and_takes_its_id_too(worker):
     assert waiting.slept == []
 
 
-def test_wait_for_times_out_reading_less_and_less_often():
+def test_wait_for_times_out_reading_less_and_less_often(polling):
     job = schedule_job("tests.ok")  # no worker runs it
     waiting = Waiting()
     ended = rf"job {job.pk} has not ended within 10 s \(it is pending\)"
@@ -127,3 +135,83 @@ def test_aschedule_job_and_jobs_write_rows_as_their_sync_twins():
         {"n": 2},
         None,
     ]
+
+
+# -- PostgreSQL: the end of an awaited job is NOTIFYed -------------------------------------
+
+
+@pytest.fixture
+def listener():
+    """A connection of the test's own LISTENing on the ends' channel (PostgreSQL)."""
+    if not listens("default"):
+        pytest.skip("ends are NOTIFYed on PostgreSQL only")
+    import psycopg
+    from django.db import connection
+
+    from django_jobs.db.notify import listening_params
+
+    with psycopg.connect(**listening_params(connection.alias)) as listening:
+        listening.execute(f"LISTEN {END_CHANNEL}")
+        yield listening
+
+
+def heard(listening, seconds: float = 1.0) -> list[str]:
+    return [n.payload for n in listening.notifies(timeout=seconds) if n.channel == END_CHANNEL]
+
+
+def test_the_end_of_an_awaited_job_is_notified_and_no_other(worker, listener):
+    awaited = schedule_job("tests.ok")
+    schedule_job("tests.ok")  # its end sends nothing
+    Job.objects.filter(pk=awaited.pk).update(awaited=True)
+    worker(queues={"default": 2}).run_once()
+    assert Job.objects.filter(status="succeeded").count() == 2
+    assert heard(listener) == [str(awaited.pk)]  # the other's end sent nothing
+
+
+def test_wait_for_is_woken_by_the_notify_not_by_its_poll(worker, monkeypatch):
+    """With the polls a minute apart, the waiter still sees the end within moments."""
+    if not listens("default"):
+        pytest.skip("ends are NOTIFYed on PostgreSQL only")
+    monkeypatch.setattr(waiting_module, "FIRST_POLL_SECONDS", 60.0)
+    monkeypatch.setattr(waiting_module, "MAX_POLL_SECONDS", 60.0)
+    job = schedule_job("tests.ok")
+    w = worker()
+    threading_timer = __import__("threading").Timer(0.3, lambda: run_and_close(w))
+    threading_timer.start()
+    started = __import__("time").monotonic()
+    done = wait_for(job, timeout=30)
+    took = __import__("time").monotonic() - started
+    threading_timer.join()
+    assert done.status == "succeeded" and took < 5, took
+    assert Job.objects.get(pk=job.pk).awaited is True
+
+
+def test_await_job_is_woken_by_the_notify_not_by_its_poll(worker, monkeypatch):
+    if not listens("default"):
+        pytest.skip("ends are NOTIFYed on PostgreSQL only")
+    monkeypatch.setattr(waiting_module, "FIRST_POLL_SECONDS", 60.0)
+    monkeypatch.setattr(waiting_module, "MAX_POLL_SECONDS", 60.0)
+    job = schedule_job("tests.ok")
+    w = worker()
+
+    async def scenario() -> tuple[Job, float]:
+        loop = asyncio.get_running_loop()
+        waiter = asyncio.ensure_future(await_job(job, timeout=30))
+        await asyncio.sleep(0.3)
+        assert not waiter.done()
+        started = loop.time()
+        await sync_to_async(w.run_once)()
+        done = await waiter
+        return done, loop.time() - started
+
+    done, took = async_to_sync(scenario)()
+    assert done.status == "succeeded" and took < 5, took
+
+
+def run_and_close(w) -> None:
+    from django.db import connections
+
+    try:
+        w.run_once()
+    finally:
+        connections.close_all()
