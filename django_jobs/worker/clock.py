@@ -28,6 +28,8 @@ logger = logging.getLogger(__name__)
 #: A re-measure whose round trip is longer (and longer than the kept one's) is not taken:
 #: it could move the clock by half of it.
 MAX_ROUND_TRIP_SECONDS = 0.5
+#: The most readings one measure takes while their round trips are longer than that.
+READINGS = 3
 
 #: Where the database's clock is this host's (SQLite): how far the host's wall clock may run
 #: ahead of the carried clock and still be followed at once. A clock being slewed (NTP
@@ -189,23 +191,23 @@ class DatabaseClock:
         """Read the database's clock; return its offset from this host's wall clock.
 
         The reading is taken to fall halfway through its round trip, timed on
-        the monotonic clock, so a measure is wrong by up to half of it. A
-        re-measure whose round trip is longer than both
-        :data:`MAX_ROUND_TRIP_SECONDS` and the kept measure's (a slow answer, a
-        stalled thread) keeps the last measure. The offset is for the record:
+        the monotonic clock, so a measure is wrong by up to half of it. A reading
+        whose round trip is longer than :data:`MAX_ROUND_TRIP_SECONDS` (the
+        first one opens the connection, a thread stalls) is read again at once,
+        up to :data:`READINGS` times in all, and the shortest is kept. A
+        re-measure whose round trip is still longer than both that and the kept
+        measure's keeps the last measure. The offset is for the record:
         :meth:`now` does not read the wall clock.
         """
-        before, host_before = self.monotonic(), self.host.now()
-        db_now = self.read()
-        after, host_after = self.monotonic(), self.host.now()
-        host_midpoint = host_before + (host_after - host_before) / 2
-        if db_now is None:  # the database's clock is the host's, or cannot be read
-            db_now = host_midpoint
-        elif timezone.is_naive(db_now):
-            db_now = timezone.make_aware(db_now, dt_timezone.utc)
-        measured = Anchor(db_now, before + (after - before) / 2, after - before)
+        measured, db_now, host_midpoint = self._reading()
+        for _ in range(READINGS - 1):
+            if measured.round_trip <= MAX_ROUND_TRIP_SECONDS:
+                break
+            again = self._reading()
+            if again[0].round_trip < measured.round_trip:
+                measured, db_now, host_midpoint = again
         with self._lock:
-            self._measured_at = after
+            self._measured_at = self.monotonic()
             kept = self._anchor
             if kept is not None and measured.round_trip > max(
                 MAX_ROUND_TRIP_SECONDS, kept.round_trip
@@ -221,6 +223,19 @@ class DatabaseClock:
         if kept is not None:
             log_correction(measured.database_at - kept.at(measured.monotonic))
         return db_now - host_midpoint
+
+    def _reading(self) -> tuple[Anchor, datetime, datetime]:
+        """One reading of the database's clock: the measure it makes, the database's time
+        and this host's wall clock halfway through."""
+        before, host_before = self.monotonic(), self.host.now()
+        db_now = self.read()
+        after, host_after = self.monotonic(), self.host.now()
+        host_midpoint = host_before + (host_after - host_before) / 2
+        if db_now is None:  # the database's clock is the host's, or cannot be read
+            db_now = host_midpoint
+        elif timezone.is_naive(db_now):
+            db_now = timezone.make_aware(db_now, dt_timezone.utc)
+        return Anchor(db_now, before + (after - before) / 2, after - before), db_now, host_midpoint
 
     @property
     def offset(self) -> timedelta | None:

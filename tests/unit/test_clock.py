@@ -265,6 +265,29 @@ def test_clock_re_measure_with_a_long_round_trip_keeps_the_last_offset():
     assert clock.now() == database.now()
 
 
+def test_clock_a_slow_first_reading_is_read_again_at_once():
+    """The first reading also opens the connection: 20 s of it before the database answers
+    (a loaded server) put the clock 10 s behind the database's, and every attempt a worker
+    stamped for a minute looked 10 s older than it was. A reading that slow is read again
+    at once, on the open connection, and the quick one is kept."""
+    host = Host()
+    database = Database(host, timedelta(seconds=3))
+    readings = []
+
+    def connects_first():
+        if not readings:
+            host.advance(20)  # connecting
+        readings.append(database.now())
+        return readings[-1]
+
+    clock = DatabaseClock(
+        host=host.wall, refresh_seconds=60, read=connects_first, monotonic=host.monotonic
+    )
+    assert clock.now() == database.now()
+    assert len(readings) == 2
+    assert clock.offset == timedelta(seconds=3)
+
+
 def host_clock_of(host: Host) -> DatabaseClock:
     """The clock of a database whose clock is this host's (SQLite): nothing to read."""
     return DatabaseClock(
