@@ -145,6 +145,10 @@ TIME_LABELS = {
 }
 
 
+#: The runtime's marks on a job: its workflow steps still to take, a waiter to notify.
+RUNTIME_MARKS = ("workflow_pending", "awaited")
+
+
 def page_field(name: str) -> str | None:
     """What a job's change page shows for the model field ``name`` (None: shown elsewhere)."""
     if name == "payload":
@@ -153,7 +157,7 @@ def page_field(name: str) -> str | None:
         return f"{name}_shown"
     if name == PROGRESS_FIELDS[0]:
         return "progress"
-    if name == "workflow_pending":  # the runtime's mark, nothing a person acts on
+    if name in RUNTIME_MARKS:  # nothing a person acts on
         return None
     return None if name in PROGRESS_FIELDS else name
 
