@@ -118,10 +118,16 @@ class Server:
     def run(self, stop_event: threading.Event) -> None:
         p = self.parts
         apply_connect_timeout(p.using, p.call_timeout_seconds)
+        lanes = {
+            d.state.name: d.state.threads
+            for d in self.dispatchers
+            if isinstance(d, AsyncDispatcher)
+        }
         logger.info(
-            "worker %s serving queues %s",
+            "worker %s serving queues %s%s",
             p.owner,
             p.queues,
+            f"; async handlers on its event loop, at once per queue: {lanes}" if lanes else "",
             extra={"event": "worker_started", "owner": p.owner},
         )
         # The first reading of the clock measures the database's.

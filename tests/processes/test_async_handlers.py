@@ -184,6 +184,7 @@ def test_a_blocked_loop_is_reported_with_its_job_and_costs_no_lease(runjobs_proc
     assert list(Attempt.objects.filter(job=job).values_list("outcome", flat=True)) == ["succeeded"]
     stop(runjobs_process, process)
     log = runjobs_process.log(process)
+    assert "async handlers on its event loop, at once per queue: {'default': 100}" in log, log
     assert f"job #{job.pk} attempt 1: its async handler has held the event loop for" in log, log
     assert log.count("has held the event loop") == 1, log  # once per stall
 
