@@ -29,3 +29,11 @@ def record_start(log: str) -> None:
         os.write(fd, f"{started!r}\n".encode())
     finally:
         os.close(fd)
+
+
+@app.task(name="async_wait")
+async def async_wait(seconds: float) -> None:
+    """Awaits ``seconds``, as a call to a slow API would (bench/async_jobs.py)."""
+    import asyncio
+
+    await asyncio.sleep(seconds)

@@ -41,6 +41,13 @@ class Command(BaseCommand):
         schedule_jobs([{"job": "reports.add", "payload": {"a": n, "b": n}} for n in range(5)])
         schedule_job("demo.flaky", {"succeed_on": 2})
         schedule_job("demo.broken", {"why": "to show a dead letter"})
+        # async def handlers: awaited together on the worker's event loop, not a thread each
+        schedule_jobs(
+            [
+                {"job": "example.async_add", "payload": {"a": n, "b": 1, "sleep": 0.5}}
+                for n in range(3)
+            ]
+        )
         self.stdout.write(f"enqueued {Job.objects.count()} jobs; running a burst worker...")
 
         self._log_to_stdout()
@@ -50,10 +57,10 @@ class Command(BaseCommand):
             serve(Worker(burst=True), threading.Event())
             time.sleep(0.1)
 
-        self.stdout.write("\n  id  job              status         attempts  last error")
+        self.stdout.write("\n  id  job                status         attempts  last error")
         for job in Job.objects.order_by("id"):
             self.stdout.write(
-                f"{job.pk:>4}  {job.name:<16} {job.status:<14} "
+                f"{job.pk:>4}  {job.name:<18} {job.status:<14} "
                 f"{job.attempts_used}/{job.max_attempts:<7} {job.last_error[:50]}"
             )
         dead = Job.objects.filter(status=JobStatus.DEAD_LETTERED).count()
