@@ -286,23 +286,24 @@ def check_job_options(
         require_text(concurrency_key, "concurrency_key", CONCURRENCY_KEY_MAX_LENGTH)
 
 
-def resolve_run_at(run_at: Any, delay: Any) -> datetime:
-    """When a new job is due: ``run_at``, or ``delay`` from now, or now; ``ValueError`` for
-    both, or a value no job can have."""
+def resolve_run_at(run_at: Any, delay: Any, now: datetime | None = None) -> datetime:
+    """When a new job is due: ``run_at``, or ``delay`` from now (``now``, else the clock's),
+    or now; ``ValueError`` for both, or a value no job can have."""
     require_use_tz()
     if run_at is not None and delay is not None:
         raise ValueError("give run_at or delay, not both")
+    now = now or timezone.now()
     if delay is not None:
         if not isinstance(delay, timedelta):
             raise ValueError(f"delay must be a timedelta, got {delay!r}")
         try:
-            return timezone.now() + delay
+            return now + delay
         except OverflowError:
             raise ValueError(
                 f"delay must keep run_at within the years 1 to 9999, got {delay!r}"
             ) from None
     if run_at is None:
-        return timezone.now()
+        return now
     if not isinstance(run_at, datetime):
         raise ValueError(f"run_at must be a datetime, got {run_at!r}")
     if timezone.is_naive(run_at):

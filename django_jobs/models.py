@@ -5,11 +5,13 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from django.core.checks import CheckMessage
 from django.db import models
 from django.db.models import F, Q
+from django.db.models.base import ModelState
+from django.db.models.signals import post_init, pre_init
 from django.utils import timezone as tz
 
 
@@ -304,16 +306,63 @@ class Job(PartialIndexesHandled, models.Model):
 
         Built with every field's value in order, as Django makes the rows it
         loads: a third of the CPU of the keyword form, which looks up and pops
-        each field's keyword. ``pre_init`` and ``post_init`` are sent as ever.
+        each field's keyword; the constant defaults are laid out once
+        (:func:`_layout`), and only a default that is made anew each time (a
+        callable's: ``created_at``) is called, when ``values`` does not give it.
+        ``pre_init`` and ``post_init`` are sent as ever.
         """
-        fields = [values[name] if name in values else default() for name, default in _defaults()]
-        return cls(*fields)  # type: ignore[misc]  # the plugin reads one positional as the id
+        return cls.built(values, init_signals(cls))
+
+    @classmethod
+    def built(cls, values: dict[str, Any], signals: bool) -> Job:
+        """:meth:`unsaved`, told whether ``pre_init`` or ``post_init`` has a receiver (a
+        caller that builds many asks once: :func:`init_signals`)."""
+        layout = _layout()
+        fields = list(layout.constants)
+        for name, value in values.items():
+            fields[layout.position[name]] = value
+        for at, name, make in layout.made:
+            if name not in values:
+                fields[at] = make()
+        if signals:
+            return cls(*fields)  # type: ignore[misc]  # the plugin reads one positional as the id
+        # What Model.__init__ does with every field given in order, and no receiver of its
+        # signals to tell: each value under its attname, and a new state.
+        job = cls.__new__(cls)
+        job.__dict__.update(zip(layout.attnames, fields, strict=True))
+        job._state = ModelState()
+        return job
+
+
+def init_signals(model: type[models.Model]) -> bool:
+    """Whether ``pre_init`` or ``post_init`` has a receiver for ``model``."""
+    return pre_init.has_listeners(model) or post_init.has_listeners(model)
+
+
+class Layout(NamedTuple):
+    """Job's concrete fields in order: each one's position, the constant defaults, and the
+    defaults made anew for each row (a callable's), with their position and name."""
+
+    position: dict[str, int]
+    attnames: tuple[str, ...]
+    constants: tuple[Any, ...]
+    made: tuple[tuple[int, str, Callable[[], Any]], ...]
 
 
 @functools.cache
-def _defaults() -> tuple[tuple[str, Callable[[], Any]], ...]:
-    """Each concrete field of :class:`Job` in order, with what makes its default."""
-    return tuple((field.attname, field.get_default) for field in Job._meta.concrete_fields)
+def _layout() -> Layout:
+    fields = Job._meta.concrete_fields
+    made = tuple(
+        (at, field.attname, field.get_default)
+        for at, field in enumerate(fields)
+        if field.has_default() and callable(field.default)
+    )
+    constants = tuple(
+        None if any(at == m[0] for m in made) else field.get_default()
+        for at, field in enumerate(fields)
+    )
+    position = {field.attname: at for at, field in enumerate(fields)}
+    return Layout(position, tuple(position), constants, made)
 
 
 class JobDependency(models.Model):

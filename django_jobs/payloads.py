@@ -79,21 +79,56 @@ def _children(
     return children
 
 
-def encode_payload(payload: Any, what: str = "payload") -> str:
+def encode_payload(payload: Any, what: str = "payload", limit: int | None = None) -> str:
     """Serialise ``payload`` to JSON text, or raise :class:`PayloadError`.
 
     A handler's return value goes through the same rules (``what`` names it).
+    ``limit``: ``MAX_PAYLOAD_BYTES`` as the caller read it (else read here).
     """
-    check_payload(payload, what)
-    try:
-        text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
-    except (TypeError, ValueError) as exc:  # a type that passed the walk but does not encode
-        raise PayloadError(f"{what} is not strict JSON: {exc}") from None
-    limit = int(settings.MAX_PAYLOAD_BYTES)
-    size = len(text.encode("utf-8"))
+    return encoded(payload, what, limit)[0]
+
+
+def encoded(payload: Any, what: str = "payload", limit: int | None = None) -> tuple[str, Any]:
+    """:func:`encode_payload`'s text, and the payload as that text decodes (lists for
+    tuples): what a job stores and what its row holds.
+
+    The walk of :func:`check_payload` names the first value at fault, but costs more than
+    the encoding itself; most payloads are plain JSON. So the payload is encoded first,
+    and walked only when the encoding fails, when its text may hold what the walk refuses
+    (:func:`_may_be_refused`), or when the text does not decode to the payload (a key that
+    is not a string, which the encoder would turn into one; a tuple): the walk then
+    refuses it or lets it pass, as it always did.
+    """
+    text = _dumps(payload)
+    decoded = None if text is None else json.loads(text)
+    if text is None or _may_be_refused(text) or decoded != payload:
+        check_payload(payload, what)  # raises, naming the value at fault, or lets it pass
+    if text is None:  # passed the walk, but does not encode
+        try:
+            text = json.dumps(payload, allow_nan=False, separators=(",", ":"))
+        except (TypeError, ValueError) as exc:
+            raise PayloadError(f"{what} is not strict JSON: {exc}") from None
+        decoded = json.loads(text)
+    limit = int(settings.MAX_PAYLOAD_BYTES) if limit is None else limit
+    size = len(text) if text.isascii() else len(text.encode("utf-8"))
     if size > limit:
         raise PayloadError(f"{what} is {size} bytes, over MAX_PAYLOAD_BYTES ({limit})")
-    return text
+    return text, decoded
+
+
+def _may_be_refused(text: str) -> bool:
+    """Whether encoded ``text`` may hold what the walk refuses: a NUL, a surrogate (a lone
+    one among them), or containers nested past :data:`MAX_DEPTH` (so many brackets at all;
+    those inside strings count too: a few payloads are walked that need not be)."""
+    return "\\u0000" in text or "\\ud" in text or text.count("[") + text.count("{") > MAX_DEPTH
+
+
+def _dumps(payload: Any) -> str | None:
+    """``payload`` as compact, strict JSON text; None where the encoder refuses it."""
+    try:
+        return json.dumps(payload, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 def decode_payload(raw: Any) -> Any:

@@ -11,7 +11,6 @@ is announced once it commits.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,11 +22,12 @@ from django.utils import timezone
 from . import tracing
 from .conf import check_job_options, resolve_run_at, settings
 from .db import get_driver
+from .db.inserts import ENCODED_PAYLOAD
 from .db.workflows import Followed
 from .events import report_enqueued, report_followed
 from .exceptions import UnknownJob
-from .models import Job
-from .payloads import encode_payload
+from .models import Job, init_signals
+from .payloads import encoded
 from .queues import check_scheduled_queue
 from .registry import get_definition
 from .workflows import links_for, plan_links
@@ -57,18 +57,80 @@ class JobSpec:
     ignore_failed_dependencies: bool = False
 
 
-def build_job(spec: JobSpec) -> Job:
+def check_options(
+    *,
+    queue: Any,
+    priority: Any,
+    max_attempts: Any,
+    unique_key: Any,
+    schedule: Any,
+    concurrency_key: Any,
+) -> None:
+    """:func:`~django_jobs.conf.check_job_options`, once for each set of options of a
+    process's jobs, unique keys aside (each is checked on its own): the jobs of a call
+    mostly share theirs."""
+    if unique_key is not None:
+        check_job_options(queue=None, priority=None, max_attempts=None, unique_key=unique_key)
+    # The numbers' types too: True == 1, but a bool is no priority.
+    options: tuple[Any, ...] = (queue, type(priority), priority, type(max_attempts))
+    options += (max_attempts, schedule, concurrency_key)
+    try:
+        checked = options in _checked_options
+    except TypeError:  # an unhashable value: no job has it, the check says why
+        checked = False
+    if checked:
+        return
+    check_job_options(
+        queue=queue,
+        priority=priority,
+        max_attempts=max_attempts,
+        schedule=schedule,
+        concurrency_key=concurrency_key,
+    )
+    if len(_checked_options) >= CHECKED_OPTIONS:
+        _checked_options.clear()
+    _checked_options.add(options)
+
+
+#: The sets of options :func:`check_options` found good, and how many it keeps.
+_checked_options: set[tuple[Any, ...]] = set()
+CHECKED_OPTIONS = 1000
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What every job of one call shares, read once per call rather than once a job: the
+    time (its ``created_at``, and its ``run_at`` unless given), and the settings."""
+
+    now: datetime
+    max_attempts: int
+    payload_limit: int
+    #: Whether a receiver of Django's ``pre_init`` or ``post_init`` hears of each new row.
+    init_signals: bool
+
+    @classmethod
+    def read(cls) -> Shared:
+        return cls(
+            timezone.now(),
+            int(settings.MAX_ATTEMPTS),
+            int(settings.MAX_PAYLOAD_BYTES),
+            init_signals(Job),
+        )
+
+
+def build_job(spec: JobSpec, shared: Shared | None = None) -> Job:
     """Validate a spec and return an unsaved :class:`Job`."""
+    shared = shared or Shared.read()
     definition = get_definition(spec.job)
     if definition.unavailable is not None:
         raise UnknownJob(definition.unavailable)
     queue = spec.queue if spec.queue is not None else definition.queue
     key = definition.concurrency_key(spec.concurrency_key, queue)
-    text = encode_payload(spec.payload)
+    text, payload = encoded(spec.payload, limit=shared.payload_limit)
     max_attempts = (
         spec.max_attempts
         if spec.max_attempts is not None
-        else definition.max_attempts or int(settings.MAX_ATTEMPTS)
+        else definition.max_attempts or shared.max_attempts
     )
     priority = spec.priority if spec.priority is not None else definition.priority
     options = {
@@ -79,16 +141,20 @@ def build_job(spec: JobSpec) -> Job:
         "schedule": spec.schedule,
         "concurrency_key": key,
     }
-    check_job_options(**options)
-    run_at = resolve_run_at(spec.run_at, spec.delay)
+    check_options(**options)
+    run_at = resolve_run_at(spec.run_at, spec.delay, shared.now)
     check_scheduled_queue(queue, definition.queue)
-    return Job.unsaved(
-        name=definition.name,
-        payload=json.loads(text),
-        run_at=run_at,
-        concurrency_limit=None if key is None else definition.concurrency,
+    values = {
+        "name": definition.name,
+        "payload": payload,
+        "run_at": run_at,
+        "created_at": shared.now,
+        "concurrency_limit": None if key is None else definition.concurrency,
         **options,
-    )
+    }
+    row = Job.built(values, shared.init_signals)
+    setattr(row, ENCODED_PAYLOAD, text)  # written as it was checked: not encoded again
+    return row
 
 
 def enqueue(
@@ -124,7 +190,8 @@ def enqueue(
 def enqueue_specs(originals: Sequence[object], specs: Sequence[JobSpec]) -> list[Job]:
     """Build and write ``specs`` (``originals``: as the caller gave them, which a
     dependency on a spec of the call names), with their workflow if they have one."""
-    rows = [build_job(spec) for spec in specs]
+    shared = Shared.read()
+    rows = [build_job(spec, shared) for spec in specs]
     using = router.db_for_write(Job)
     planned = plan_links(originals, specs, using)
     if planned is None:

@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, Protocol
 from django.db import IntegrityError
 from django.db.models import Q
 
-from ..models import Job
+from ..models import Job, JobStatus
 
 #: The columns a driver's insert of new jobs writes, in the order of its values
 #: (:func:`inserted_values`; the text gives the others their constant values).
@@ -48,6 +48,8 @@ INSERTED_COLUMNS = (
 WRITTEN_COLUMNS = ("id", "name", "unique_key")
 #: How many times rows whose key a live job held are written again, that job having ended.
 TRIES = 3
+#: The attribute of an unsaved job that keeps its payload as the JSON text it was checked as.
+ENCODED_PAYLOAD = "_encoded_payload"
 
 
 class WrittenJob(NamedTuple):
@@ -66,6 +68,40 @@ class JobWriter(Protocol):
     def write_jobs(self, rows: Sequence[Job], now: datetime) -> list[int | None]: ...
 
 
+def payload_text(row: Job) -> str | None:
+    """The row's payload as JSON text: as :func:`~django_jobs.scheduling.build_job` encoded
+    it when it checked it (kept on the row), else encoded here."""
+    text = getattr(row, ENCODED_PAYLOAD, None)
+    if text is not None:
+        return str(text)
+    return None if row.payload is None else json.dumps(row.payload)
+
+
+def copied_values(job_id: int, row: Job) -> tuple[Any, ...]:
+    """A ``COPY`` row of a new job: its id, then every column of :data:`INSERTED_COLUMNS`."""
+    trace = row.trace_context
+    return (
+        job_id,
+        row.name,
+        row.queue,
+        payload_text(row),
+        JobStatus.PENDING.value,
+        row.priority,
+        row.run_at,
+        0,
+        0,
+        row.max_attempts,
+        "",
+        "",
+        row.created_at,
+        row.schedule,
+        row.unique_key,
+        row.concurrency_key,
+        row.concurrency_limit,
+        None if trace is None else json.dumps(trace),
+    )
+
+
 def inserted_values(row: Job, adapt: Callable[[datetime], Any] = lambda value: value) -> list[Any]:
     """The values an insert of new jobs binds for ``row``: the columns of
     :data:`INSERTED_COLUMNS` but its constants (status, attempt, attempts_used,
@@ -73,7 +109,7 @@ def inserted_values(row: Job, adapt: Callable[[datetime], Any] = lambda value: v
     return [
         row.name,
         row.queue,
-        None if row.payload is None else json.dumps(row.payload),
+        payload_text(row),
         row.priority,
         adapt(row.run_at),
         row.max_attempts,
@@ -137,9 +173,10 @@ def write(driver: JobWriter, rows: Sequence[Job], indexes: list[int], now: datet
 
 def mark_saved(row: Job, job_id: int, using: str) -> None:
     """``row`` as Django leaves a row it has saved."""
-    row.pk = job_id
-    row._state.adding = False
-    row._state.db = using
+    row.id = job_id
+    state = row._state
+    state.adding = False
+    state.db = using
 
 
 def live_jobs(using: str, rows: Sequence[Job]) -> dict[tuple[str, str | None], Job]:

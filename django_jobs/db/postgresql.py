@@ -33,7 +33,13 @@ from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 from ..conf import settings
 from ..models import Job, JobStatus
 from .base import Driver
-from .inserts import INSERTED_COLUMNS, WRITTEN_COLUMNS, inserted_values, written_ids
+from .inserts import (
+    INSERTED_COLUMNS,
+    WRITTEN_COLUMNS,
+    copied_values,
+    inserted_values,
+    written_ids,
+)
 from .notify import CHANNEL
 from .prepared import PreparedStatements
 from .records import (
@@ -58,6 +64,8 @@ T = TypeVar("T")
 #: What the claim returns of a row: a candidate's columns (its run_at among them) and its
 #: priority: its place in the claim order.
 CLAIMED_COLUMNS = (*CANDIDATE_COLUMNS, "priority")
+#: From this many new jobs with no unique key, the insert is a ``COPY``.
+COPY_ROWS = 100
 
 
 class ClaimedRow(NamedTuple):
@@ -251,14 +259,17 @@ class PostgresDriver(Driver):
             return list(cursor.fetchall())
 
     def write_jobs(self, rows: Sequence[Job], now: datetime) -> list[int | None]:
-        """One statement: the rows in order, passing over those whose key a live job holds,
-        and the NOTIFY of the queues with a due job written.
+        """Many rows with no unique key: :meth:`copy_jobs`. Otherwise one statement: the
+        rows in order, passing over those whose key a live job holds, and the NOTIFY of
+        the queues with a due job written.
 
         One row binds its values as they are (``schedule_job()``'s case: no arrays to
         build and dump); more bind one array per column.
         """
         if not rows:
             return []
+        if len(rows) >= COPY_ROWS and all(row.unique_key is None for row in rows):
+            return list(self.copy_jobs(rows, now))
         one = len(rows) == 1
         if one:
             sql = self.text("insert_jobs:True", lambda: self.insert_text(1))
@@ -272,6 +283,34 @@ class PostgresDriver(Driver):
             cursor.execute(sql, params)
             written = [row for row in cursor.fetchall() if row[0] is not None]
         return written_ids(rows, written)
+
+    def copy_jobs(self, rows: Sequence[Job], now: datetime) -> list[int]:
+        """Write ``rows`` with ``COPY``, the bulk path: their ids taken from the table's
+        sequence first (one statement), so that the rows go in with them, in order; then
+        the NOTIFY of the queues with a due job. Inside the caller's transaction (the one
+        insert opens one for many rows): all are written or none. No row may carry a unique
+        key: ``COPY`` cannot pass over one a live job holds."""
+        with self.connection.cursor() as cursor:
+            cursor.execute(self.text("job_ids", self.job_ids_text), [len(rows)])
+            ids = [job_id for (job_id,) in cursor.fetchall()]
+            with cursor.copy(self.text("copy_jobs", self.copy_text)) as copy:
+                for job_id, row in zip(ids, rows, strict=True):
+                    copy.write_row(copied_values(job_id, row))
+        if self.listen:
+            self.notify({row.queue for row in rows if row.run_at <= now})
+        return ids
+
+    def job_ids_text(self) -> str:
+        """``count`` new ids of the jobs table's sequence, in order."""
+        table = self.job_table
+        return (
+            f"SELECT nextval(pg_get_serial_sequence('{table}', 'id'))"
+            " FROM generate_series(1, %s) ORDER BY 1"
+        )
+
+    def copy_text(self) -> str:
+        columns = ", ".join(self.qn(column) for column in ("id", *INSERTED_COLUMNS))
+        return f"COPY {self.job_table} ({columns}) FROM STDIN"
 
     def insert_text(self, count: int) -> str:
         """The insert of :meth:`write_jobs`: one row's values bound as they are (``count``

@@ -386,3 +386,61 @@ def test_notify_rides_in_the_insert_of_a_unique_or_keyed_job(listener, options):
     [insert] = [q["sql"] for q in one.captured_queries if "SAVEPOINT" not in q["sql"]]
     assert "INSERT" in insert and "pg_notify" in insert
     assert received(listener) == {"keyed"}
+
+
+# -- the bulk path: COPY ------------------------------------------------------------
+
+
+def bulk(count: int, **extra) -> list[dict]:
+    return [{"job": "tests.ok", "payload": {"n": n}, **extra} for n in range(count)]
+
+
+@pytest.mark.listen_notify
+def test_copy_writes_many_jobs_in_order_and_wakes_each_queue_once(listener):
+    from django_jobs.db.postgresql import COPY_ROWS
+    from django_jobs.models import Job
+
+    specs = bulk(COPY_ROWS) + [{"job": "tests.emails", "payload": [1, "two"]}]
+    with CaptureQueriesContext(connection) as captured:
+        jobs = schedule_jobs(specs)
+    sql = [q["sql"] for q in captured.captured_queries]
+    assert any(s.startswith("COPY ") for s in sql), sql
+    assert not any("INSERT" in s for s in sql), sql
+    assert len([s for s in sql if "pg_notify" in s]) == 1
+    ids = [job.pk for job in jobs]
+    assert ids == sorted(ids) and len(set(ids)) == len(specs)
+    rows = {row.pk: row for row in Job.objects.filter(pk__in=ids)}
+    assert [rows[i].payload for i in ids] == [s["payload"] for s in specs]
+    assert {rows[i].status for i in ids} == {"pending"}
+    assert (rows[ids[-1]].queue, rows[ids[-1]].max_attempts, rows[ids[-1]].priority) == (
+        "emails",
+        7,
+        5,
+    )
+    assert received(listener) == {"default", "emails"}
+
+
+@pytest.mark.listen_notify
+def test_copy_rolls_back_with_the_callers_transaction(listener):
+    from django_jobs.db.postgresql import COPY_ROWS
+    from django_jobs.models import Job
+
+    with contextlib.suppress(RuntimeError), transaction.atomic():
+        schedule_jobs(bulk(COPY_ROWS))
+        raise RuntimeError("the view failed")
+    assert not Job.objects.exists()
+    assert received(listener) == set()
+    schedule_jobs(bulk(COPY_ROWS))  # the ids taken by the rolled-back COPY are skipped
+    assert Job.objects.count() == COPY_ROWS
+
+
+@pytest.mark.listen_notify
+def test_a_bulk_call_with_a_unique_key_is_one_insert_that_honours_it():
+    from django_jobs.db.postgresql import COPY_ROWS
+
+    first = schedule_job("tests.ok", unique_key="kept")
+    specs = bulk(COPY_ROWS) + [{"job": "tests.ok", "unique_key": "kept"}]
+    with CaptureQueriesContext(connection) as captured:
+        jobs = schedule_jobs(specs)
+    assert not any(q["sql"].startswith("COPY ") for q in captured.captured_queries)
+    assert jobs[-1].pk == first.pk

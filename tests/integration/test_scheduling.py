@@ -271,3 +271,34 @@ def test_schedule_job_onto_a_queue_named_nowhere_is_refused_when_the_setting_say
     with pytest.raises(ValueError, match="queue 'emial' is not in .*did you mean 'emails'"):
         schedule_jobs([{"job": "tests.ok"}, {"job": "tests.ok", "queue": "emial"}])
     assert not Job.objects.exists()  # nothing of the call was written
+
+
+def test_options_checked_once_are_still_refused_as_a_bool():
+    """The options a call checked are remembered; True equals 1, but is no priority."""
+    schedule_job("tests.ok", priority=1, max_attempts=1)
+    with pytest.raises(ValueError, match="priority"):
+        schedule_job("tests.ok", priority=True, max_attempts=1)
+    with pytest.raises(ValueError, match="max_attempts"):
+        schedule_job("tests.ok", priority=1, max_attempts=True)
+
+
+def test_an_unsaved_job_is_the_same_with_or_without_a_receiver_of_its_init_signals():
+    from django.db.models.signals import post_init
+
+    from django_jobs.models import Job
+
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance)
+
+    quick = Job.unsaved(name="tests.ok", queue="q", payload={"a": 1}, created_at=None)
+    post_init.connect(receiver, sender=Job)
+    try:
+        signalled = Job.unsaved(name="tests.ok", queue="q", payload={"a": 1}, created_at=None)
+    finally:
+        post_init.disconnect(receiver, sender=Job)
+    assert seen == [signalled]
+    fields = [f.attname for f in Job._meta.concrete_fields if f.attname != "run_at"]
+    assert [getattr(quick, f) for f in fields] == [getattr(signalled, f) for f in fields]
+    assert (quick._state.adding, quick._state.db) == (True, None)

@@ -112,3 +112,18 @@ def test_decode_payload_returns_a_new_value_each_time():
     decoded["items"].append(2)
     assert stored == {"card_token": "tok_1", "items": [1]}
     assert decode_payload(stored) == stored
+
+
+def test_encoded_takes_the_quick_path_only_where_the_walk_would_agree():
+    from django_jobs.payloads import encoded
+
+    assert encoded({"a": (1, 2)}) == ('{"a":[1,2]}', {"a": [1, 2]})  # a tuple: a list
+    assert encoded({"smile": "\U0001f600"})[1] == {"smile": "\U0001f600"}  # a surrogate pair
+    with pytest.raises(PayloadError, match=r"payload has a key that is not a string: 1"):
+        encoded({1: "one"})  # the encoder would have written the key as "1"
+    with pytest.raises(PayloadError, match=r"payload\['k'\] contains a NUL"):
+        encoded({"k": "a\x00b"})
+    with pytest.raises(PayloadError, match="lone surrogate"):
+        encoded(["\ud800"])
+    with pytest.raises(PayloadError, match=r"payload\[0\] is nan"):
+        encoded([float("nan")])
