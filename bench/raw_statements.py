@@ -87,11 +87,12 @@ class Sender:
             self.execute_options = {"prepare": True}
 
     def send(self, statements: Sequence[Statement]) -> None:
+        if any(is_copy(statement) for statement in statements):
+            with self.raw.transaction():  # one transaction, as the driver's bulk insert
+                self.send_each(statements)
+            return
         if not self.sqlite:
-            for statement in statements:
-                self.cursor.execute(statement.sql, statement.params, **self.execute_options)
-                if self.cursor.description is not None:
-                    self.cursor.fetchall()
+            self.send_each(statements)
             return
         began = not self.raw.in_transaction
         for statement in statements:
@@ -102,6 +103,31 @@ class Sender:
         if began and self.raw.in_transaction:
             self.raw.commit()
 
+    def send_each(self, statements: Sequence[Statement]) -> None:
+        """Each statement in turn (psycopg or MySQLdb). A ``COPY`` (:func:`copy_of`) writes
+        its rows, each after an id of the rows the statement before it returned."""
+        rows: list[Any] = []
+        for statement in statements:
+            if is_copy(statement):
+                with self.cursor.copy(statement.sql) as copy:
+                    for (job_id,), values in zip(rows, statement.params, strict=True):
+                        copy.write_row((job_id, *values))
+                continue
+            self.cursor.execute(statement.sql, statement.params, **self.execute_options)
+            if self.cursor.description is not None:
+                rows = self.cursor.fetchall()
+
     def close(self) -> None:
         if self.cursor is not None:
             self.cursor.close()
+
+
+def is_copy(statement: Statement) -> bool:
+    return statement.sql.startswith("COPY ")
+
+
+def copy_of(sql: str, rows: list[Any]) -> Statement:
+    """A ``COPY ... FROM STDIN`` the driver sent (``execute_wrapper`` sees none), as a
+    statement :meth:`Sender.send` replays: ``rows`` are its rows without their ids, which
+    the statement before it returned."""
+    return Statement(sql, rows)

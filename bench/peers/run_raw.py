@@ -14,9 +14,10 @@ driver sent. When the driver changes, so does the raw loop.
 - one-by-one enqueue: what one ``schedule_job()`` sends, on one connection in
   autocommit: on PostgreSQL one statement, the one-row INSERT with its
   ``pg_notify`` in the same statement, and its commit: one round trip a job;
-- bulk enqueue: what one ``schedule_jobs()`` of ``--batch`` jobs sends (on
-  PostgreSQL one INSERT of one array per column), once per batch, each its
-  own transaction;
+- bulk enqueue: what one ``schedule_jobs()`` of ``--batch`` jobs sends, once
+  per batch, each its own transaction: on PostgreSQL the ids' statement, a
+  ``COPY`` of the same rows (a batch of 100 or more; below, one INSERT of one
+  array per column) and the NOTIFY, in one transaction;
 - drain, on PostgreSQL: each connection (a thread, with its own psycopg
   connection; psycopg lets go of the GIL while it waits) claims up to
   ``--claim-limit`` jobs with the driver's claim statement, runs nothing, and
@@ -56,7 +57,7 @@ from typing import Any
 import common
 import harness  # bench/harness.py, on the path once common is imported
 from harness import JOB_NAME, QUEUE, BenchError
-from raw_statements import Sender, Statement, only, recording
+from raw_statements import Sender, Statement, copy_of, only, recording
 
 #: The owner of the statements sent only to record them.
 RECORDING_OWNER = "raw-recording"
@@ -82,6 +83,34 @@ class Span:
 
 
 # -- the databases ---------------------------------------------------------------------
+
+
+@contextmanager
+def copying() -> Iterator[list[tuple[str, list[Any]]]]:
+    """The ``COPY`` statements the PostgreSQL driver sends meanwhile, each with its rows'
+    values but their ids (``execute_wrapper`` does not see them): the same rows, for the
+    raw loop to copy again."""
+    from django.db import connection
+
+    from django_jobs.db import get_driver
+    from django_jobs.db.inserts import copied_values
+
+    copied: list[tuple[str, list[Any]]] = []
+    driver = get_driver()
+    if connection.vendor != "postgresql":
+        yield copied
+        return
+    original = driver.copy_jobs
+
+    def copy_jobs(rows: Any, now: Any) -> Any:
+        copied.append((driver.copy_text(), [copied_values(0, row)[1:] for row in rows]))
+        return original(rows, now)
+
+    driver.copy_jobs = copy_jobs
+    try:
+        yield copied
+    finally:
+        del driver.copy_jobs
 
 
 class PostgresLimit:
@@ -325,7 +354,7 @@ class Raw(common.System):
             self.bulk_api = "the driver's INSERT"
         else:
             self.limit = PostgresLimit(driver)
-            self.bulk_api = "the driver's INSERT"
+            self.bulk_api = "the driver's COPY"
         self.workers = self.limit.describe(self.connections[0], claim_limit)
         self.one: list[Statement] = []
         self.many: dict[int, list[Statement]] = {}
@@ -360,8 +389,11 @@ class Raw(common.System):
             schedule_job(JOB_NAME, {"n": 0})
         sizes = {min(options.batch, options.jobs), options.jobs % options.batch} - {0}
         for size in sizes:
-            with recording() as self.many[size]:
+            with recording() as self.many[size], copying() as copied:
                 schedule_jobs([JobSpec(JOB_NAME, {"n": number}) for number in range(size)])
+            if copied:  # PostgreSQL's bulk path: the COPY goes after the ids' statement
+                [(sql, rows)] = copied
+                self.many[size].insert(1, copy_of(sql, rows))
         self.delete_jobs()
         self.limit.record(self.request(RECORDING_OWNER))
 
