@@ -67,6 +67,10 @@ class QueueState:
     #: The names its claims take (a lane's: the sync or the async handlers'); None: every
     #: name this process knows.
     names: Callable[[], tuple[str, ...]] | None = None
+    #: Held around each claim, and shared by the queue's lanes (sync and async): on MariaDB
+    #: a locking read locks the rows it passes over for a moment, so two lanes claiming at
+    #: once could each skip the other's jobs, due, until a poll.
+    claiming: threading.Lock = field(default_factory=threading.Lock)
 
     def wake(self) -> None:
         self.woken.set()
@@ -142,7 +146,9 @@ class Dispatcher:
                 if names == ():  # no handler of this lane: nothing to claim
                     self.sleep_dry(stop_event, poll)
                     continue
-                claimed = self.guarded(partial(claimer.claim_and_settle, state.name, room, names))
+                with state.claiming:
+                    claim = partial(claimer.claim_and_settle, state.name, room, names)
+                    claimed = self.guarded(claim)
                 if claimed is None and not failed:
                     # The first failure after a success is most often a connection the
                     # server dropped (a restart, pg_terminate_backend): guarded() closed

@@ -69,11 +69,12 @@ class Server:
         ahead = float(settings.CLAIM_AHEAD_SECONDS)
         # Async handlers known: each queue gets an async lane, run on one event loop.
         self.loop = EventLoop(float(settings.ASYNC_BLOCKED_SECONDS)) if async_names() else None
-        self.dispatchers: list[Dispatcher] = [
-            self.dispatcher(name, count, ahead) for name, count in parts.queues.items()
-        ]
+        lanes = {name: self.dispatcher(name, count, ahead) for name, count in parts.queues.items()}
+        self.dispatchers: list[Dispatcher] = list(lanes.values())
         if self.loop is not None:
-            self.dispatchers += [self.async_dispatcher(name, self.loop) for name in parts.queues]
+            self.dispatchers += [
+                self.async_dispatcher(lane.state, self.loop) for lane in lanes.values()
+            ]
         self.summary = Summary(parts.writer, float(settings.SUMMARY_SECONDS), time.monotonic())
         self.burst = BurstCheck(parts)
 
@@ -90,8 +91,10 @@ class Server:
         )
         return Dispatcher(state, hold=self.hold, **self.dispatcher_parts())
 
-    def async_dispatcher(self, name: str, loop: EventLoop) -> AsyncDispatcher:
-        """Queue ``name``'s async lane: up to its ``async_concurrency`` jobs on the loop."""
+    def async_dispatcher(self, sync: QueueState, loop: EventLoop) -> AsyncDispatcher:
+        """The async lane of ``sync``'s queue: up to its ``async_concurrency`` jobs on the
+        loop, claimed one claim at a time with the sync lane's."""
+        name = sync.name
         state = QueueState(
             name,
             settings.queue_async_concurrency(name),
@@ -99,6 +102,7 @@ class Server:
             woken=self.parts.doorbells.add_lane(name),
             limited=queue_limits(name) is not None,
             names=async_names,
+            claiming=sync.claiming,
         )
         return AsyncDispatcher(state, loop=loop, hold=self.hold, **self.dispatcher_parts())
 

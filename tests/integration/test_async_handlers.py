@@ -66,3 +66,19 @@ def test_the_server_runs_async_handlers_on_its_loop_and_sync_ones_on_threads(set
     assert not thread.is_alive()
     results = {job.result for job in Job.objects.filter(pk__in=[j.pk for j in jobs[:10]])}
     assert results == {"django-jobs-loop"}
+
+
+def test_a_queues_two_lanes_claim_one_at_a_time(settings, worker):
+    """On MariaDB a locking read locks, for a moment, the rows it passes over: the async
+    lane claiming at the same instant as the sync lane made it skip a due sync job, which
+    then waited a poll. The lanes of a queue share one lock around their claims."""
+    from django_jobs.worker.eventloop import AsyncDispatcher
+    from django_jobs.worker.server import Server
+
+    settings.DJANGO_JOBS = {"QUEUES": {"default": {"workers": 1}, "other": {"workers": 1}}}
+    server = Server(worker(queues={"default": 1, "other": 1}).parts())
+    lanes = {(type(d) is AsyncDispatcher, d.state.name): d.state for d in server.dispatchers}
+    assert set(lanes) == {(False, "default"), (True, "default"), (False, "other"), (True, "other")}
+    for queue in ("default", "other"):
+        assert lanes[(True, queue)].claiming is lanes[(False, queue)].claiming
+    assert lanes[(False, "default")].claiming is not lanes[(False, "other")].claiming
