@@ -19,8 +19,7 @@ from .exceptions import (
     UnknownJob,
 )
 from .registry import job
-
-__version__ = "0.1.0.dev0"
+from .version import __version__ as __version__
 
 __all__ = [
     "DuplicateJobName",

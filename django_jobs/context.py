@@ -3,45 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-import reprlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, NamedTuple, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .exceptions import JobCancelled, Snooze
-from .text import storable_text
+from .progress import Progress
 
 if TYPE_CHECKING:
     from .workflows import BatchView
-
-#: The longest progress note stored; a longer one is cut.
-PROGRESS_NOTE_LENGTH = 200
-#: The largest count the progress columns hold (a 64-bit integer).
-PROGRESS_COUNT_MAX = 2**63 - 1
-
-
-class Progress(NamedTuple):
-    """A handler's last report: ``done`` of ``total`` (None if unknown), with a note."""
-
-    done: int
-    total: int | None
-    note: str
-
-
-def _count(value: Any, what: str) -> int:
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, int)
-        or not 0 <= value <= PROGRESS_COUNT_MAX
-    ):
-        raise ValueError(
-            f"ctx.progress(): {what} must be a whole number from 0 to 2**63 - 1, "
-            f"got {reprlib.repr(value)}"
-        )
-    return int(value)
 
 
 @dataclass
@@ -132,13 +105,7 @@ class JobContext:
         worker's heartbeat writes the latest report to the job's row, at most
         once a second per job, in its lease renewal. The admin shows it as a bar.
         """
-        done = _count(done, "done")
-        if total is not None:
-            total = _count(total, "total")
-        if not isinstance(note, str):
-            raise ValueError(f"ctx.progress(): note must be a string, got {note!r}")
-        # Stored as the error text is: NUL written out, a lone surrogate replaced.
-        self._progress = Progress(done, total, storable_text(str(note))[:PROGRESS_NOTE_LENGTH])
+        self._progress = Progress.made(done, total, note)
         self._progress_version += 1
 
     def reported_progress(self) -> tuple[int, Progress | None]:

@@ -41,3 +41,16 @@ def format_span(span: timedelta, whole: bool = False) -> str:
     if minutes:
         return f"{minutes} min {secs} s" if secs else f"{minutes} min"
     return f"{seconds:.1f} s" if seconds < 10 and not whole else f"{int(seconds)} s"
+
+
+def format_latency(seconds: float) -> str:
+    """A claim's wait: milliseconds below a second, then a span."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    return format_span_seconds(seconds)
+
+
+def format_span_seconds(seconds: float) -> str:
+    return format_span(timedelta(seconds=round(seconds)))

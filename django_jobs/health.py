@@ -26,14 +26,14 @@ import contextlib
 import dataclasses
 import logging
 import math
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError, connections, router, transaction
 from django.utils import timezone
 
 from .conf import settings
-from .display import format_span
+from .db.records import Health, Pickup
+from .display import format_span, format_span_seconds
 from .models import Attempt, Job
 
 logger = logging.getLogger(__name__)
@@ -44,74 +44,6 @@ LOG_SECONDS = 300
 PICKUP_SAMPLES = 1000
 #: ... that started within this many seconds.
 PICKUP_SECONDS = 300
-
-
-@dataclass(frozen=True)
-class Holder:
-    """The session whose open transaction holds the horizon back."""
-
-    pid: int
-    application: str  # its application_name (PostgreSQL), user@host (MariaDB); "" if unknown
-    state: str  # "idle in transaction", "active", ...
-    open_seconds: float  # how long its transaction has been open
-    query: str = ""  # the start of its last statement, where the database shows it
-    ending: str = ""  # the statement that ends it (pg_terminate_backend, KILL, ROLLBACK ...)
-
-    def describe(self) -> str:
-        parts = [f"pid {self.pid}"]
-        if self.application:
-            parts.append(self.application)
-        if self.state:
-            parts.append(self.state)
-        return ", ".join(parts)
-
-
-@dataclass(frozen=True)
-class TableStats:
-    """One jobs table, as PostgreSQL's statistics count it."""
-
-    table: str
-    live_rows: int
-    dead_rows: int
-    last_autovacuum: datetime | None
-
-
-@dataclass(frozen=True)
-class Pickup:
-    """The recent claim latency: how long the last claims waited from their job's ``run_at``
-    (due) to their attempt's start, in seconds, over ``samples`` claims."""
-
-    samples: int
-    p50: float
-    p95: float
-    max: float
-
-    def describe(self) -> str:
-        return (
-            f"recent claims waited {format_latency(self.p50)} (p50), "
-            f"{format_latency(self.p95)} (p95) over the last {self.samples:,}"
-        )
-
-
-@dataclass(frozen=True)
-class Health:
-    """What the database tells of the jobs tables' cleanup (None: it cannot tell)."""
-
-    #: The oldest transaction (or prepared transaction) that holds the horizon back.
-    holder: Holder | None = None
-    tables: list[TableStats] = field(default_factory=list)
-    #: MariaDB and MySQL: InnoDB's history list length (undo records not purged yet).
-    history_length: int | None = None
-    #: Why nothing could be read (no privilege, not reachable), if so.
-    unknown: str = ""
-    #: False where the database keeps no such horizon to tell of (SQLite).
-    told: bool = True
-    #: The recent claim latency; None when no claim started in the last PICKUP_SECONDS.
-    pickup: Pickup | None = None
-
-    @property
-    def horizon_seconds(self) -> float | None:
-        return None if self.holder is None else self.holder.open_seconds
 
 
 def read(using: str | None = None, now: datetime | None = None) -> Health:
@@ -225,19 +157,6 @@ def document(health: Health) -> dict[str, object]:
         "pickup": None if health.pickup is None else vars(health.pickup),
         "problems": problems(health),
     }
-
-
-def format_latency(seconds: float) -> str:
-    """A claim's wait: milliseconds below a second, then a span."""
-    if seconds < 1:
-        return f"{seconds * 1000:.0f} ms"
-    if seconds < 60:
-        return f"{seconds:.1f} s"
-    return format_span_seconds(seconds)
-
-
-def format_span_seconds(seconds: float) -> str:
-    return format_span(timedelta(seconds=round(seconds)))
 
 
 def log_problems(using: str | None = None) -> list[str]:

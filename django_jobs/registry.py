@@ -38,10 +38,11 @@ from .exceptions import DuplicateJobName, UnknownJob
 from .reach import app_modules, reached
 
 if TYPE_CHECKING:
-    from .context import JobContext
     from .db.records import QueueLimits
 
-Handler = Callable[["JobContext", Any], Any]
+#: Called as ``handler(ctx, payload)``, ``ctx`` a :class:`~django_jobs.context.JobContext`
+#: (checked when it is declared, :func:`require_handler`).
+Handler = Callable[..., Any]
 H = TypeVar("H", bound=Callable[..., Any])
 
 logger = logging.getLogger(__name__)

@@ -26,11 +26,11 @@ from .db.inserts import ENCODED_PAYLOAD
 from .db.workflows import Followed
 from .events import report_enqueued, report_followed
 from .exceptions import UnknownJob
+from .linking import links_for, plan_links
 from .models import Job, init_signals
 from .payloads import encoded
 from .queues import check_scheduled_queue
 from .registry import get_definition
-from .workflows import links_for, plan_links
 
 JobRef = str | Callable[..., Any]
 

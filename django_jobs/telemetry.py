@@ -101,7 +101,7 @@ class OpenTelemetry:
     """The same instruments from a meter of the configured meter provider."""
 
     def __init__(self, provider: Any) -> None:
-        from . import __version__
+        from .version import __version__
 
         meter = provider.get_meter("django_jobs", __version__)
         self.provider = provider

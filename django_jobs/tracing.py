@@ -58,7 +58,7 @@ def get_tracer() -> Any:
     provider = trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
         return None
-    from . import __version__
+    from .version import __version__
 
     return provider.get_tracer(NAME, __version__)
 

@@ -1,165 +1,30 @@
 """Workflows: jobs that wait for other jobs (``depends_on``), chains, and batches with
 callbacks. See ``docs/how-to/workflows.md``.
 
-This module is what the API adds to the one way in (:mod:`django_jobs.scheduling`): it
-checks a call's dependencies before anything is written (:func:`plan_links`), holds the
-batch a ``with batch(...)`` block opens, and gives a handler its dependencies' results and
-its batch. The steps a job's end takes are the driver's (:mod:`django_jobs.db.workflows`).
+This module is what the API adds on top of the one way in (:mod:`django_jobs.scheduling`):
+:func:`chain`, :func:`batch` and its callbacks, and what a handler sees of its workflow
+(``ctx.dependency_results``, ``ctx.batch``). How a call's jobs are linked to what they
+wait for and to the open batch is :mod:`django_jobs.linking`'s; the steps a job's end
+takes are the driver's (:mod:`django_jobs.db.workflows`).
 """
 
 from __future__ import annotations
 
-import contextvars
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import router, transaction
 from django.utils import timezone
 
 from .db import get_driver
-from .db.workflows import CALLBACK_KINDS, Link
+from .db.workflows import CALLBACK_KINDS
 from .events import report_followed
+from .linking import joining
 from .models import Batch, Job, JobDependency
-
-if TYPE_CHECKING:
-    from .scheduling import JobSpec
-
-#: A batch a ``with batch(...)`` block (or ``ctx.batch.add``) has open in this context.
-_open: contextvars.ContextVar[OpenBatch | None] = contextvars.ContextVar(
-    "django_jobs_open_batch", default=None
-)
-
-
-@dataclass(frozen=True)
-class OpenBatch:
-    """The batch every job enqueued in this context joins."""
-
-    id: int
-    using: str
-
-
-def open_batch() -> OpenBatch | None:
-    return _open.get()
-
-
-@contextmanager
-def joining(batch_id: int, using: str) -> Iterator[None]:
-    token = _open.set(OpenBatch(batch_id, using))
-    try:
-        yield
-    finally:
-        _open.reset(token)
-
-
-# -- the way in: dependencies checked, then linked ----------------------------------------
-
-
-def plan_links(
-    originals: Sequence[object], specs: Sequence[JobSpec], using: str
-) -> list[tuple[tuple[int | None, int | None], ...]] | None:
-    """Each spec's dependencies as (job id, None) for a job written before, or (None,
-    index) for another spec of this call (named by the spec object itself, ``originals``);
-    None when no spec has any and no batch is open. :class:`ValueError`, before anything is
-    written, for an unknown id, a job of another database, a spec not of this call, or a
-    cycle."""
-    batch = open_batch()
-    if batch is None and not any(spec.depends_on for spec in specs):
-        return None
-    if batch is not None and batch.using != using:
-        raise ValueError(
-            f"the open batch #{batch.id} is on database {batch.using!r}, these jobs go to "
-            f"{using!r}: a batch's jobs are all on its database"
-        )
-    index = {id(original): n for n, original in enumerate(originals)}
-    planned = [
-        tuple(dependency_ref(ref, index, using) for ref in spec.depends_on) for spec in specs
-    ]
-    check_known([d for refs in planned for d, _ in refs if d is not None], using)
-    check_acyclic([[n for _, n in refs if n is not None] for refs in planned])
-    return planned
-
-
-def dependency_ref(
-    ref: object, index: Mapping[int, int], using: str
-) -> tuple[int | None, int | None]:
-    if isinstance(ref, Job):
-        if ref.pk is None:
-            raise ValueError(f"depends_on: {ref!r} is not saved: it has no id to wait for")
-        if ref._state.db not in (None, using):
-            raise ValueError(
-                f"depends_on: job #{ref.pk} is on database {ref._state.db!r}, this job goes "
-                f"to {using!r}: a job can only wait for jobs of its own database"
-            )
-        return ref.pk, None
-    if isinstance(ref, int) and not isinstance(ref, bool):
-        return ref, None
-    from .scheduling import JobSpec
-
-    if id(ref) in index:
-        return None, index[id(ref)]
-    if isinstance(ref, Mapping | JobSpec):
-        raise ValueError(
-            "depends_on: a spec a job waits for must be one of the same schedule_jobs() call"
-            " (the spec object itself)"
-        )
-    raise ValueError(f"depends_on: {ref!r} is neither a Job, a job id, nor a spec of the same call")
-
-
-def check_known(ids: Sequence[int], using: str) -> None:
-    if not ids:
-        return
-    found = set(Job.objects.using(using).filter(id__in=set(ids)).values_list("id", flat=True))
-    missing = sorted(set(ids) - found)
-    if missing:
-        raise ValueError(f"depends_on: no job has the id {', '.join(map(str, missing))}")
-
-
-def check_acyclic(edges: Sequence[Sequence[int]]) -> None:
-    """:class:`ValueError` naming a cycle among the specs of one call, if there is one."""
-    state = [0] * len(edges)  # 0 unseen, 1 on the path, 2 done
-    for start in range(len(edges)):
-        stack = [(start, iter(edges[start]))]
-        if state[start]:
-            continue
-        state[start] = 1
-        while stack:
-            node, following = stack[-1]
-            nxt = next(following, None)
-            if nxt is None:
-                state[node] = 2
-                stack.pop()
-            elif state[nxt] == 1:
-                path = [n for n, _ in stack]
-                cycle = path[path.index(nxt) :] + [nxt]
-                raise ValueError(
-                    "depends_on: the specs make a cycle ("
-                    + " -> ".join(f"spec {n}" for n in cycle)
-                    + "): none of them could ever run"
-                )
-            elif state[nxt] == 0:
-                state[nxt] = 1
-                stack.append((nxt, iter(edges[nxt])))
-
-
-def links_for(
-    written: Sequence[Job],
-    planned: Sequence[tuple[tuple[int | None, int | None], ...]],
-    specs: Sequence[JobSpec],
-) -> list[Link]:
-    """Each row's :class:`Link`, its dependencies on specs of the call made ids."""
-    batch = open_batch()
-    return [
-        Link(
-            tuple(d if d is not None else written[n].pk for d, n in refs),  # type: ignore[index]
-            spec.ignore_failed_dependencies,
-            None if batch is None else batch.id,
-        )
-        for refs, spec in zip(planned, specs, strict=True)
-    ]
-
+from .scheduling import JobSpec, build_job, schedule_job, schedule_jobs
 
 # -- chains and batches ------------------------------------------------------------------
 
@@ -167,8 +32,6 @@ def links_for(
 def chain(*specs: JobSpec | Mapping[str, Any]) -> list[Job]:
     """Enqueue ``specs`` so that each waits for the one before to succeed; the rows, in
     order. A spec's own ``depends_on`` is kept and added to."""
-    from .scheduling import JobSpec, schedule_jobs
-
     made: list[JobSpec] = []
     for spec in specs:
         one = spec if isinstance(spec, JobSpec) else JobSpec(**spec)
@@ -207,8 +70,6 @@ def callback_fields(kind: str, spec: Any) -> dict[str, Any]:
     """What a batch stores of a callback: the columns of its job, checked as
     ``schedule_job()`` checks them (:class:`~django_jobs.exceptions.UnknownJob` for a name
     no job is registered under)."""
-    from .scheduling import JobSpec, build_job
-
     assert kind in CALLBACK_KINDS
     if isinstance(spec, tuple) and len(spec) == 2:
         spec = JobSpec(spec[0], spec[1])
@@ -275,8 +136,6 @@ class BatchView:
     def add(self, job: Any, payload: Any = None, **options: Any) -> Job:
         """Enqueue a sibling: a new member of this batch, which finishes only once it has
         ended too. :class:`ValueError` if the batch has finished already."""
-        from .scheduling import schedule_job
-
         with transaction.atomic(using=self.using):
             still_open = Batch.objects.using(self.using).select_for_update()
             if not still_open.filter(pk=self.id, finished_at__isnull=True).exists():

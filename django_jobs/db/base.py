@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.core.checks import CheckMessage
 from django.db import DatabaseError, transaction
@@ -49,6 +49,7 @@ from .records import (
     Candidate,
     ClaimedJob,
     ClaimRequest,
+    Health,
     MarkedRow,
     Pairs,
     Progress,
@@ -63,9 +64,6 @@ from .records import (
 )
 from .statements import Statements
 from .workflows import Followed, Workflows
-
-if TYPE_CHECKING:
-    from ..health import Health
 
 
 class DatabaseBusy(Exception):
@@ -120,7 +118,7 @@ class Driver(Statements):
         #: Flow control: ``pause``, ``resume``, and the claims of queues with limits.
         self.flow = self.flow_class(self, self)
         #: Workflows: the links of a new job, the steps of a job's end.
-        self.workflows = self.workflows_class(self)
+        self.workflows = self.workflows_class(self, self)
 
     def bound_session(self, seconds: float) -> None:
         """On a connection a worker's calls run on under a deadline of ``seconds``: have the
@@ -133,8 +131,6 @@ class Driver(Statements):
     def read_health(self) -> Health:
         """What the database tells of the jobs tables' cleanup (:mod:`django_jobs.health`):
         by default nothing (SQLite keeps no transaction horizon that others hold)."""
-        from ..health import Health
-
         return Health(told=False)
 
     def begin_steps(self) -> None:

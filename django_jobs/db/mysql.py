@@ -37,7 +37,7 @@ import math
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from django.core.checks import CheckMessage, Error, Warning
 from django.db import DatabaseError
@@ -53,6 +53,8 @@ from .records import (
     Candidate,
     ClaimedJob,
     ClaimRequest,
+    Health,
+    Holder,
     MarkedRow,
     Renewal,
     RenewedRow,
@@ -60,9 +62,6 @@ from .records import (
     Settlement,
     with_candidate,
 )
-
-if TYPE_CHECKING:
-    from ..health import Health
 
 #: The oldest servers with ``SKIP LOCKED``.
 MINIMUM_MARIADB = (10, 6)
@@ -197,8 +196,6 @@ class MySQLDriver(Driver):
     def read_health(self) -> Health:
         """The oldest open InnoDB transaction (which holds purge back) and its session, and
         InnoDB's history list length. Both need the ``PROCESS`` privilege."""
-        from ..health import Health, Holder
-
         with self.connection.cursor() as cursor:
             cursor.execute(
                 "SELECT t.trx_mysql_thread_id, COALESCE(CONCAT(p.USER, '@', p.HOST), ''),"

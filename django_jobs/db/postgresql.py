@@ -28,7 +28,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from ..conf import settings
 from ..models import Job, JobStatus
@@ -49,15 +49,15 @@ from .records import (
     Candidate,
     ClaimedJob,
     ClaimRequest,
+    Health,
+    Holder,
     Renewal,
     Settled,
     Settlement,
+    TableStats,
     settlement_values,
     with_candidate,
 )
-
-if TYPE_CHECKING:
-    from ..health import Health
 
 T = TypeVar("T")
 
@@ -160,8 +160,6 @@ class PostgresDriver(Driver):
         prepared transaction's), and the jobs tables' rows and last autovacuum. A role
         without ``pg_read_all_stats`` sees other roles' sessions without their state and
         statement."""
-        from ..health import Health, Holder, TableStats
-
         with self.connection.cursor() as cursor:
             cursor.execute(
                 "SELECT pid, COALESCE(application_name, ''), COALESCE(state, ''),"

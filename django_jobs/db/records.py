@@ -17,18 +17,20 @@ never by position.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any, NamedTuple, TypeVar
 
 from django.db import DataError, IntegrityError
 
-from ..context import Progress
+from ..display import format_latency
 from ..models import AttemptOutcome, JobStatus
+from ..progress import Progress
 
 #: Errors that concern the data of one row, not the database: a claim skips that row, a
 #: settle writes the others.
 ROW_ERRORS = (IntegrityError, DataError)
+
 
 #: (job id, attempt) pairs: the fencing token of each lease.
 Pairs = Sequence[tuple[int, int]]
@@ -395,3 +397,74 @@ class LeaderRow(NamedTuple):
 
     def held_by(self, owner: str) -> bool:
         return self.owner == owner
+
+
+# -- the health of the jobs tables (django_jobs.health) ---------------------------------
+
+
+@dataclass(frozen=True)
+class Holder:
+    """The session whose open transaction holds the horizon back."""
+
+    pid: int
+    application: str  # its application_name (PostgreSQL), user@host (MariaDB); "" if unknown
+    state: str  # "idle in transaction", "active", ...
+    open_seconds: float  # how long its transaction has been open
+    query: str = ""  # the start of its last statement, where the database shows it
+    ending: str = ""  # the statement that ends it (pg_terminate_backend, KILL, ROLLBACK ...)
+
+    def describe(self) -> str:
+        parts = [f"pid {self.pid}"]
+        if self.application:
+            parts.append(self.application)
+        if self.state:
+            parts.append(self.state)
+        return ", ".join(parts)
+
+
+@dataclass(frozen=True)
+class TableStats:
+    """One jobs table, as PostgreSQL's statistics count it."""
+
+    table: str
+    live_rows: int
+    dead_rows: int
+    last_autovacuum: datetime | None
+
+
+@dataclass(frozen=True)
+class Pickup:
+    """The recent claim latency: how long the last claims waited from their job's ``run_at``
+    (due) to their attempt's start, in seconds, over ``samples`` claims."""
+
+    samples: int
+    p50: float
+    p95: float
+    max: float
+
+    def describe(self) -> str:
+        return (
+            f"recent claims waited {format_latency(self.p50)} (p50), "
+            f"{format_latency(self.p95)} (p95) over the last {self.samples:,}"
+        )
+
+
+@dataclass(frozen=True)
+class Health:
+    """What the database tells of the jobs tables' cleanup (None: it cannot tell)."""
+
+    #: The oldest transaction (or prepared transaction) that holds the horizon back.
+    holder: Holder | None = None
+    tables: list[TableStats] = field(default_factory=list)
+    #: MariaDB and MySQL: InnoDB's history list length (undo records not purged yet).
+    history_length: int | None = None
+    #: Why nothing could be read (no privilege, not reachable), if so.
+    unknown: str = ""
+    #: False where the database keeps no such horizon to tell of (SQLite).
+    told: bool = True
+    #: The recent claim latency; None when no claim started in the last PICKUP_SECONDS.
+    pickup: Pickup | None = None
+
+    @property
+    def horizon_seconds(self) -> float | None:
+        return None if self.holder is None else self.holder.open_seconds

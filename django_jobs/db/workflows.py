@@ -26,7 +26,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from django.db import transaction
 from django.db.models import F, Max
@@ -40,7 +40,7 @@ from ..models import (
 )
 
 if TYPE_CHECKING:
-    from .base import Driver
+    from .statements import Statements
 
 #: What ``last_error`` of a job the cascade cancelled starts with; the id of the job
 #: that failed follows, so that a retry of that job can find the jobs to put back.
@@ -115,43 +115,54 @@ def failed_error(job_id: int, name: str, status: str) -> str:
     return f"{DEPENDENCY_FAILED}{job_id} ({name}) ended {status}: this job waited for it"
 
 
+class FollowSteps(Protocol):
+    """What the steps of a job's end ask of the driver beyond its statements."""
+
+    def begin_steps(self) -> None: ...
+
+    def insert_jobs(self, rows: Sequence[Job], now: datetime) -> list[Job]: ...
+
+    def wake(self, queues: Iterable[str]) -> None: ...
+
+
 class Workflows:
     """The driver's part for workflows (``driver.workflows``). Off the hot path of a
     plain job: a job in no workflow is never read here."""
 
-    def __init__(self, driver: Driver) -> None:
-        self.driver = driver
+    def __init__(self, statements: Statements, steps: FollowSteps) -> None:
+        self.statements = statements
+        self.steps = steps
 
     @property
     def jobs(self) -> Any:
-        return Job.objects.using(self.driver.using)
+        return Job.objects.using(self.statements.using)
 
     @property
     def batches(self) -> Any:
-        return Batch.objects.using(self.driver.using)
+        return Batch.objects.using(self.statements.using)
 
     @property
     def links(self) -> Any:
-        return JobDependency.objects.using(self.driver.using)
+        return JobDependency.objects.using(self.statements.using)
 
     @property
     def links_table(self) -> str:
-        return self.driver.qn(JobDependency._meta.db_table)
+        return self.statements.qn(JobDependency._meta.db_table)
 
     # The statements an end's steps run most (a fan-out's member, a chain's step) are
     # written out: the ORM's building of each cost more than the database's answer.
 
     def read(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        with self.driver.connection.cursor() as cursor:
+        with self.statements.connection.cursor() as cursor:
             cursor.execute(sql, list(params))
             return list(cursor.fetchall())
 
     def set_where_ids(self, column: str, value: Any, ids: Sequence[int]) -> None:
         """Set ``column`` to ``value`` on the jobs ``ids``."""
-        qn = self.driver.qn
-        with self.driver.connection.cursor() as cursor:
+        qn = self.statements.qn
+        with self.statements.connection.cursor() as cursor:
             cursor.execute(
-                f"UPDATE {self.driver.job_table} SET {qn(column)} = %s"
+                f"UPDATE {self.statements.job_table} SET {qn(column)} = %s"
                 f" WHERE {qn('id')} IN ({marks(ids)})",
                 [value, *ids],
             )
@@ -251,11 +262,11 @@ class Workflows:
         (:meth:`~.base.Driver.begin_steps`)."""
         followed = Followed()
         todo = sorted(set(ids))
-        using = self.driver.using
+        using = self.statements.using
         relaxed = own_transaction and not transaction.get_connection(using).in_atomic_block
         with transaction.atomic(using=using):
             if relaxed:
-                self.driver.begin_steps()
+                self.steps.begin_steps()
             while todo:
                 some, todo = todo[:CHUNK], todo[CHUNK:]
                 rows = self.lock_ends(some)
@@ -281,13 +292,13 @@ class Workflows:
         A job that waits for one of them and is not seen here was linked after the
         statement began, by a transaction that held the row's lock once it had ended: it
         read the end and was stored pending or cancelled by it, so has nothing to wait for."""
-        qn, job = self.driver.qn, self.driver.job_table
+        qn, job = self.statements.qn, self.statements.job_table
         rows = self.read(
             f"SELECT j.{qn('id')}, j.{qn('status')}, j.{qn('batch_id')},"
             f" j.{qn('workflow_pending')}, EXISTS (SELECT 1 FROM {self.links_table} l"
             f" WHERE l.{qn('depends_on_id')} = j.{qn('id')})"
             f" FROM {job} j WHERE j.{qn('id')} IN ({marks(ids)})"
-            f" ORDER BY j.{qn('id')}{self.driver.row_lock}",
+            f" ORDER BY j.{qn('id')}{self.statements.row_lock}",
             ids,
         )
         return [
@@ -336,7 +347,7 @@ class Workflows:
         outcome = "on_success" if batch.ended == batch.succeeded else "on_failure"
         kinds = [kind for kind in ("on_finish", outcome) if kind in batch.callbacks]
         rows = [callback_row(batch, batch.callbacks[kind], now) for kind in kinds]
-        written = self.driver.insert_jobs(rows, now) if rows else []
+        written = self.steps.insert_jobs(rows, now) if rows else []
         # The one insert writes a new job's own columns; a callback's batch is set after.
         self.jobs.filter(id__in=[job.pk for job in written]).update(batch=batch.pk)
         batch.finished_at = now
@@ -350,7 +361,7 @@ class Workflows:
     ) -> list[int]:
         """Release the waiting dependents of ``ended`` whose dependencies all allow it, and
         cancel those one of which failed; the ids of those cancelled."""
-        qn = self.driver.qn
+        qn = self.statements.qn
         dependents = sorted(
             {
                 job
@@ -371,12 +382,12 @@ class Workflows:
         ones it allows (waking the queues of those due), cancel those one of whose
         dependencies failed (their ids). The rows are found by id alone, as in
         :meth:`lock_ends`: the waiting index's statistics lag behind too."""
-        qn = self.driver.qn
+        qn = self.statements.qn
         read = self.read(
             f"SELECT {qn('id')}, {qn('status')}, {qn('queue')},"
-            f" CASE WHEN {qn('run_at')} <= %s THEN 1 ELSE 0 END FROM {self.driver.job_table}"
-            f" WHERE {qn('id')} IN ({marks(jobs)}) ORDER BY {qn('id')}{self.driver.row_lock}",
-            [self.driver.adapt(now), *jobs],
+            f" CASE WHEN {qn('run_at')} <= %s THEN 1 ELSE 0 END FROM {self.statements.job_table}"
+            f" WHERE {qn('id')} IN ({marks(jobs)}) ORDER BY {qn('id')}{self.statements.row_lock}",
+            [self.statements.adapt(now), *jobs],
         )
         # Each waiting job's queue, to wake once it is released; None while it is not due.
         waking: dict[int, str | None] = {
@@ -393,7 +404,7 @@ class Workflows:
         if released:
             self.set_where_ids("status", JobStatus.PENDING.value, released)
             woken = sorted({q for job in released if (q := waking[job]) is not None})
-            self.driver.wake(woken)
+            self.steps.wake(woken)
             followed.released += released
             followed.woken += [queue for queue in woken if queue not in followed.woken]
         by_error: dict[str, list[int]] = defaultdict(list)
@@ -412,11 +423,11 @@ class Workflows:
     def dependencies_of(self, jobs: Sequence[int]) -> dict[int, list[tuple[int, str, str, bool]]]:
         """Each job's dependencies: (id, status, name, whether a failure is ignored)."""
         found: dict[int, list[tuple[int, str, str, bool]]] = defaultdict(list)
-        qn = self.driver.qn
+        qn = self.statements.qn
         read = self.read(
             f"SELECT l.{qn('job_id')}, l.{qn('depends_on_id')}, d.{qn('status')}, d.{qn('name')},"
             f" l.{qn('ignore_failure')} FROM {self.links_table} l"
-            f" INNER JOIN {self.driver.job_table} d ON d.{qn('id')} = l.{qn('depends_on_id')}"
+            f" INNER JOIN {self.statements.job_table} d ON d.{qn('id')} = l.{qn('depends_on_id')}"
             f" WHERE l.{qn('job_id')} IN ({marks(jobs)})",
             jobs,
         )
@@ -428,7 +439,7 @@ class Workflows:
         """A batch's block has ended: finish the batch now if it has no member left to
         end (an empty batch's callbacks go in at once)."""
         followed = Followed()
-        with transaction.atomic(using=self.driver.using):
+        with transaction.atomic(using=self.statements.using):
             self.finish_if_done(batch_id, now, followed)
         return followed
 

@@ -32,9 +32,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from ..context import JobContext, Progress
+from ..context import JobContext
 from ..db import ClaimedJob, Driver
-from ..db.records import Pairs, Renewed
+from ..db.records import Pairs, Progress, Renewed
 from ..events import report_lease
 from ..models import AttemptOutcome
 from ..outcomes import HandlerResult

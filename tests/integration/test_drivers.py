@@ -494,7 +494,7 @@ def test_driver_settle_a_success_after_a_cancel_request_stays_a_success(make_job
 
 
 def test_driver_renew_writes_progress_of_the_jobs_that_reported(make_job):
-    from django_jobs.context import Progress
+    from django_jobs.progress import Progress
 
     for _ in range(3):
         make_job()

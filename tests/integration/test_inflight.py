@@ -6,7 +6,7 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
-from django_jobs.context import Progress
+from django_jobs.progress import Progress
 from django_jobs.models import AttemptOutcome, Job, JobStatus
 from django_jobs.outcomes import HandlerResult
 from django_jobs.worker.execution import definition_of, make_context, timeout_for
