@@ -60,8 +60,6 @@ def send(signal: Signal, sender: Any = Job, **details: Any) -> None:
 def report_started(claimed: ClaimedJob) -> None:
     """``job_started``, on the worker's thread as the handler is called; how long the job
     waited from its ``run_at`` to its claim (``django_jobs_wait_seconds``)."""
-    if claimed.waited is not None:
-        telemetry.waited(claimed.name, claimed.queue, claimed.waited)
     send(
         signals.job_started,
         job_id=claimed.id,
@@ -69,6 +67,8 @@ def report_started(claimed: ClaimedJob) -> None:
         queue=claimed.queue,
         attempt=claimed.attempt,
     )
+    if claimed.waited is not None:
+        telemetry.waited(claimed.name, claimed.queue, claimed.waited)
 
 
 def report_ran(claimed: ClaimedJob, seconds: float) -> None:

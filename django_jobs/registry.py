@@ -377,6 +377,27 @@ def get_definition(job: str | Callable[..., Any]) -> JobDefinition:
     return definition
 
 
+@dataclass(frozen=True)
+class Runnable:
+    """What a claimed job needs from the registry before it runs (:func:`runnable`)."""
+
+    #: Its definition, or the :class:`UnknownJob` its attempt fails with.
+    definition: JobDefinition | UnknownJob
+    #: Its ``@job(timeout=...)``, else its queue's ``timeout`` option; None: none.
+    timeout: float | None
+
+
+def runnable(name: str, queue: str) -> Runnable:
+    """The definition and the timeout of a claimed job of ``name`` on ``queue``, looked up
+    once per attempt. A bad ``timeout`` setting raises here (the attempt fails with it)."""
+    try:
+        definition: JobDefinition | UnknownJob = get_definition(name)
+    except UnknownJob as exc:
+        definition = exc
+    timeout = definition.timeout if isinstance(definition, JobDefinition) else None
+    return Runnable(definition, timeout if timeout is not None else settings.queue_timeout(queue))
+
+
 #: How a name comes to be known, as an unknown name's error says it.
 HOW_TO_REGISTER = (
     "A job is registered by decorating its handler with @job(name) in an installed app's"

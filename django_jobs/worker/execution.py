@@ -1,11 +1,12 @@
 """Running a claimed job, as a pipeline of named steps.
 
-:meth:`Executor.execute` gives the handler its context, finds its timeout,
-holds the job (the heartbeat keeps its lease from then on), runs the
+:meth:`Executor.execute` gives the handler its context, reads what the
+registry holds for it (:func:`~django_jobs.registry.runnable`: its definition and
+timeout, once per attempt), holds the job (the heartbeat keeps its lease from then on), runs the
 handler, judges the result against a cancel request, and hands the outcome
 to the settler, which writes it in a batch, or, with no settler thread
 (``Worker.run_once``, tests), at once. Production and the tick take this
-same path. The job's definition is looked up once per attempt.
+same path.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from asgiref.sync import async_to_sync, sync_to_async
 from django.db import router
 
 from .. import tracing
-from ..conf import settings
 from ..context import JobContext
 from ..db import ClaimedJob
 from ..events import report_ran, report_started
@@ -29,7 +29,7 @@ from ..exceptions import JobCancelled, PayloadError, ResultError, Snooze, Unknow
 from ..models import Attempt, AttemptOutcome
 from ..outcomes import HandlerResult, Settlement, cancelled, snoozed
 from ..payloads import decode_payload, encode_payload
-from ..registry import JobDefinition, get_definition
+from ..registry import JobDefinition, runnable
 from .clock import Clock
 from .connections import tidy_connections
 from .inflight import Held, InFlight, Outcome
@@ -73,15 +73,14 @@ class Executor:
         not a stuck job). ``interrupt``: how its attempt is stopped when it ends on the
         heartbeat's side (an async handler's task is cancelled)."""
         ctx = make_context(claimed)
-        definition = definition_of(claimed)
         try:
-            timeout = timeout_for(claimed, definition)
+            found = runnable(claimed.name, claimed.queue)
         except Exception as exc:
             result = HandlerResult.from_exception(AttemptOutcome.FAILED, exc, None)
             return Outcome(claimed, result)
-        held = self.inflight.add(claimed, ctx, self.clock.now(), timeout, interrupt)
+        held = self.inflight.add(claimed, ctx, self.clock.now(), found.timeout, interrupt)
         report_started(claimed)
-        return Started(held, definition)
+        return Started(held, found.definition)
 
     async def arun(self, started: Started) -> Settlement | None:
         """On the event loop: await the async handler, and hand its outcome on."""
@@ -117,20 +116,6 @@ def judge(held: Held, result: HandlerResult) -> HandlerResult:
 
 #: A claimed job's definition, or why it has none (its attempt fails with it).
 Definition = JobDefinition | UnknownJob
-
-
-def definition_of(claimed: ClaimedJob) -> Definition:
-    """The claimed job's definition, looked up once per attempt."""
-    try:
-        return get_definition(claimed.name)
-    except UnknownJob as exc:
-        return exc
-
-
-def timeout_for(claimed: ClaimedJob, definition: Definition) -> float | None:
-    """The job's ``@job(timeout=...)``, else its queue's ``timeout`` option."""
-    timeout = definition.timeout if isinstance(definition, JobDefinition) else None
-    return timeout if timeout is not None else settings.queue_timeout(claimed.queue)
 
 
 def make_context(claimed: ClaimedJob) -> JobContext:

@@ -6,10 +6,11 @@ from datetime import timedelta
 import pytest
 from django.db import connection
 
-from django_jobs.progress import Progress
 from django_jobs.models import AttemptOutcome, Job, JobStatus
 from django_jobs.outcomes import HandlerResult
-from django_jobs.worker.execution import definition_of, make_context, timeout_for
+from django_jobs.progress import Progress
+from django_jobs.registry import runnable
+from django_jobs.worker.execution import make_context
 from tests.conftest import wait_until
 from tests.support.triggers import refusing
 
@@ -29,7 +30,7 @@ def start(worker, clock, make_job, **job):
     make_job(**job)
     [claimed] = w.claimer.claim("default", clock.now(), 1)
     ctx = make_context(claimed)
-    held = w.inflight.add(claimed, ctx, clock.now(), timeout_for(claimed, definition_of(claimed)))
+    held = w.inflight.add(claimed, ctx, clock.now(), runnable(claimed.name, claimed.queue).timeout)
     return w, claimed, ctx, held
 
 
