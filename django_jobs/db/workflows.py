@@ -149,6 +149,21 @@ class Workflows:
     def links_table(self) -> str:
         return self.statements.qn(JobDependency._meta.db_table)
 
+    def insert_links(self, values: Sequence[tuple[int, int, bool]]) -> None:
+        """The new jobs' links: (job, the job it waits for, ignore_failure) rows, a few
+        hundred a statement (three parameters each)."""
+        qn = self.statements.qn
+        columns = ", ".join(qn(c) for c in ("job_id", "depends_on_id", "ignore_failure"))
+        with self.statements.connection.cursor() as cursor:
+            per_statement = max(CHUNK // 3, 1)
+            for start in range(0, len(values), per_statement):
+                some = values[start : start + per_statement]
+                cursor.execute(
+                    f"INSERT INTO {self.links_table} ({columns})"
+                    f" VALUES {', '.join(['(%s, %s, %s)'] * len(some))}",
+                    [value for row in some for value in row],
+                )
+
     # The statements an end's steps run most (a fan-out's member, a chain's step) are
     # written out: the ORM's building of each cost more than the database's answer.
 
@@ -185,10 +200,12 @@ class Workflows:
             self.jobs.filter(id__in=some, workflow_pending__isnull=True).update(
                 workflow_pending=True
             )
-        self.links.bulk_create(
-            JobDependency(job_id=row.pk, depends_on_id=d, ignore_failure=link.ignore_failure)
-            for row, link in zip(rows, links, strict=True)
-            for d in link.depends_on
+        self.insert_links(
+            [
+                (row.pk, d, link.ignore_failure)
+                for row, link in zip(rows, links, strict=True)
+                for d in link.depends_on
+            ]
         )
         states = self.new_states(rows, links, statuses)
         for row, link in zip(rows, links, strict=True):
