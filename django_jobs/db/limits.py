@@ -200,11 +200,12 @@ class FlowControl:
             # nothing, and the next claim reads a fresh time. A window never moves backwards.
             return []
         running = self.running_by_key(request)
-        room = request.limit
+        free: int | None = None  # the room under the global limit and in the rate window
         if limits.global_limit is not None:
-            room = min(room, limits.global_limit - sum(running.values()))
+            free = limits.global_limit - sum(running.values())
         if limits.rate is not None:
-            room = min(room, limits.rate.jobs - row.used)
+            free = min(free if free is not None else limits.rate.jobs, limits.rate.jobs - row.used)
+        room = claim_size(request, free)
         if room <= 0:
             return []
         rows = self.limited_candidates(request, limits, running, room)
@@ -296,7 +297,7 @@ class FlowControl:
                 [*params, scan],
             )
             read = [with_candidate(LimitedCandidate, row) for row in cursor.fetchall()]
-        return within_key_limits(read, running, room)
+        return within_key_limits(read, running, room, spare_after=request.limit - request.ahead)
 
     def count_in_window(self, queue: str, window: datetime, count: int) -> None:
         """The rate window's count, on the row the claim holds locked."""
@@ -316,16 +317,32 @@ class FlowControl:
             )
 
 
+def claim_size(request: ClaimRequest, free: int | None) -> int:
+    """How many jobs a limited claim takes, with ``free`` slots left under the queue's
+    global limit and in its rate window (None: it has neither): all it asks for while as
+    many slots again as it claims ahead stay free for the queue's other workers; else only
+    those its free threads start at once. A job claimed ahead waits for a thread, holding
+    its slot: near the limit that slot is better taken by a worker that runs it now."""
+    if free is None or free - request.limit >= request.ahead:
+        return request.limit
+    return min(request.limit - request.ahead, free)
+
+
 def within_key_limits(
-    read: Sequence[LimitedCandidate], running: Counter[str | None], room: int
+    read: Sequence[LimitedCandidate],
+    running: Counter[str | None],
+    room: int,
+    spare_after: int | None = None,
 ) -> list[Candidate]:
     """Up to ``room`` of the rows ``read``, in order, each taken only while its key has a
-    slot (``running``: the key's jobs running already)."""
+    slot (``running``: the key's jobs running already). Past the first ``spare_after`` rows
+    (those claimed ahead), a row of a key is taken only while a slot of its key stays free."""
     taken: list[Candidate] = []
     counts = Counter(running)
     for row in read:
         if row.key is not None:
-            if counts[row.key] >= (row.key_limit or 1):
+            ahead = spare_after is not None and len(taken) >= spare_after
+            if counts[row.key] + (1 if ahead else 0) >= (row.key_limit or 1):
                 continue
             counts[row.key] += 1
         taken.append(row.candidate)

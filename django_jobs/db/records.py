@@ -86,7 +86,9 @@ class ClaimRequest:
     ``limits``, when the queue has any. A row the database refuses to claim is skipped and
     told to ``refused`` (its id and the error), if given: the driver reports nothing.
     ``names``: only jobs of these names (those the worker knows how to run), bound as one
-    parameter of the claim's statement; None takes a job of any name."""
+    parameter of the claim's statement; None takes a job of any name. ``ahead``: how many
+    of the ``limit`` would wait for a thread (claimed ahead): a claim under limits takes
+    them only while the limits leave room to spare (:mod:`.limits`)."""
 
     queue: str
     owner: str
@@ -96,6 +98,7 @@ class ClaimRequest:
     limits: QueueLimits | None = None
     refused: Callable[[int, BaseException], None] | None = None
     names: tuple[str, ...] | None = None
+    ahead: int = 0
 
     @property
     def expires_at(self) -> datetime:

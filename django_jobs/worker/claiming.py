@@ -49,7 +49,12 @@ class Claimer:
         self.writer = writer
 
     def request(
-        self, queue: str, now: datetime, limit: int, names: tuple[str, ...] | None = None
+        self,
+        queue: str,
+        now: datetime,
+        limit: int,
+        names: tuple[str, ...] | None = None,
+        ahead: int = 0,
     ) -> ClaimRequest:
         """The claim of ``queue``: of the jobs whose names this process knows, or of
         ``names`` (a lane's: the sync or the async handlers'), the same tuple until the
@@ -64,20 +69,26 @@ class Claimer:
             limits,
             report_claim_refused,
             names=known_names() if names is None else names,
+            ahead=ahead,
         )
 
     def claim(
-        self, queue: str, now: datetime, limit: int, names: tuple[str, ...] | None = None
+        self,
+        queue: str,
+        now: datetime,
+        limit: int,
+        names: tuple[str, ...] | None = None,
+        ahead: int = 0,
     ) -> list[ClaimedJob]:
         """Up to ``limit`` due jobs of ``queue`` at ``now`` (of ``names`` if given), claimed
         and committed."""
         with self.deadline("the claim"):
-            claimed = self.driver.claim(self.request(queue, now, limit, names))
+            claimed = self.driver.claim(self.request(queue, now, limit, names, ahead))
         report_claimed(claimed)
         return claimed
 
     def claim_and_settle(
-        self, queue: str, limit: int, names: tuple[str, ...] | None = None
+        self, queue: str, limit: int, names: tuple[str, ...] | None = None, ahead: int = 0
     ) -> list[ClaimedJob]:
         """Claim for ``queue``, writing the outcomes that wait in the settler in the same
         statement, through the writer's one path. If that fails, the outcomes go back to
@@ -87,8 +98,8 @@ class Claimer:
         carried = self.settler.take()
         now = self.clock.now()
         if not carried:
-            return self.claim(queue, now, limit, names)
-        request = self.request(queue, now, limit, names)
+            return self.claim(queue, now, limit, names, ahead)
+        request = self.request(queue, now, limit, names, ahead)
         claimed: list[ClaimedJob] = []
 
         def claim_carrying(decided: list[Decided]) -> tuple[list[Decided], Settled]:
@@ -110,5 +121,5 @@ class Claimer:
         except DatabaseBusy:
             return []
         except ROW_ERRORS:
-            return self.claim(queue, now, limit, names)
+            return self.claim(queue, now, limit, names, ahead)
         return claimed

@@ -63,7 +63,7 @@ class QueueState:
     # Rung by the waker (new jobs) and the outcome writer (a slot freed, a job due again).
     woken: Doorbell = field(default_factory=Doorbell)
     closed: bool = False  # the dispatcher has stopped: the threads end once the inbox is empty
-    limited: bool = False  # claimed under limits: never ahead, and again as a job ends
+    limited: bool = False  # claimed under limits: again as a job ends
     #: The names its claims take (a lane's: the sync or the async handlers'); None: every
     #: name this process knows.
     names: Callable[[], tuple[str, ...]] | None = None
@@ -77,9 +77,14 @@ class QueueState:
 
     @property
     def capacity(self) -> int:
-        """How many jobs its threads may hold: one more each while its jobs are short, unless
-        the queue has limits (a job held waiting would hold a slot another worker could use)."""
-        return self.threads * 2 if self.pace.short and not self.limited else self.threads
+        """How many jobs its threads may hold: one more each while its jobs are short. Under
+        limits, the claim takes those ahead only with room to spare (``ClaimRequest.ahead``):
+        a job held waiting holds a slot."""
+        return self.threads * 2 if self.pace.short else self.threads
+
+    def ahead(self, room: int) -> int:
+        """Of a claim of ``room`` jobs, how many would wait for a thread."""
+        return max(0, room - max(0, self.threads - self.busy))
 
 
 class Dispatcher:
@@ -147,7 +152,9 @@ class Dispatcher:
                     self.sleep_dry(stop_event, poll)
                     continue
                 with state.claiming:
-                    claim = partial(claimer.claim_and_settle, state.name, room, names)
+                    claim = partial(
+                        claimer.claim_and_settle, state.name, room, names, state.ahead(room)
+                    )
                     claimed = self.guarded(claim)
                 if claimed is None and not failed:
                     # The first failure after a success is most often a connection the

@@ -30,8 +30,9 @@ def request(
     limits: QueueLimits | None = None,
     owner: str = "w1",
     now=START,
+    ahead: int = 0,
 ) -> ClaimRequest:
-    return ClaimRequest(queue, owner, now, LEASE, limit, limits)
+    return ClaimRequest(queue, owner, now, LEASE, limit, limits, ahead=ahead)
 
 
 def claim(**kwargs) -> list[int]:
@@ -94,6 +95,38 @@ def test_a_global_limit_caps_the_jobs_running_at_once_and_a_finished_one_frees_i
     assert claim(limits=limits, owner="w2") == []
     settle(first[0])
     assert claim(limits=limits, owner="w2") == [jobs[2]]
+
+
+def test_a_limited_claim_takes_jobs_ahead_only_while_as_many_slots_again_stay_free(
+    make_job,
+) -> None:
+    limits = QueueLimits(global_limit=9)
+    jobs = [make_job().pk for _ in range(12)]
+    # 9 free: 4 asked, 2 of them ahead of free threads, 5 left: at least 2 to spare.
+    assert claim(limits=limits, limit=4, ahead=2) == jobs[:4]
+    # 5 free: taking 4 would leave 1, not 2 to spare: only the 2 for free threads.
+    assert claim(limits=limits, limit=4, ahead=2, owner="w2") == jobs[4:6]
+    assert claim(limits=limits, limit=4, ahead=2, owner="w3") == jobs[6:8]
+    assert claim(limits=limits, limit=4, ahead=2, owner="w4") == jobs[8:9]
+    assert claim(limits=limits, limit=4, ahead=2, owner="w5") == []
+
+
+def test_a_rate_limited_claim_takes_jobs_ahead_only_with_room_in_the_window(make_job) -> None:
+    limits = QueueLimits(rate=Rate(6, 60))
+    jobs = [make_job().pk for _ in range(8)]
+    assert claim(limits=limits, limit=2, ahead=1) == jobs[:2]  # 6 free in the window
+    assert claim(limits=limits, limit=2, ahead=1) == jobs[2:4]  # 4 free: 2 to spare
+    assert claim(limits=limits, limit=2, ahead=1) == [jobs[4]]  # 2 free: none to spare
+    assert claim(limits=limits, limit=2, ahead=1) == [jobs[5]]
+    assert claim(limits=limits, limit=2, ahead=0) == []
+
+
+def test_a_job_of_a_key_is_claimed_ahead_only_while_a_slot_of_its_key_stays_free() -> None:
+    pairs = [keyed_job("p", name="tests.keyed_pairs") for _ in range(3)]
+    # Two slots for key "p": the first job is for a free thread, the second would be held
+    # ahead and leave the key no free slot.
+    assert claim(queue="keyed", limits=KEYED, limit=2, ahead=1) == pairs[:1]
+    assert claim(queue="keyed", limits=KEYED, limit=1, ahead=0) == pairs[1:2]
 
 
 def test_a_running_job_whose_lease_lapsed_holds_no_slot(make_job) -> None:

@@ -38,3 +38,17 @@ def test_stale_counts_the_oldest_that_waited_longer_than_the_hold():
     waiting = [Waiting(since, None) for since in (1.0, 2.0, 3.0)]  # type: ignore[arg-type]
     assert stale(waiting, 1.5, now=lambda: 4.0) == 2
     assert stale(waiting, 5.0, now=lambda: 4.0) == 0
+
+
+def test_a_limited_queue_claims_ahead_too_and_says_how_many_of_a_claim_would_wait():
+    from django_jobs.worker.dispatcher import QueueState
+
+    pace = Pace(0.01)
+    pace.add(0.001)
+    state = QueueState("limited", 2, pace, limited=True)
+    assert state.capacity == 4  # the claim decides whether its limits leave room to spare
+    assert state.ahead(4) == 2  # both threads free: 2 start now, 2 wait
+    state.busy = 2
+    assert state.ahead(2) == 2  # both threads busy: both wait
+    state.busy = 1
+    assert state.ahead(3) == 2
