@@ -583,6 +583,10 @@ class Queue(models.Model):
     window_count = models.PositiveIntegerField(
         default=0, help_text="Jobs of the queue started in that window."
     )
+    slot_wanted = models.BooleanField(
+        default=False,
+        help_text="A claim found the queue's limit full: the next slot freed wakes its workers.",
+    )
 
     objects = QueueQuerySet.as_manager()
 

@@ -80,6 +80,15 @@ class QueueRow(NamedTuple):
     paused: bool
     used: int
     behind: bool = False
+    #: A claim found the limit full since a slot last woke the queue's workers.
+    wanted: bool = False
+
+
+class Limited(NamedTuple):
+    """What a limited claim took, and whether a limit kept it short (a slot is wanted)."""
+
+    jobs: list[ClaimedJob]
+    short: bool
 
 
 class ClaimSteps(Protocol):
@@ -136,8 +145,10 @@ class FlowControl:
         statements = self.statements
         with statements.connection.cursor() as cursor:
             cursor.execute(
-                statements.insert_ignore_sql(Queue._meta.db_table, ("name", "window_count")),
-                [queue, 0],
+                statements.insert_ignore_sql(
+                    Queue._meta.db_table, ("name", "window_count", "slot_wanted")
+                ),
+                [queue, 0, False],
             )
         self.queue_rows.add(queue)
 
@@ -176,16 +187,16 @@ class FlowControl:
         settled = Settled([])
         if settlements:
             settled = self.steps.settle_rows(settlements)
-            # Their slots are free: the queue's other workers hear it on commit.
-            self.steps.wake([request.queue])
-        return settled, self.claim_in_queue(request, one_by_one)
+        return settled, self.claim_in_queue(request, one_by_one, freed=bool(settlements))
 
     def claim_in_queue(
-        self, request: ClaimRequest, one_by_one: bool = False
+        self, request: ClaimRequest, one_by_one: bool = False, freed: bool = False
     ) -> list[ClaimedJob] | None:
         """The claim's statements under the queue's lock, inside the caller's transaction;
         None if the queue has no row to lock. ``one_by_one``: each row taken in a savepoint
-        of its own, one the database refuses logged and skipped (as a plain claim does)."""
+        of its own, one the database refuses logged and skipped (as a plain claim does).
+        ``freed``: outcomes written before it freed slots; if a worker waits for one (the
+        queue's row says so), the queue's workers are woken on commit."""
         limits = request.limits
         assert limits is not None
         self.steps.bound_transaction()
@@ -193,12 +204,32 @@ class FlowControl:
         row = self.lock_queue(request.queue, window)
         if row is None:
             return None
+        if freed and row.wanted:
+            self.steps.wake([request.queue])  # the waiting workers hear it on commit
+        wanted = row.wanted and not freed  # what the row should say after this claim
+        claimed = self.claim_under(request, row, window, one_by_one)
+        wanted = wanted or claimed.short
+        if wanted != row.wanted:
+            self.mark_wanted(request.queue, wanted)
+        return claimed.jobs
+
+    def claim_under(
+        self,
+        request: ClaimRequest,
+        row: QueueRow,
+        window: datetime | None,
+        one_by_one: bool,
+    ) -> Limited:
+        """The claim itself, the queue's row locked: its jobs, and whether the queue's limit
+        (the global one, or a key's) kept it short of what its free threads could start."""
+        limits = request.limits
+        assert limits is not None
         if row.paused or row.behind:
             # Behind: a claim read its time before another's of the next window, which took
             # the lock first. Counted in its own window, its jobs would start in a window
             # already counted; in the newer one, they would start before it: it claims
             # nothing, and the next claim reads a fresh time. A window never moves backwards.
-            return []
+            return Limited([], short=False)
         running = self.running_by_key(request)
         free: int | None = None  # the room under the global limit and in the rate window
         if limits.global_limit is not None:
@@ -206,8 +237,12 @@ class FlowControl:
         if limits.rate is not None:
             free = min(free if free is not None else limits.rate.jobs, limits.rate.jobs - row.used)
         room = claim_size(request, free)
+        now_wanted = request.limit - request.ahead  # what its free threads would start
+        full = limits.global_limit is not None and (
+            limits.global_limit - sum(running.values()) < now_wanted
+        )
         if room <= 0:
-            return []
+            return Limited([], short=full)
         rows = self.limited_candidates(request, limits, running, room)
         if one_by_one:
             claimed = [job for row in rows for job in self.steps.take_one(row, request)]
@@ -215,7 +250,9 @@ class FlowControl:
             claimed = self.steps.take(rows, request) if rows else []
         if window is not None and claimed:
             self.count_in_window(request.queue, window, row.used + len(claimed))
-        return claimed
+        # A key's limit may have passed rows over: then a slot freed of it is wanted too.
+        keyed_short = limits.keyed and len(claimed) < now_wanted and bool(running)
+        return Limited(claimed, short=full or keyed_short)
 
     def lock_queue(self, queue: str, window: datetime | None) -> QueueRow | None:
         """Lock the queue's row for the rest of the transaction; None if it has none. SQLite
@@ -229,7 +266,8 @@ class FlowControl:
             return (
                 f"SELECT CASE WHEN {qn('paused_at')} IS NULL THEN 0 ELSE 1 END,"
                 f" CASE WHEN {start} = %s THEN {count} ELSE 0 END,"
-                f" CASE WHEN {start} > %s THEN 1 ELSE 0 END"
+                f" CASE WHEN {start} > %s THEN 1 ELSE 0 END,"
+                f" CASE WHEN {qn('slot_wanted')} THEN 1 ELSE 0 END"
                 f" FROM {qn(Queue._meta.db_table)} WHERE {qn('name')} = %s{statements.row_lock}"
             )
 
@@ -239,8 +277,50 @@ class FlowControl:
             found = cursor.fetchone()
         if found is None:
             return None
-        paused, used, behind = found
-        return QueueRow(bool(paused), int(used), bool(behind))
+        paused, used, behind, wanted = found
+        return QueueRow(bool(paused), int(used), bool(behind), bool(wanted))
+
+    def mark_wanted(self, queue: str, wanted: bool) -> None:
+        """Say on the queue's row (locked by the claim) whether a worker waits for a slot."""
+        statements = self.statements
+        qn = statements.qn
+
+        def build() -> str:
+            return (
+                f"UPDATE {qn(Queue._meta.db_table)} SET {qn('slot_wanted')} = %s"
+                f" WHERE {qn('name')} = %s"
+            )
+
+        with statements.hot_cursor() as cursor:
+            cursor.execute(statements.text("mark_wanted", build), [wanted, queue])
+
+    def wake_freed(self, queues: Iterable[str]) -> list[str]:
+        """Outcomes written apart (not by a claim) freed slots of ``queues``: of those a
+        worker waits for a slot of (their rows say so), the workers are woken, on commit,
+        and the mark is taken off; those queues, for this process to wake its own."""
+        statements = self.statements
+        qn = statements.qn
+        table = qn(Queue._meta.db_table)
+        names = sorted(set(queues))
+        if not names:
+            return []
+        marks = ", ".join(["%s"] * len(names))
+        with statements.connection.cursor() as cursor:
+            cursor.execute(
+                f"SELECT {qn('name')} FROM {table} WHERE {qn('slot_wanted')}"
+                f" AND {qn('name')} IN ({marks})",
+                names,
+            )
+            wanted = [name for (name,) in cursor.fetchall()]
+            if wanted:
+                cursor.execute(
+                    f"UPDATE {table} SET {qn('slot_wanted')} = %s"
+                    f" WHERE {qn('name')} IN ({', '.join(['%s'] * len(wanted))})",
+                    [False, *wanted],
+                )
+        if wanted:
+            self.steps.wake(wanted)
+        return wanted
 
     def running_by_key(self, request: ClaimRequest) -> Counter[str | None]:
         """The queue's jobs running under a live lease at the claim's time, by key."""

@@ -88,14 +88,19 @@ class Claimer:
         return claimed
 
     def claim_and_settle(
-        self, queue: str, limit: int, names: tuple[str, ...] | None = None, ahead: int = 0
+        self,
+        queue: str,
+        limit: int,
+        names: tuple[str, ...] | None = None,
+        ahead: int = 0,
+        carry: bool = True,
     ) -> list[ClaimedJob]:
         """Claim for ``queue``, writing the outcomes that wait in the settler in the same
         statement, through the writer's one path. If that fails, the outcomes go back to
         the settler, still held, which writes them through the outage: the database busy,
         nothing is claimed; a refused row, the claim goes again alone (the settler writes
         the outcomes row by row); any other error is raised."""
-        carried = self.settler.take()
+        carried = self.settler.take() if carry else []
         now = self.clock.now()
         if not carried:
             return self.claim(queue, now, limit, names, ahead)

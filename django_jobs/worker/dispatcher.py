@@ -141,6 +141,10 @@ class Dispatcher:
         claimer = self.claimer
         poll = float(settings.POLL_SECONDS)
         failed = False
+        # A lane whose last claim took nothing leaves the outcomes waiting in the settler to
+        # a lane that claims (the queue's other lane), or to the settler: carried by its
+        # claim, they would make a transaction of a claim that most likely takes nothing.
+        carry = True
         try:
             while not stop_event.is_set():
                 room = self.wait_for_room(stop_event, poll)
@@ -153,7 +157,12 @@ class Dispatcher:
                     continue
                 with state.claiming:
                     claim = partial(
-                        claimer.claim_and_settle, state.name, room, names, state.ahead(room)
+                        claimer.claim_and_settle,
+                        state.name,
+                        room,
+                        names,
+                        state.ahead(room),
+                        carry,
                     )
                     claimed = self.guarded(claim)
                 if claimed is None and not failed:
@@ -164,6 +173,7 @@ class Dispatcher:
                     continue
                 failed = claimed is None
                 jobs = claimed or []
+                carry = bool(jobs)
                 self.hand_over(jobs)
                 if len(jobs) < room:  # the queue ran dry: sleep until woken or the next poll
                     self.sleep_dry(stop_event, poll)

@@ -264,16 +264,19 @@ class OutcomeWriter:
         self, decided: Sequence[Decided], settled: Settled, carried_by: str | None = None
     ) -> list[Settlement | None]:
         """Each outcome as written, None where the lease was lost; wake the queues of the jobs
-        due again, and those of jobs that held a limited queue's slots (but the queue whose
-        claim carried the outcomes, ``carried_by``: a limited claim wakes its own queue in
-        its transaction), then report each outcome."""
+        due again, and those of jobs that held a limited queue's slots where a worker waits
+        for one (but the queue whose claim carried the outcomes, ``carried_by``: a limited
+        claim wakes its own queue in its transaction), then report each outcome."""
         final = [settled.as_written(d.settlement) for d in decided]
-        woken = [
-            claimed.queue
+        ends = [
+            (claimed, s)
             for claimed, s in zip((d.outcome.claimed for d in decided), final, strict=True)
-            if s and (due_again(s) or (claimed.holds_slot and claimed.queue != carried_by))
+            if s
         ]
-        self.wake(woken)
+        due = [claimed.queue for claimed, s in ends if due_again(s)]
+        freed = [c.queue for c, _ in ends if c.holds_slot and c.queue != carried_by]
+        self.wake(due)
+        self.wake_freed([queue for queue in freed if queue not in due])
         kinds = report_written(
             [
                 (d.outcome.claimed, d.outcome.result, d.settlement, written)
@@ -313,6 +316,20 @@ class OutcomeWriter:
         if settled.to_follow:
             now = max(s.ended_at for s in settlements if s.job_id in settled.to_follow)
             self.follower.submit(settled.to_follow, now)
+
+    def wake_freed(self, queues: Sequence[str]) -> None:
+        """Slots of limited ``queues`` are free: wake those a worker waits for a slot of
+        (:meth:`~django_jobs.db.limits.FlowControl.wake_freed`), this process's dispatchers
+        at once. Best effort, as :meth:`wake`."""
+        if not queues:
+            return
+        try:
+            with self.deadline("waking the queues"):
+                woken = self.driver.flow.wake_freed(queues)
+        except DatabaseError as exc:
+            logger.debug("wake-up not sent: %s", exc, extra={"event": "wake_failed"})
+            woken = list(queues)  # unknown: this process's dispatchers look for themselves
+        self.doorbells.ring(woken)
 
     def wake(self, queues: Sequence[str]) -> None:
         """Wake the workers of ``queues``: a job there is due again at once (handed back at a

@@ -10,6 +10,7 @@ from django_jobs.models import Attempt, Job, JobStatus
 from django_jobs.registry import async_names, get_definition, sync_names
 from django_jobs.worker import Worker, serve
 from django_jobs.worker.clock import SystemClock
+from django_jobs.worker.dispatcher import Dispatcher
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -82,3 +83,32 @@ def test_a_queues_two_lanes_claim_one_at_a_time(settings, worker):
     for queue in ("default", "other"):
         assert lanes[(True, queue)].claiming is lanes[(False, queue)].claiming
     assert lanes[(False, "default")].claiming is not lanes[(False, "other")].claiming
+
+
+def test_a_lane_whose_last_claim_took_nothing_leaves_the_outcomes_to_the_others(settings, worker):
+    """The settler's outcomes go with the next claim of the queue, whichever lane makes it.
+    A lane that found nothing last time most likely finds nothing again: carried by its
+    claim, the outcomes would make a transaction of it (under limits, the queue's lock)."""
+    from django_jobs.worker.server import Server
+
+    settings.DJANGO_JOBS = {"POLL_SECONDS": 0.05}
+    server = Server(worker(queues={"default": 1}).parts())
+    [lane] = [d for d in server.dispatchers if type(d) is Dispatcher]
+    carried: list[bool] = []
+
+    class Recording:
+        def claim_and_settle(self, queue, room, names, ahead, carry):
+            carried.append(carry)
+            return []
+
+    lane.claimer = Recording()
+    stop = threading.Event()
+    thread = threading.Thread(target=lane.dispatch, args=(stop,))
+    thread.start()
+    try:
+        wait_until(lambda: len(carried) >= 2, timeout=5)
+    finally:
+        stop.set()
+        lane.rouse()
+        thread.join(5)
+    assert carried[:2] == [True, False]

@@ -355,24 +355,56 @@ def drained(listener) -> None:
         pass
 
 
-def heard(listener, queue: str) -> bool:
+def heard(listener, queue: str, seconds: float = 3) -> bool:
     import time
 
     names: set[str] = set()
-    deadline = time.monotonic() + 3
+    deadline = time.monotonic() + seconds
     while queue not in names and time.monotonic() < deadline:
         names.update(listener.wait(0.05))
     return queue in names
 
 
-@pytest.mark.listen_notify
-def test_a_limited_claim_that_carries_outcomes_wakes_its_queue(listener) -> None:
+def slot_wanted(queue: str) -> bool:
+    return Queue.objects.get(name=queue).slot_wanted
+
+
+def test_a_claim_the_limit_keeps_short_says_a_slot_is_wanted_until_one_is_freed() -> None:
     limits = QueueLimits(global_limit=1)
-    first, _second = keyed_job("a"), keyed_job("a")
+    first, second = keyed_job("a"), keyed_job("b")
+    assert claim(queue="keyed", limits=limits, limit=1) == [first]
+    assert not slot_wanted("keyed")  # it took all its free threads could start
+    assert claim(queue="keyed", limits=limits, limit=1, owner="w2") == []
+    assert slot_wanted("keyed")
+    freeing = request(queue="keyed", limits=limits, limit=1)
+    [taken], _ = get_driver().claim_and_settle(freeing, [success(first)])
+    assert taken.id == second
+    assert not slot_wanted("keyed")  # the freed slot woke the workers, and is taken
+
+
+@pytest.mark.listen_notify
+def test_a_limited_claim_that_carries_outcomes_wakes_its_queue_when_a_slot_is_wanted(
+    listener,
+) -> None:
+    limits = QueueLimits(global_limit=1)
+    first, _second = keyed_job("a"), keyed_job("b")
     assert claim(queue="keyed", limits=limits) == [first]
+    assert claim(queue="keyed", limits=limits, owner="w2") == []  # w2 waits for the slot
+    drained(listener)
+    get_driver().claim_and_settle(request(queue="keyed", limits=limits, limit=0), [success(first)])
+    assert heard(listener, "keyed")
+
+
+@pytest.mark.listen_notify
+def test_a_limited_claim_far_from_its_limit_wakes_nobody(listener) -> None:
+    """No worker waits for a slot: a claim that frees some sends no wake-up (each would
+    wake every lane of every worker of the queue for nothing)."""
+    limits = QueueLimits(global_limit=100)
+    first, _second = keyed_job("a"), keyed_job("b")
+    assert claim(queue="keyed", limits=limits, limit=1) == [first]
     drained(listener)
     get_driver().claim_and_settle(request(queue="keyed", limits=limits), [success(first)])
-    assert heard(listener, "keyed")
+    assert not heard(listener, "keyed", seconds=0.5)
 
 
 def test_an_outcome_written_apart_in_a_limited_queue_rings_this_process_dispatcher(
@@ -384,12 +416,26 @@ def test_an_outcome_written_apart_in_a_limited_queue_rings_this_process_dispatch
     from django_jobs.outcomes import HandlerResult
     from django_jobs.worker.settler import Outcome
 
+    keyed_job("a"), keyed_job("a")
+    w = worker(queues={"keyed": 1})
+    [claimed] = w.claimer.claim("keyed", START, 1)
+    assert w.claimer.claim("keyed", START, 1) == []  # its key is full: a slot is wanted
+    w.doorbells["keyed"].clear()
+    w.writer.write([Outcome(claimed, HandlerResult(AttemptOutcome.SUCCEEDED))])
+    assert w.doorbells["keyed"].is_set()
+    assert not slot_wanted("keyed")
+
+
+def test_an_outcome_written_apart_where_no_slot_is_wanted_rings_nothing(worker) -> None:
+    from django_jobs.outcomes import HandlerResult
+    from django_jobs.worker.settler import Outcome
+
     keyed_job("a")
     w = worker(queues={"keyed": 1})
     [claimed] = w.claimer.claim("keyed", START, 1)
     w.doorbells["keyed"].clear()
     w.writer.write([Outcome(claimed, HandlerResult(AttemptOutcome.SUCCEEDED))])
-    assert w.doorbells["keyed"].is_set()
+    assert not w.doorbells["keyed"].is_set()
 
 
 @pytest.mark.listen_notify
@@ -398,9 +444,11 @@ def test_an_outcome_written_apart_in_a_limited_queue_wakes_it(listener, worker) 
     from django_jobs.worker.settler import Outcome
 
     job_id = keyed_job("a")
+    keyed_job("a")
     w = worker(queues={"keyed": 1})
     [claimed] = w.claimer.claim("keyed", START, 1)
     assert job_id == claimed.id
+    assert w.claimer.claim("keyed", START, 1) == []  # a slot is wanted
     drained(listener)
     w.writer.write([Outcome(claimed, HandlerResult(AttemptOutcome.SUCCEEDED))])
     assert heard(listener, "keyed")  # a success is not due again: only its slot wakes it
