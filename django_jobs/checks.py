@@ -530,11 +530,14 @@ def _unserved_warning(queue: str, names: list[str]) -> CheckMessage:
 def check_jobs_reached(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     """W006: a job registered from a module a worker does not import (see
     :mod:`django_jobs.reach`). The URLconf is imported first, as Django's URL check
-    does, so that the jobs of the modules views import are registered by then."""
+    does, so that the jobs of the modules views import are registered by then; those of a
+    module not imported even then (a view imports it inside the view) are read from the
+    project apps' source."""
+    from .reach import unimported_declarations
     from .registry import unreached_jobs
 
     import_url_config()
-    return [
+    registered = [
         Warning(
             f"Job {name!r} is registered in {module!r}, a module imported only after "
             "start-up (by a view or the URLconf, say): `runjobs` does not import it, so its "
@@ -544,6 +547,18 @@ def check_jobs_reached(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
         )
         for name, module in unreached_jobs()
     ]
+    # A module imported inside a view is not imported yet: its source says what it declares.
+    read = [
+        Warning(
+            f"Job {found.name!r} is declared in {found.module!r} ({found.path.name}, line "
+            f"{found.line}), a module nothing imports as the apps load: `runjobs` will not "
+            "import it, so its jobs would wait, pending, for a worker that knows it.",
+            hint=f"Define it in an installed app's jobs.py, or import {found.module!r} from there.",
+            id="django_jobs.W006",
+        )
+        for found in unimported_declarations()
+    ]
+    return registered + read
 
 
 def import_url_config() -> None:

@@ -118,7 +118,7 @@ if env("JOBS_GLOBAL_LIMIT"):  # a queue "limited": at most that many of its jobs
     DJANGO_JOBS["QUEUES"]["limited"] = {"workers": 4, "global_limit": env("JOBS_GLOBAL_LIMIT")}
 
 # Job modules the example app imports as it is ready, beyond its jobs.py: a runjobs given
-# JOBS_EXAMPLE_JOB_MODULES=testproject.example.next_deploy runs the code of the next deploy.
+# JOBS_EXAMPLE_JOB_MODULES=testproject.next_deploy runs the code of the next deploy.
 EXAMPLE_JOB_MODULES = env.list("JOBS_EXAMPLE_JOB_MODULES", default=[])
 
 # Behind PgBouncer in transaction mode (the tests' pooled suite, scripts/pgbouncer.py):

@@ -179,3 +179,67 @@ def test_reach_an_installed_apps_jobs_module_is_reached_whenever_imported(
         again = importlib.import_module("testproject.example.jobs")
     assert get_definition("emails.welcome").func is again.send_welcome
     assert late_records(caplog) == [] and unreached_jobs() == []
+
+
+# -- a job of a module not imported even by the URLconf: read from the source -------------
+
+ALIASED = """
+import django_jobs as dj
+from django_jobs import job as declare
+
+
+@dj.job("store.by_package")
+def by_package(ctx, payload):
+    return payload
+
+
+@declare(name="store.by_alias")
+async def by_alias(ctx, payload):
+    return payload
+
+
+def not_a_job():
+    return job("store.not_decorated")
+"""
+
+
+def test_reach_check_reads_the_jobs_of_a_module_a_view_imports_inside_itself(project_module):
+    """The lazy import the tutorial warns of: inside the view, so neither the apps nor the
+    URLconf import the module, and no registration happens before a request comes. The
+    check reads the project apps' source for ``@job`` declarations in modules nothing
+    imported."""
+    from django.conf import settings
+
+    project_module("store.helpers", HELPERS)
+    project_module("store.views", VIEWS)
+    project_module("store.urls", URLS)
+    project_module("store.aliased", ALIASED)
+    project_module("store.jobs", HELPERS.replace("store.sync", "store.reached"))
+    project_module("store.tests.test_helpers", HELPERS.replace("store.sync", "store.tested"))
+    installed = [*settings.INSTALLED_APPS, "store"]
+    with override_settings(INSTALLED_APPS=installed, ROOT_URLCONF="store.urls"):
+        messages = w006(check_jobs_reached())
+        assert "store.helpers" not in sys.modules  # read, not imported
+    assert messages == [
+        "Job 'store.by_package' is declared in 'store.aliased' (aliased.py, line 6), a module "
+        "nothing imports as the apps load: `runjobs` will not import it, so its jobs would "
+        "wait, pending, for a worker that knows it.",
+        "Job 'store.by_alias' is declared in 'store.aliased' (aliased.py, line 11), a module "
+        "nothing imports as the apps load: `runjobs` will not import it, so its jobs would "
+        "wait, pending, for a worker that knows it.",
+        "Job 'store.sync' is declared in 'store.helpers' (helpers.py, line 5), a module "
+        "nothing imports as the apps load: `runjobs` will not import it, so its jobs would "
+        "wait, pending, for a worker that knows it.",
+    ]
+
+
+def test_reach_check_reads_no_module_already_imported(project_module):
+    """Imported (by the URLconf, say), a module's jobs are registered: W006 names them once,
+    from the registry."""
+    from django.conf import settings
+
+    project_module("store.helpers", HELPERS)
+    importlib.import_module("store.helpers")
+    with override_settings(INSTALLED_APPS=[*settings.INSTALLED_APPS, "store"]):
+        [message] = w006(check_jobs_reached())
+    assert "'store.sync' is registered in 'store.helpers'" in message

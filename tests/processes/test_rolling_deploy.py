@@ -14,7 +14,7 @@ from tests.conftest import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-NEXT_DEPLOY = {"JOBS_EXAMPLE_JOB_MODULES": "testproject.example.next_deploy"}
+NEXT_DEPLOY = {"JOBS_EXAMPLE_JOB_MODULES": "testproject.next_deploy"}
 
 
 def test_runjobs_leaves_a_job_of_a_name_it_does_not_know_to_a_worker_that_knows_it(
