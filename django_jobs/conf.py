@@ -558,7 +558,8 @@ def queue_options_problems(where: str, options: Mapping[Any, Any]) -> list[Probl
         except ValueError as exc:
             problems.append(
                 Problem(
-                    f"{where}['rate_limit'] is not a rate: {exc}.",
+                    f"{where}['rate_limit'] is not a rate: {str(exc).rstrip('.')}"
+                    + ("" if str(exc).endswith("?") else "."),
                     "For example '100/m': at most 100 of the queue's jobs start in each "
                     "minute, across every worker. None sets no limit.",
                 )

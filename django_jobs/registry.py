@@ -178,12 +178,18 @@ def require_handler(name: str, func: Callable[..., Any]) -> None:
         return
     try:
         signature.bind(None, None)
-    except TypeError as exc:
+    except TypeError:
         where = getattr(func, "__qualname__", repr(func))
+        own_name = getattr(func, "__name__", "handler")
+        fix = (
+            "lambda ctx, payload: ..."
+            if own_name == "<lambda>"
+            else f"def {own_name}(ctx, payload)"
+        )
         raise TypeError(
             f"job {name!r}: its handler {where}{signature} cannot be called as "
-            f"handler(ctx, payload) ({exc}); write it as def {getattr(func, '__name__', 'handler')}"
-            "(ctx, payload)"
+            f"handler(ctx, payload), the two arguments every handler is given: write it as "
+            f"{fix}"
         ) from None
 
 

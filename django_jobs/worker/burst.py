@@ -137,10 +137,20 @@ class BurstCheck:
         if paused:
             left += f"; paused, not waited for: {', '.join(paused)} (`jobs resume NAME`)"
         with p.deadline("the jobs of names not known"):
-            unknown = self.jobs().due(now).exclude(name__in=known_names()).count()
+            unknown_rows = self.jobs().due(now).exclude(name__in=known_names())
+            unknown = unknown_rows.count()
         if unknown:
-            left += f"; {unknown} job(s) due of names this worker does not know, not waited for"
-        logger.info(
+            with p.deadline("the names not known"):
+                ordered = unknown_rows.order_by("name").values_list("name", flat=True)
+                names = list(ordered.distinct()[: NAMED + 1])
+            left += (
+                f"; {unknown} job(s) due of names this worker does not know, not waited for:"
+                f" {', '.join(names[:NAMED])}"
+                f"{' ...' if len(names) > NAMED else ''} (register each with @job"
+                " in an installed app's jobs.py, which runjobs imports)"
+            )
+        logger.log(
+            logging.WARNING if unknown else logging.INFO,
             "burst: nothing due or running on queues %s; exiting%s",
             ", ".join(p.queues),
             left,

@@ -236,6 +236,8 @@ def test_burst_exits_past_a_job_of_a_name_it_does_not_know_and_says_so(settings,
     assert Job.objects.get(pk=waiting.pk).status == JobStatus.PENDING
     assert exit_line.getMessage() == (
         "burst: nothing due or running on queues default; exiting; 1 job(s) due of names this"
-        " worker does not know, not waited for"
+        " worker does not know, not waited for: tests.from_the_next_deploy (register each with"
+        " @job in an installed app's jobs.py, which runjobs imports)"
     )
+    assert exit_line.levelname == "WARNING"  # work is left that no run of it will do
     assert exit_line.unknown_names == 1

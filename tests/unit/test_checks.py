@@ -266,6 +266,7 @@ def test_check_number_settings_in_range_pass():
         ({"q": {"global_limit": 0}}, "['global_limit'] must be a whole number", "across every"),
         ({"q": {"global_limit": "2"}}, "['global_limit'] must be a whole number", "None"),
         ({"q": {"rate_limit": "100/day"}}, "['rate_limit'] is not a rate", "'100/m'"),
+        ({"q": {"rate_limit": "100/min"}}, "got '100/min'; did you mean '100/m'?", "'100/m'"),
         ({"q": {"rate_limit": "0/m"}}, "a rate's count is a whole number", "each minute"),
         ({"q": {"rate_limit": 100}}, "a rate is 'COUNT/WINDOW'", "'100/m'"),
         ({"q": None}, "['q'] must be a dict of options, got None", "{} takes the defaults"),
@@ -807,3 +808,9 @@ def test_check_settings_refuses_an_unknown_queues_choice_it_does_not_know(settin
     settings.DJANGO_JOBS = {"UNKNOWN_QUEUES": value}
     [error] = [m for m in check_settings() if m.id == "django_jobs.E013"]
     assert error.msg == f"DJANGO_JOBS['UNKNOWN_QUEUES'] must be 'warn' or 'error', got {value!r}."
+
+
+def test_a_rate_limits_did_you_mean_ends_the_sentence():
+    with override_settings(DJANGO_JOBS={"QUEUES": {"q": {"rate_limit": "100/min"}}}):
+        [error] = check_settings()
+    assert error.msg.endswith("; did you mean '100/m'?")

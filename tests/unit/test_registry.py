@@ -121,8 +121,8 @@ def test_job_refuses_a_handler_that_cannot_take_ctx_and_payload(cleanup):
     assert str(refused.value).startswith(
         "job 'unit.one_argument': its handler "
         "test_job_refuses_a_handler_that_cannot_take_ctx_and_payload.<locals>.send(payload) "
-        "cannot be called as handler(ctx, payload) (too many positional arguments); "
-        "write it as def send(ctx, payload)"
+        "cannot be called as handler(ctx, payload), the two arguments every handler is given:"
+        " write it as def send(ctx, payload)"
     )
     with pytest.raises(UnknownJob):
         get_definition("unit.one_argument")  # nothing was registered
@@ -139,8 +139,9 @@ def test_job_refuses_a_handler_that_cannot_take_ctx_and_payload(cleanup):
 )
 def test_job_refuses_every_signature_that_cannot_take_two_arguments(cleanup, handler):
     cleanup.append("unit.bad_signature")
-    with pytest.raises(TypeError, match="cannot be called as handler\\(ctx, payload\\)"):
+    with pytest.raises(TypeError, match="cannot be called as handler\\(ctx, payload\\)") as refused:
         job("unit.bad_signature")(handler)
+    assert str(refused.value).endswith("write it as lambda ctx, payload: ...")
 
 
 @pytest.mark.parametrize(
