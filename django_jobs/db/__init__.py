@@ -25,8 +25,24 @@ __all__ = [
 
 def driver_class(using: str = "default") -> type[Driver]:
     """The driver class for the database behind ``using``: the one place that reads the
-    vendor. Its class attributes say what the database can do."""
-    vendor = connections[using].vendor
+    vendor. Its class attributes say what the database can do. Found once per engine: it
+    is asked on every deadline, and reading a connection's vendor goes through Django's
+    per-thread connections."""
+    configured = connections.settings.get(using)
+    if configured is None:
+        return _class_of(connections[using].vendor, using)  # Django says there is no such alias
+    engine = configured["ENGINE"]
+    found = _classes.get(engine)
+    if found is None:
+        found = _classes[engine] = _class_of(connections[using].vendor, using)
+    return found
+
+
+#: The driver class of each database engine (its ``ENGINE`` setting) asked for.
+_classes: dict[str, type[Driver]] = {}
+
+
+def _class_of(vendor: str, using: str) -> type[Driver]:
     if vendor == "postgresql":
         from .postgresql import PostgresDriver
 
