@@ -537,7 +537,7 @@ def check_jobs_reached(app_configs: Any = None, **kwargs: Any) -> list[CheckMess
     from .registry import unreached_jobs
 
     import_url_config()
-    registered = [
+    registered: list[CheckMessage] = [
         Warning(
             f"Job {name!r} is registered in {module!r}, a module imported only after "
             "start-up (by a view or the URLconf, say): `runjobs` does not import it, so its "

@@ -155,10 +155,12 @@ class Driver(Statements):
         """SQLite's journal mode of the live database file; None elsewhere or unreadable."""
         return None
 
-    def bound_transaction(self) -> None:
-        """Have the server end the current transaction if the client goes silent inside
-        it, where it can (a claim under limits holds its queue's lock meanwhile): by
-        default it cannot, or the session is bounded already (:meth:`bound_session`)."""
+    def transaction_bound(self) -> tuple[str, list[Any]]:
+        """A column (its SQL and parameters) that, read in a transaction, has the server end
+        that transaction if the client goes silent inside it, where it can (a claim under
+        limits holds its queue's lock meanwhile; the lock's statement reads it): by default
+        ``("", [])``, it cannot, or the session is bounded already (:meth:`bound_session`)."""
+        return "", []
 
     def put_in_wal_mode(self) -> bool:
         """Put a database file with journal modes in WAL mode, unless the project chose its

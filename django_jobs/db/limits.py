@@ -42,7 +42,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from functools import partial
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 from ..models import Queue
 from .records import (
@@ -102,7 +102,7 @@ class ClaimSteps(Protocol):
 
     def wake(self, queues: Iterable[str]) -> None: ...
 
-    def bound_transaction(self) -> None: ...
+    def transaction_bound(self) -> tuple[str, list[Any]]: ...
 
 
 class FlowControl:
@@ -199,7 +199,6 @@ class FlowControl:
         queue's row says so), the queue's workers are woken on commit."""
         limits = request.limits
         assert limits is not None
-        self.steps.bound_transaction()
         window = limits.rate.window_start(request.now) if limits.rate else None
         row = self.lock_queue(request.queue, window)
         if row is None:
@@ -261,10 +260,12 @@ class FlowControl:
         statements = self.statements
         qn = statements.qn
         start, count = qn("window_start"), qn("window_count")
+        bound, bound_params = self.steps.transaction_bound()
 
         def build() -> str:
             return (
-                f"SELECT CASE WHEN {qn('paused_at')} IS NULL THEN 0 ELSE 1 END,"
+                f"SELECT {bound + ', ' if bound else ''}"
+                f"CASE WHEN {qn('paused_at')} IS NULL THEN 0 ELSE 1 END,"
                 f" CASE WHEN {start} = %s THEN {count} ELSE 0 END,"
                 f" CASE WHEN {start} > %s THEN 1 ELSE 0 END,"
                 f" CASE WHEN {qn('slot_wanted')} THEN 1 ELSE 0 END"
@@ -273,11 +274,14 @@ class FlowControl:
 
         adapted = statements.adapt(window)
         with statements.hot_cursor() as cursor:
-            cursor.execute(statements.text("lock_queue", build), [adapted, adapted, queue])
+            cursor.execute(
+                statements.text(f"lock_queue:{bool(bound)}", build),
+                [*bound_params, adapted, adapted, queue],
+            )
             found = cursor.fetchone()
         if found is None:
             return None
-        paused, used, behind, wanted = found
+        paused, used, behind, wanted = found[-4:]
         return QueueRow(bool(paused), int(used), bool(behind), bool(wanted))
 
     def mark_wanted(self, queue: str, wanted: bool) -> None:

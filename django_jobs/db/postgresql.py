@@ -138,20 +138,20 @@ class PostgresDriver(Driver):
 
     def bound_session(self, seconds: float) -> None:
         """Nothing is set on the session (a transaction-mode pooler would pass it to other
-        clients): a limited claim's transaction bounds itself (:meth:`bound_transaction`)."""
+        clients): a limited claim's transaction bounds itself (:meth:`transaction_bound`)."""
         self.idle_bound_ms = max(2000, math.ceil(seconds * 1000))
 
-    def bound_transaction(self) -> None:
+    def transaction_bound(self) -> tuple[str, list[Any]]:
         """A claim under limits holds the queue's lock for a few statements: if this client
         goes silent inside it, the server ends the transaction after the call's deadline
         (at least 2 s), rather than keep the lock until it notices the connection gone.
-        ``SET LOCAL``'s way (``set_config(..., true)``): for this transaction only."""
-        if self.idle_bound_ms is not None:
-            with self.connection.cursor() as cursor:
-                cursor.execute(
-                    "SELECT set_config('idle_in_transaction_session_timeout', %s, true)",
-                    [str(self.idle_bound_ms)],
-                )
+        ``SET LOCAL``'s way (``set_config(..., true)``): for this transaction only, a column
+        of the statement that takes the lock, so it costs no round trip of its own."""
+        if self.idle_bound_ms is None:
+            return "", []
+        return "set_config('idle_in_transaction_session_timeout', %s, true)", [
+            str(self.idle_bound_ms)
+        ]
 
     tells_health = True
 
@@ -199,7 +199,7 @@ class PostgresDriver(Driver):
         """The steps' transaction commits without waiting for its flush to disk
         (``synchronous_commit`` off, for it alone): a server crash can lose only steps whose
         mark comes back with them, which the leader takes again; a later durable commit (a
-        released job's claim) flushes them first. Bounded as :meth:`bound_transaction`: it
+        released job's claim) flushes them first. Bounded as :meth:`transaction_bound`: it
         holds a batch's row across statements."""
         settings = ["synchronous_commit", "off"]
         if self.idle_bound_ms is not None:

@@ -478,3 +478,25 @@ def test_keys_that_differ_by_a_trailing_space_are_two_keys() -> None:
     one = schedule_job("tests.ok", {}, unique_key="u")
     other = schedule_job("tests.ok", {}, unique_key="u ")
     assert one.pk != other.pk
+
+
+@pytest.mark.skipif(connections["default"].vendor != "postgresql", reason="PostgreSQL's bound")
+def test_a_limited_claims_transaction_is_bounded_by_the_statement_that_takes_the_lock() -> None:
+    """Its client gone silent inside it, the server ends the transaction that holds the
+    queue's lock after the call's deadline: the lock's own statement sets the bound."""
+    from django.db import transaction
+
+    driver = get_driver()
+    was = driver.idle_bound_ms
+    driver.bound_session(1.0)  # what a worker's deadline does to its connection
+    keyed_job("a")
+    driver.flow.make_queue_row("keyed")
+    with transaction.atomic():
+        assert driver.flow.claim_in_queue(request(queue="keyed", limits=KEYED)) is not None
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SHOW idle_in_transaction_session_timeout")
+            assert cursor.fetchone()[0] == "2s"
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SHOW idle_in_transaction_session_timeout")
+        assert cursor.fetchone()[0] != "2s"  # for that transaction only
+    driver.idle_bound_ms = was
