@@ -77,6 +77,8 @@ class Peer:
     arguments: Callable[[Options], list[str]] = field(default=lambda options: [])
     #: django-jobs under a limit: run with --limits, or when --only names it
     variant: bool = False
+    #: a peer set up another way: run with --peer-defaults, or when --only names it
+    peer_variant: bool = False
 
 
 def django_jobs_arguments(options: Options) -> list[str]:
@@ -128,6 +130,16 @@ PEERS = [
         variant=True,
     ),
     Peer("django-tasks-db", ENVS / "tasks-db/bin/python", "run_tasks_db.py", "bench_tasks_db"),
+    # The peer as its documentation has a user run it: plain db_worker, Django's
+    # CONN_MAX_AGE (--peer-defaults, or when --only names it).
+    Peer(
+        "django-tasks-db-defaults",
+        ENVS / "tasks-db/bin/python",
+        "run_tasks_db.py",
+        "bench_tasks_db_defaults",
+        arguments=lambda options: ["--defaults"],
+        peer_variant=True,
+    ),
     Peer(
         "procrastinate",
         ENVS / "procrastinate/bin/python",
@@ -153,6 +165,7 @@ class Options:
     django_jobs_processes: int
     django_jobs_workers: int
     limits: bool = False
+    peer_defaults: bool = False
 
     @property
     def sqlite(self) -> bool:
@@ -186,6 +199,11 @@ def parse_options(argv: list[str] | None = None) -> Options:
         help="django-jobs also with a global limit and with a rate limit that never bind",
     )
     parser.add_argument(
+        "--peer-defaults",
+        action="store_true",
+        help="django-tasks-db also as its documentation runs it (db_worker, CONN_MAX_AGE 0)",
+    )
+    parser.add_argument(
         "--django-jobs-processes", type=int, default=1, help="runjobs --processes (default 1)"
     )
     parser.add_argument(
@@ -211,7 +229,12 @@ def choose_peers(options: Options) -> tuple[list[Peer], list[Peer]]:
         for peer in PEERS
         if options.only == peer.name
         or (options.only in (None, "django-jobs") and peer.variant and options.limits)
-        or (options.only is None and not peer.variant)
+        or (
+            options.only in (None, "django-tasks-db")
+            and peer.peer_variant
+            and options.peer_defaults
+        )
+        or (options.only is None and not peer.variant and not peer.peer_variant)
     ]
     skipped = [peer for peer in peers if not options.postgresql and peer.postgresql_only]
     return [peer for peer in peers if peer not in skipped], skipped

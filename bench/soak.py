@@ -4,6 +4,13 @@
     DATABASE_URL=postgres://... python bench/soak.py                   # 20 minutes
     DATABASE_URL=postgres://... python bench/soak.py --minutes 3 --hold-at 1 --hold 1
     DATABASE_URL=postgres://... python bench/soak.py --rate 800 --json soak.json --svg soak.svg
+    DATABASE_URL=postgres://... python bench/soak.py --minutes 30 --load 0.8 --hold 0 \
+        --retention 120 --unique 0.1 --keyed 0.05          # an hour's wear: pruning, keys
+
+``--retention`` has the leader prune finished jobs that many seconds after they end;
+``--unique`` and ``--keyed`` enqueue that share of the load with a ``unique_key`` (one per
+job), and as keyed jobs (``demo.keyed_noop``, 64 keys, 4 at once, on a queue ``keyed`` the
+same workers serve).
 
 What it shows is what a transaction left open elsewhere does to the queue (the health of
 the jobs tables, docs/how-to/observability.md): while it holds PostgreSQL's snapshot
@@ -47,6 +54,11 @@ import harness
 from harness import JOB_NAME, QUEUE, BenchError
 
 TICK_SECONDS = 0.1
+#: The keyed jobs (``--keyed``): a no-op of the test project under ``concurrency=4``, on a
+#: queue of its own, over this many keys.
+KEYED_JOB = "demo.keyed_noop"
+KEYED_QUEUE = "keyed"
+KEYS = 64
 #: The jobs tables' own autovacuum settings, as migration 0019 sets them.
 AUTOVACUUM = importlib.import_module("django_jobs.migrations.0019_jobs_tables_autovacuum").SETTINGS
 PROBE = (
@@ -96,6 +108,11 @@ class Run:
     hold: float
     autovacuum: bool
     samples: list[Sample] = field(default_factory=list)
+    #: Finished jobs kept this long, then pruned by the leader (None: the project's 7 days).
+    retention_seconds: float | None = None
+    #: The shares of the load enqueued with a unique key, and as keyed jobs (their own queue).
+    unique: float = 0.0
+    keyed: float = 0.0
 
 
 def parse(argv: list[str] | None) -> Any:
@@ -117,6 +134,20 @@ def parse(argv: list[str] | None) -> Any:
     parser.add_argument(
         "--horizon", type=float, default=60.0, help="HEALTH_HORIZON_SECONDS for the warning"
     )
+    parser.add_argument(
+        "--retention",
+        type=float,
+        help="seconds finished jobs are kept before the leader prunes them (default 7 days)",
+    )
+    parser.add_argument(
+        "--unique", type=float, default=0.0, help="share of the jobs with a unique_key"
+    )
+    parser.add_argument(
+        "--keyed",
+        type=float,
+        default=0.0,
+        help="share of the jobs keyed (demo.keyed_noop: 64 keys, 4 at once, queue 'keyed')",
+    )
     parser.add_argument("--svg", type=Path, help="draw the samples to this SVG file")
     parser.add_argument("--redraw", type=Path, help="no run: draw --svg from a run's --json file")
     harness.add_json_option(parser)
@@ -134,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
     if not url.startswith(("postgres://", "postgresql://")):
         return harness.failed(BenchError("the soak runs on PostgreSQL: set DATABASE_URL"))
     harness.raise_on_sigterm()
-    harness.configure_environment(url, JOBS_POLL_SECONDS="1")
+    retention = {"JOBS_RETENTION_SECONDS": str(args.retention)} if args.retention else {}
+    harness.configure_environment(url, JOBS_POLL_SECONDS="1", **retention)
     harness.setup_django()
     harness.migrate()
     harness.empty_tables()
@@ -148,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
             harness.log(f"drain {calibrated:,.0f} jobs/s: the load is {rate:,.0f} jobs/s")
         own = not args.server_autovacuum
         run = Run(rate, calibrated, args.minutes, args.hold_at, args.hold, own)
+        run.retention_seconds, run.unique, run.keyed = args.retention, args.unique, args.keyed
         soak(run, args, work)
     report(run)
     if args.json:
@@ -180,7 +213,8 @@ def autovacuum(own: bool) -> None:
 
 
 def workers(args: Any, work: Path, tag: str, *extra: str) -> list[Any]:
-    command = harness.runjobs_command("--queue", QUEUE, "--workers", str(args.workers), *extra)
+    queues = ["--queue", QUEUE, *(["--queue", KEYED_QUEUE] if args.keyed else [])]
+    command = harness.runjobs_command(*queues, "--workers", str(args.workers), *extra)
     return [
         harness.start_process(command, work / f"{tag}-{number}.log")
         for number in range(args.processes)
@@ -209,7 +243,8 @@ def calibrate(args: Any, work: Path) -> float:
 def soak(run: Run, args: Any, work: Path) -> None:
     stop = threading.Event()
     held = threading.Event()
-    producer = threading.Thread(target=produce, args=(run.rate, stop), daemon=True)
+    mix = Mix(run.unique, run.keyed)
+    producer = threading.Thread(target=produce, args=(run.rate, stop, mix), daemon=True)
     holder = threading.Thread(
         target=hold_snapshot, args=(run.hold_at * 60, run.hold * 60, stop, held), daemon=True
     )
@@ -218,7 +253,8 @@ def soak(run: Run, args: Any, work: Path) -> None:
     try:
         started = time.monotonic()
         producer.start()
-        holder.start()
+        if run.hold > 0:
+            holder.start()
         last_id = newest_attempt()
         end = started + run.minutes * 60
         next_at = started + args.sample
@@ -237,7 +273,8 @@ def soak(run: Run, args: Any, work: Path) -> None:
         stop.set()
         harness.stop_processes(processes, 30)
         producer.join(5)
-        holder.join(5)
+        if holder.is_alive():
+            holder.join(5)
 
 
 def newest_attempt() -> int:
@@ -249,12 +286,35 @@ def newest_attempt() -> int:
     return Attempt.objects.aggregate(newest=Max("id"))["newest"] or 0
 
 
-def produce(rate: float, stop: threading.Event) -> None:
-    """``rate`` no-op jobs a second, a batch every :data:`TICK_SECONDS`, until ``stop``."""
+@dataclass
+class Mix:
+    """Which jobs of the load are unique and which keyed, in turn (no randomness: two
+    runs enqueue the same jobs)."""
+
+    unique: float
+    keyed: float
+    made: int = 0
+
+    def spec(self) -> Any:
+        from django_jobs.scheduling import JobSpec
+
+        self.made += 1
+        n = self.made
+        if self.keyed and n % round(1 / self.keyed) == 0:
+            return JobSpec(KEYED_JOB, {}, concurrency_key=f"k{n % KEYS}")
+        if self.unique and n % round(1 / self.unique) == 1:
+            return JobSpec(JOB_NAME, {}, unique_key=f"soak-{n}")
+        return JobSpec(JOB_NAME, {})
+
+
+def produce(rate: float, stop: threading.Event, mix: Mix | None = None) -> None:
+    """``rate`` no-op jobs a second, a batch every :data:`TICK_SECONDS`, until ``stop``:
+    some unique and some keyed, as ``mix`` says."""
     from django.db import connection
 
-    from django_jobs.scheduling import JobSpec, schedule_jobs
+    from django_jobs.scheduling import schedule_jobs
 
+    mix = mix or Mix(0.0, 0.0)
     owed = 0.0
     next_at = time.monotonic()
     try:
@@ -263,7 +323,7 @@ def produce(rate: float, stop: threading.Event) -> None:
             count = int(owed)
             owed -= count
             if count:
-                schedule_jobs([JobSpec(JOB_NAME, {}) for _ in range(count)])
+                schedule_jobs([mix.spec() for _ in range(count)])
             next_at += TICK_SECONDS
             stop.wait(max(0.0, next_at - time.monotonic()))
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from importlib.util import find_spec
 from pathlib import Path
 
@@ -24,6 +25,7 @@ env = environ.Env(
     JOBS_GLOBAL_LIMIT=(int, 0),
     JOBS_DEFAULT_GLOBAL_LIMIT=(int, 0),
     JOBS_DEFAULT_RATE_LIMIT=(str, ""),
+    JOBS_RETENTION_SECONDS=(float, 0.0),
 )
 
 DEBUG = env("DEBUG")
@@ -110,6 +112,11 @@ DJANGO_JOBS = {
     "ASYNC_BLOCKED_SECONDS": env("JOBS_ASYNC_BLOCKED_SECONDS"),
 }
 # The default queue under limits (the peers bench's limited drains).
+if env("JOBS_RETENTION_SECONDS"):  # finished jobs kept that long, then pruned (the soak)
+    DJANGO_JOBS["RETENTION"] = {
+        status: timedelta(seconds=env("JOBS_RETENTION_SECONDS"))
+        for status in ("succeeded", "cancelled", "dead_lettered")
+    }
 if env("JOBS_DEFAULT_GLOBAL_LIMIT"):
     DJANGO_JOBS["QUEUES"]["default"]["global_limit"] = env("JOBS_DEFAULT_GLOBAL_LIMIT")
 if env("JOBS_DEFAULT_RATE_LIMIT"):

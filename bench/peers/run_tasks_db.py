@@ -4,6 +4,11 @@ The project is bench/peers/tasks_db_project. The drain is TWO ``db_worker``
 processes (a worker runs one task at a time) with ``--batch``, which makes a
 worker exit once it finds no ready task; the driver still waits for every
 task to have succeeded (polling the database) and then SIGTERMs whatever runs.
+Its connection is kept between tasks (``CONN_MAX_AGE`` 600, see the settings).
+
+``--defaults`` runs the peer as its documentation has a user run it: two plain
+``db_worker`` processes (no ``--batch``: they run until stopped) and Django's own
+``CONN_MAX_AGE`` of 0, a new connection for each task.
 The idle worker for the pickups is one ``db_worker`` with its default
 ``--interval`` of 1 second. django-tasks-db has no bulk enqueue. The database
 is PostgreSQL, MariaDB (Django's mysql backend) or a SQLite file, as
@@ -12,6 +17,7 @@ is PostgreSQL, MariaDB (Django's mysql backend) or a SQLite file, as
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 from pathlib import Path
@@ -22,12 +28,25 @@ import harness  # bench/harness.py, on the path once common is imported
 HERE = Path(__file__).resolve().parent
 
 
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--defaults",
+        action="store_true",
+        help="db_worker without --batch, and Django's CONN_MAX_AGE of 0",
+    )
+
+
 class TasksDb(common.System):
     name = "django-tasks-db"
     workers = "2 db_worker processes"
     bulk_api = None
 
-    def __init__(self) -> None:
+    def __init__(self, defaults: bool = False) -> None:
+        self.defaults = defaults
+        if defaults:
+            self.name += " (defaults)"
+            self.workers = "2 db_worker, no --batch, CONN_MAX_AGE 0"
+            os.environ["TASKS_DB_CONN_MAX_AGE"] = "0"
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tasks_db_project.settings")
         # The workers import the tasks module by its dotted path.
         os.environ["PYTHONPATH"] = os.pathsep.join(
@@ -64,6 +83,8 @@ class TasksDb(common.System):
         return [sys.executable, "-m", "django", "db_worker", *extra]
 
     def drain_commands(self) -> list[list[str]]:
+        if self.defaults:
+            return [self.db_worker(), self.db_worker()]
         return [self.db_worker("--batch"), self.db_worker("--batch")]
 
     def idle_commands(self) -> list[list[str]]:
@@ -93,4 +114,4 @@ class TasksDb(common.System):
 
 
 if __name__ == "__main__":
-    sys.exit(common.main(TasksDb))
+    sys.exit(common.main(TasksDb, add_arguments=add_arguments))

@@ -37,6 +37,12 @@ def noop(ctx: JobContext, payload: Any) -> None:
     return None
 
 
+@job("demo.keyed_noop", queue="keyed", concurrency=4)
+def keyed_noop(ctx: JobContext, payload: Any) -> None:
+    """A no-op under a concurrency key: at most 4 of a key at once (the soak's keyed jobs)."""
+    return None
+
+
 @job("example.record")
 def record(ctx: JobContext, payload: dict[str, Any] | None) -> None:
     """Write a witness row, so tests can count how often each job ran; with ``mark`` (a

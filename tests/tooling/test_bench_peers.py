@@ -105,6 +105,26 @@ def test_peers_on_postgresql_run_every_system_or_the_one_asked_for() -> None:
     assert names(raw) == ["raw"]
 
 
+def test_peers_run_django_tasks_db_also_with_its_defaults_when_asked() -> None:
+    """As a user runs it: plain db_worker processes and Django's CONN_MAX_AGE, beside the
+    bench's own set-up of the peer."""
+    both, _ = peers.choose_peers(peers.parse_options(["--peer-defaults"]))
+    alone, _ = peers.choose_peers(peers.parse_options(["--only", "django-tasks-db-defaults"]))
+    peer, _ = peers.choose_peers(
+        peers.parse_options(["--only", "django-tasks-db", "--peer-defaults"])
+    )
+    assert names(both) == [
+        "django-jobs",
+        "django-tasks-db",
+        "django-tasks-db-defaults",
+        "procrastinate",
+        "raw",
+    ]
+    assert names(alone) == ["django-tasks-db-defaults"]
+    assert names(peer) == ["django-tasks-db", "django-tasks-db-defaults"]
+    assert arguments("django-tasks-db-defaults") == ["--defaults"]
+
+
 # -- the drivers' own arguments ----------------------------------------------------------
 
 
