@@ -12,24 +12,30 @@ declared with ``@job(concurrency=N)``) is claimed another way, in one
 transaction of its own:
 
 1. the queue's row is locked (``SELECT ... FOR UPDATE``; SQLite's claim holds
-   the database's one write lock already), so the claims of that queue run
-   one at a time, whichever worker and host they come from: nothing can
-   change what the next steps count until the claim commits;
+   the database's write lock already), so the claims of that queue run one at a
+   time, whichever worker and host they come from: nothing can change what the
+   next steps count until the claim commits. On PostgreSQL the same statement
+   bounds the transaction (a client gone silent inside it is cut off);
 2. the jobs of the queue running under a live lease are counted, by key: a
    job whose lease has lapsed holds no slot, whether or not it has been
    taken back yet;
 3. the room left under the global limit and in the rate limit's window
-   bounds the claim; due rows are read in claim order, passing keys that are
-   full, and each is taken only while its key has a slot;
+   bounds the claim, and the jobs it would claim ahead of its idle threads
+   are taken only with as many slots again to spare (:func:`claim_size`);
+   due rows are read in claim order, passing keys that are full, and each is
+   taken only while its key has a slot;
 4. the rows are marked running and their attempts started, as any claim
-   does, and the rate window's count is written on the queue's row.
+   does; then, in one statement, the queue's row gets what changed: the rate
+   window's count, and whether a worker now waits for a slot (``slot_wanted``,
+   when a limit kept the claim short; taken off when the slots this claim's
+   outcomes freed woke the queue's workers).
 
-That is five statements and the commit (six with a rate limit; on PostgreSQL
-one more, which bounds the transaction, and on MariaDB one more, which reads
-the marked rows back), where PostgreSQL's plain claim is one statement:
-limits cost the queues that have them, and nothing to those without.
-Outcomes carried by the claim are written first, in the same transaction, so
-the slots they free count at once.
+That is five statements and the commit, one more when the queue's row changes (on
+MariaDB one more, which reads the marked rows back), where PostgreSQL's plain claim
+is one statement: limits cost the queues that have them, and nothing to those without.
+Outcomes carried by the claim are written first, in the same transaction, so the
+slots they free count at once; they wake the queue's other workers only while its
+row says one waits for a slot, so a limit that never binds sends no wake-up.
 
 The steps of the claim it shares with a plain one (take the rows, write the
 outcomes, wake a queue) are the driver's: it is given them (:class:`ClaimSteps`),
@@ -205,20 +211,19 @@ class FlowControl:
             return None
         if freed and row.wanted:
             self.steps.wake([request.queue])  # the waiting workers hear it on commit
-        wanted = row.wanted and not freed  # what the row should say after this claim
-        claimed = self.claim_under(request, row, window, one_by_one)
-        wanted = wanted or claimed.short
+        claimed = self.claim_under(request, row, one_by_one)
+        changed: dict[str, Any] = {}
+        if window is not None and claimed.jobs:  # the rate window's count
+            changed["window_start"] = self.statements.adapt(window)
+            changed["window_count"] = row.used + len(claimed.jobs)
+        wanted = (row.wanted and not freed) or claimed.short
         if wanted != row.wanted:
-            self.mark_wanted(request.queue, wanted)
+            changed["slot_wanted"] = wanted
+        if changed:
+            self.update_queue_row(request.queue, changed)
         return claimed.jobs
 
-    def claim_under(
-        self,
-        request: ClaimRequest,
-        row: QueueRow,
-        window: datetime | None,
-        one_by_one: bool,
-    ) -> Limited:
+    def claim_under(self, request: ClaimRequest, row: QueueRow, one_by_one: bool) -> Limited:
         """The claim itself, the queue's row locked: its jobs, and whether the queue's limit
         (the global one, or a key's) kept it short of what its free threads could start."""
         limits = request.limits
@@ -247,8 +252,6 @@ class FlowControl:
             claimed = [job for row in rows for job in self.steps.take_one(row, request)]
         else:
             claimed = self.steps.take(rows, request) if rows else []
-        if window is not None and claimed:
-            self.count_in_window(request.queue, window, row.used + len(claimed))
         # A key's limit may have passed rows over: then a slot freed of it is wanted too.
         keyed_short = limits.keyed and len(claimed) < now_wanted and bool(running)
         return Limited(claimed, short=full or keyed_short)
@@ -284,19 +287,22 @@ class FlowControl:
         paused, used, behind, wanted = found[-4:]
         return QueueRow(bool(paused), int(used), bool(behind), bool(wanted))
 
-    def mark_wanted(self, queue: str, wanted: bool) -> None:
-        """Say on the queue's row (locked by the claim) whether a worker waits for a slot."""
+    def update_queue_row(self, queue: str, values: dict[str, Any]) -> None:
+        """Write ``values`` (column -> value) on the queue's row, which the claim holds
+        locked: the rate window's count, whether a worker waits for a slot."""
         statements = self.statements
         qn = statements.qn
+        columns = sorted(values)
 
         def build() -> str:
-            return (
-                f"UPDATE {qn(Queue._meta.db_table)} SET {qn('slot_wanted')} = %s"
-                f" WHERE {qn('name')} = %s"
-            )
+            sets = ", ".join(f"{qn(column)} = %s" for column in columns)
+            return f"UPDATE {qn(Queue._meta.db_table)} SET {sets} WHERE {qn('name')} = %s"
 
         with statements.hot_cursor() as cursor:
-            cursor.execute(statements.text("mark_wanted", build), [wanted, queue])
+            cursor.execute(
+                statements.text(f"update_queue_row:{','.join(columns)}", build),
+                [*(values[column] for column in columns), queue],
+            )
 
     def wake_freed(self, queues: Iterable[str]) -> list[str]:
         """Outcomes written apart (not by a claim) freed slots of ``queues``: of those a
@@ -382,23 +388,6 @@ class FlowControl:
             )
             read = [with_candidate(LimitedCandidate, row) for row in cursor.fetchall()]
         return within_key_limits(read, running, room, spare_after=request.limit - request.ahead)
-
-    def count_in_window(self, queue: str, window: datetime, count: int) -> None:
-        """The rate window's count, on the row the claim holds locked."""
-        statements = self.statements
-        qn = statements.qn
-
-        def build() -> str:
-            return (
-                f"UPDATE {qn(Queue._meta.db_table)} SET {qn('window_start')} = %s,"
-                f" {qn('window_count')} = %s WHERE {qn('name')} = %s"
-            )
-
-        with statements.hot_cursor() as cursor:
-            cursor.execute(
-                statements.text("count_in_window", build),
-                [statements.adapt(window), count, queue],
-            )
 
 
 def claim_size(request: ClaimRequest, free: int | None) -> int:
