@@ -258,3 +258,18 @@ def test_prune_pick_seeks_the_finished_index_without_a_sort(make_job):
     assert "django_jobs_finished_idx" in plan, plan
     assert not sorts(plan), plan
     assert not scans(plan, "django_jobs_job"), plan
+
+
+def test_the_leaders_pruning_pass_says_when_it_used_its_whole_budget(worker, monkeypatch):
+    """Then more is past its retention, and the next pass comes sooner (the leader's
+    chores): pruning keeps up with the jobs that finish."""
+    from django_jobs.worker.leader import maintainer as maintainer_module
+
+    monkeypatch.setattr(maintainer_module, "PRUNE_BATCH", 2)
+    monkeypatch.setattr(maintainer_module, "PRUNE_BATCHES", 2)
+    finished(JobStatus.SUCCEEDED, 10 * DAY, count=5)
+    maintainer = worker().maintainer
+    assert maintainer.prune(START) == 4
+    assert maintainer.prune_behind
+    assert maintainer.prune(START) == 1
+    assert not maintainer.prune_behind

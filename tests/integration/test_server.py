@@ -1,6 +1,7 @@
 """The threaded runtime: batch claims within the free threads, one statement per claim cycle."""
 
 import dataclasses
+import itertools
 import threading
 import time
 
@@ -102,6 +103,7 @@ class SlowChores:
 
     def __init__(self) -> None:
         self.rescues = 0
+        self.prune_behind = False
 
     def rescue(self, now):
         self.rescues += 1
@@ -147,3 +149,44 @@ def test_run_once_counts_a_job_handed_back_as_released_not_retried(worker, make_
     assert (result.claimed, result.released, result.retried) == (1, 1, 0)
     job.refresh_from_db()
     assert (job.status, job.attempts_used) == (JobStatus.PENDING, 0)
+
+
+class PruningBehind(SlowChores):
+    """A maintainer whose pruning uses its whole budget until ``left`` passes have run."""
+
+    def __init__(self, left: int) -> None:
+        super().__init__()
+        self.left = left
+        self.prunes: list[float] = []
+
+    def prune(self, now):
+        self.prunes.append(time.monotonic())
+        self.left -= 1
+        self.prune_behind = self.left > 0
+
+    def enqueue_due(self, now):
+        pass
+
+
+def test_pruning_that_uses_its_whole_budget_comes_again_soon_until_caught_up(
+    worker, settings, monkeypatch
+):
+    """Jobs that finish faster than one pass a maintenance interval deletes must not pile up
+    (the soak at 1,730 jobs/s: 10,000 a 15 s pass fell minutes behind): a pass that used its
+    budget brings the next forward, and once caught up pruning keeps its interval."""
+    from django_jobs.worker.leader import chores as chores_module
+    from django_jobs.worker.server import Server
+
+    again = 0.2
+    monkeypatch.setattr(chores_module, "PRUNE_AGAIN_SECONDS", again)
+
+    settings.DJANGO_JOBS = {**FAST, "MAINTENANCE_SECONDS": 30, "POLL_SECONDS": 0.05}
+    chores = PruningBehind(left=3)
+    leader = believing_it_leads(worker())
+    server = Server(dataclasses.replace(leader.parts(), maintainer=chores))
+    stop = threading.Event()
+    threading.Timer(2 * again + 0.6, stop.set).start()
+    server.main_loop(stop)
+    assert len(chores.prunes) == 3  # two passes behind, one that caught up; then 30 s
+    gaps = [later - earlier for earlier, later in itertools.pairwise(chores.prunes)]
+    assert all(again - 0.05 <= gap < again + 0.3 for gap in gaps), gaps

@@ -15,11 +15,16 @@ from ..clock import Clock
 from .leadership import Leadership
 from .maintainer import Maintainer
 
+#: How soon the next pruning pass comes after one that used its whole budget, while
+#: finished jobs pass their retention faster than one pass a maintenance interval deletes
+#: them (the main loop's poll bounds it from below).
+PRUNE_AGAIN_SECONDS = 1.0
+
 
 class Chores:
-    """The main loop's chores: the election, the maintenance pass, the jobs tables' health,
-    the database-wide gauges for OpenTelemetry, the registration and the recurring
-    schedules. All are due at once as it is built."""
+    """The main loop's chores: the election, the maintenance pass, pruning (sooner while it
+    falls behind), the jobs tables' health, the database-wide gauges for OpenTelemetry, the
+    registration and the recurring schedules. All are due at once as it is built."""
 
     def __init__(
         self,
@@ -36,6 +41,7 @@ class Chores:
         self.clock = clock
         self.every = {
             "maintenance": float(settings.MAINTENANCE_SECONDS),
+            "pruning": float(settings.MAINTENANCE_SECONDS),
             "registration": registration_seconds,
             "health": health_seconds,
             "gauges": gauge_seconds,
@@ -50,8 +56,11 @@ class Chores:
             steps.append(leader.elect)
         # The leader's chores: each checks, as it starts, that the lease still holds.
         if started >= self.next_at["maintenance"]:
-            steps += [self.as_leader(maintainer.rescue), self.as_leader(maintainer.prune)]
+            steps.append(self.as_leader(maintainer.rescue))
             self.next_at["maintenance"] = started + self.every["maintenance"]
+        if started >= self.next_at["pruning"]:
+            steps.append(self.pruning)
+            self.next_at["pruning"] = started + self.every["pruning"]
         if started >= self.next_at["health"]:
             steps.append(self.as_leader(maintainer.check_health))
             self.next_at["health"] = started + self.every["health"]
@@ -72,6 +81,15 @@ class Chores:
         if due is None:
             return poll
         return min(poll, max(0.0, (due - self.clock.now()).total_seconds()))
+
+    def pruning(self) -> object:
+        """The pruning pass; when it used its whole budget, the next comes in
+        :data:`PRUNE_AGAIN_SECONDS`, so that pruning keeps up with the jobs that finish."""
+        deleted = self.as_leader(self.maintainer.prune)()
+        if self.maintainer.prune_behind:
+            again = time.monotonic() + PRUNE_AGAIN_SECONDS
+            self.next_at["pruning"] = min(self.next_at["pruning"], again)
+        return deleted
 
     def as_leader(self, chore: Callable[[datetime], object]) -> Callable[[], object]:
         """``chore`` as a main-loop step: run at the clock's now if this process leads."""

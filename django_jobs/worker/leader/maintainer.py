@@ -15,7 +15,7 @@ from datetime import datetime
 from ... import telemetry
 from ...db import Driver
 from ...health import log_problems
-from ...maintenance.cleaner import prune_finished
+from ...maintenance.cleaner import PRUNE_BATCH, prune_finished
 from ...maintenance.rescuer import (
     dead_letter_exhausted,
     follow_unfollowed,
@@ -57,6 +57,9 @@ class Maintainer:
         self.next_due_at: datetime | None = None
         #: The job names the registration last wrote (:func:`known_names`).
         self.names_written: tuple[str, ...] | None = None
+        #: The last :meth:`prune` used its whole budget: more is past its retention, and
+        #: the next pass comes sooner (:class:`~.chores.Chores`).
+        self.prune_behind = False
 
     def maintain(self, now: datetime) -> int:
         """Take back expired leases; dead-letter pending jobs with no attempt left; prune.
@@ -80,9 +83,15 @@ class Maintainer:
         return reclaimed
 
     def prune(self, now: datetime) -> int:
-        """Delete finished jobs past their retention: at most ``PRUNE_BATCHES`` batches."""
+        """Delete finished jobs past their retention: at most ``PRUNE_BATCHES`` batches; say
+        whether that was the whole budget (:attr:`prune_behind`)."""
+        self.prune_behind = False
         with self.deadline("pruning finished jobs"):
-            return prune_finished(now, using=self.using, max_batches=PRUNE_BATCHES)
+            deleted = prune_finished(
+                now, using=self.using, batch=PRUNE_BATCH, max_batches=PRUNE_BATCHES
+            )
+        self.prune_behind = deleted >= PRUNE_BATCHES * PRUNE_BATCH
+        return deleted
 
     def check_health(self, now: datetime) -> list[str]:
         """Log what holds back the cleanup of the jobs tables' dead rows (the leader's, every
