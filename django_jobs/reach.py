@@ -71,11 +71,11 @@ def unimported_declarations() -> list[Declared]:
     and never by ``runjobs``; an installed app's ``jobs`` module (which ``runjobs``
     imports) and test modules are left out."""
     found: list[Declared] = []
+    on_demand = app_modules("jobs")
     for app in apps.get_app_configs():
         root = Path(app.path)
         if app.name == "django_jobs" or not root.is_dir() or installed_package(root):
             continue
-        on_demand = app_modules("jobs")
         for path in sorted(root.rglob("*.py")):
             parts = path.relative_to(root).with_suffix("").parts
             if NOT_SERVED.intersection(parts) or "__pycache__" in parts:
