@@ -100,7 +100,12 @@ def encoded(payload: Any, what: str = "payload", limit: int | None = None) -> tu
     refuses it or lets it pass, as it always did.
     """
     text = _dumps(payload)
-    decoded = None if text is None else json.loads(text)
+    if text is None:
+        decoded = None
+    elif _flat(payload):
+        decoded = dict(payload)  # what its text decodes to, found without decoding it
+    else:
+        decoded = json.loads(text)
     if text is None or _may_be_refused(text) or decoded != payload:
         check_payload(payload, what)  # raises, naming the value at fault, or lets it pass
     if text is None:  # passed the walk, but does not encode
@@ -116,6 +121,22 @@ def encoded(payload: Any, what: str = "payload", limit: int | None = None) -> tu
     return text, decoded
 
 
+#: The types of a value whose JSON text decodes to an equal value of the same type.
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+_STR = frozenset({str})
+
+
+def _flat(payload: Any) -> bool:
+    """Whether ``payload`` is a dict of string keys to scalars (most payloads are): its
+    encoded text decodes to an equal dict, so it need not be decoded to be compared.
+    (A float the encoder took is finite, and ``repr`` gives it back exactly.)"""
+    return (
+        type(payload) is dict
+        and set(map(type, payload.values())) <= _SCALARS
+        and set(map(type, payload)) <= _STR
+    )
+
+
 def _may_be_refused(text: str) -> bool:
     """Whether encoded ``text`` may hold what the walk refuses: a NUL, a surrogate (a lone
     one among them), or containers nested past :data:`MAX_DEPTH` (so many brackets at all;
@@ -123,10 +144,15 @@ def _may_be_refused(text: str) -> bool:
     return "\\u0000" in text or "\\ud" in text or text.count("[") + text.count("{") > MAX_DEPTH
 
 
+#: Compact, strict JSON: ``json.dumps(payload, allow_nan=False, separators=(",", ":"))``,
+#: without making an encoder for each payload.
+_ENCODER = json.JSONEncoder(allow_nan=False, separators=(",", ":"))
+
+
 def _dumps(payload: Any) -> str | None:
     """``payload`` as compact, strict JSON text; None where the encoder refuses it."""
     try:
-        return json.dumps(payload, allow_nan=False, separators=(",", ":"))
+        return _ENCODER.encode(payload)
     except (TypeError, ValueError, RecursionError):
         return None
 

@@ -35,26 +35,59 @@ from .registry import get_definition
 JobRef = str | Callable[..., Any]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class JobSpec:
     """One job for :func:`schedule_jobs`; the fields are ``schedule_job``'s arguments."""
 
     job: JobRef
-    payload: Any = None
-    run_at: datetime | None = None
-    delay: timedelta | None = None
-    queue: str | None = None
-    priority: int | None = None
-    max_attempts: int | None = None
-    unique_key: str | None = None
+    payload: Any
+    run_at: datetime | None
+    delay: timedelta | None
+    queue: str | None
+    priority: int | None
+    max_attempts: int | None
+    unique_key: str | None
     #: The recurring schedule the job runs for; set by the scheduler and run-now.
-    schedule: str | None = None
+    schedule: str | None
     #: Jobs of a queue with the same key run at most ``@job(concurrency=N)`` at once.
-    concurrency_key: str | None = None
+    concurrency_key: str | None
     #: What the job waits for: jobs (rows or ids), or other specs of the same call.
-    depends_on: Sequence[Any] = ()
+    depends_on: Sequence[Any]
     #: Run once every dependency has ended, whatever its end (not only once they succeed).
-    ignore_failed_dependencies: bool = False
+    ignore_failed_dependencies: bool
+
+    def __init__(
+        self,
+        job: JobRef,
+        payload: Any = None,
+        run_at: datetime | None = None,
+        delay: timedelta | None = None,
+        queue: str | None = None,
+        priority: int | None = None,
+        max_attempts: int | None = None,
+        unique_key: str | None = None,
+        schedule: str | None = None,
+        concurrency_key: str | None = None,
+        depends_on: Sequence[Any] = (),
+        ignore_failed_dependencies: bool = False,
+    ) -> None:
+        # One update of the instance's dict, where a frozen dataclass's own __init__ sets
+        # each field through object.__setattr__: most of what a bulk call's specs cost to
+        # make (1.4 µs a spec against 0.6).
+        self.__dict__.update(
+            job=job,
+            payload=payload,
+            run_at=run_at,
+            delay=delay,
+            queue=queue,
+            priority=priority,
+            max_attempts=max_attempts,
+            unique_key=unique_key,
+            schedule=schedule,
+            concurrency_key=concurrency_key,
+            depends_on=depends_on,
+            ignore_failed_dependencies=ignore_failed_dependencies,
+        )
 
 
 def check_options(
@@ -121,40 +154,93 @@ class Shared:
 def build_job(spec: JobSpec, shared: Shared | None = None) -> Job:
     """Validate a spec and return an unsaved :class:`Job`."""
     shared = shared or Shared.read()
-    definition = get_definition(spec.job)
-    if definition.unavailable is not None:
-        raise UnknownJob(definition.unavailable)
-    queue = spec.queue if spec.queue is not None else definition.queue
-    key = definition.concurrency_key(spec.concurrency_key, queue)
-    text, payload = encoded(spec.payload, limit=shared.payload_limit)
-    max_attempts = (
-        spec.max_attempts
-        if spec.max_attempts is not None
-        else definition.max_attempts or shared.max_attempts
-    )
-    priority = spec.priority if spec.priority is not None else definition.priority
-    options = {
-        "queue": queue,
-        "priority": priority,
-        "max_attempts": max_attempts,
-        "unique_key": spec.unique_key,
-        "schedule": spec.schedule,
-        "concurrency_key": key,
-    }
-    check_options(**options)
-    run_at = resolve_run_at(spec.run_at, spec.delay, shared.now)
-    check_scheduled_queue(queue, definition.queue)
-    values = {
-        "name": definition.name,
-        "payload": payload,
-        "run_at": run_at,
-        "created_at": shared.now,
-        "concurrency_limit": None if key is None else definition.concurrency,
-        **options,
-    }
-    row = Job.built(values, shared.init_signals)
-    setattr(row, ENCODED_PAYLOAD, text)  # written as it was checked: not encoded again
-    return row
+    return _Common.of(spec, shared).row(spec.payload, shared)
+
+
+def build_jobs(specs: Sequence[JobSpec], shared: Shared) -> list[Job]:
+    """:func:`build_job` of each of ``specs``. Those that differ only in their payload (a
+    bulk call's, mostly) share one check of the rest and one layout of their rows."""
+    commons: dict[tuple[Any, ...], _Common] = {}
+    rows = []
+    for spec in specs:
+        key = _Common.key(spec)
+        try:
+            common = commons.get(key) if key is not None else None
+        except TypeError:  # an unhashable option: no job has it, the check says why
+            key = None
+            common = None
+        if common is None:
+            common = _Common.of(spec, shared)
+            if key is not None and len(commons) < CHECKED_OPTIONS:
+                commons[key] = common
+        rows.append(common.row(spec.payload, shared))
+    return rows
+
+
+@dataclass(frozen=True)
+class _Common:
+    """What a new job's row holds beside its payload, checked, and a maker of its rows."""
+
+    make: Callable[[Any], Job]
+
+    @staticmethod
+    def key(spec: JobSpec) -> tuple[Any, ...] | None:
+        """What decides a spec's common part; None for one that is its own (a unique key's,
+        a dependency's: each is checked on its own). The numbers' types too, as
+        :func:`check_options`' (``True == 1``, but a bool is no priority)."""
+        if spec.unique_key is not None or spec.depends_on:
+            return None
+        return (
+            spec.job,
+            spec.queue,
+            type(spec.priority),
+            spec.priority,
+            type(spec.max_attempts),
+            spec.max_attempts,
+            spec.schedule,
+            spec.concurrency_key,
+            spec.run_at,
+            spec.delay,
+        )
+
+    @classmethod
+    def of(cls, spec: JobSpec, shared: Shared) -> _Common:
+        definition = get_definition(spec.job)
+        if definition.unavailable is not None:
+            raise UnknownJob(definition.unavailable)
+        queue = spec.queue if spec.queue is not None else definition.queue
+        key = definition.concurrency_key(spec.concurrency_key, queue)
+        max_attempts = (
+            spec.max_attempts
+            if spec.max_attempts is not None
+            else definition.max_attempts or shared.max_attempts
+        )
+        priority = spec.priority if spec.priority is not None else definition.priority
+        options = {
+            "queue": queue,
+            "priority": priority,
+            "max_attempts": max_attempts,
+            "unique_key": spec.unique_key,
+            "schedule": spec.schedule,
+            "concurrency_key": key,
+        }
+        check_options(**options)
+        run_at = resolve_run_at(spec.run_at, spec.delay, shared.now)
+        check_scheduled_queue(queue, definition.queue)
+        values = {
+            "name": definition.name,
+            "run_at": run_at,
+            "created_at": shared.now,
+            "concurrency_limit": None if key is None else definition.concurrency,
+            **options,
+        }
+        return cls(Job.maker(values, shared.init_signals))
+
+    def row(self, payload: Any, shared: Shared) -> Job:
+        text, decoded = encoded(payload, limit=shared.payload_limit)
+        row = self.make(decoded)
+        setattr(row, ENCODED_PAYLOAD, text)  # written as it was checked: not encoded again
+        return row
 
 
 def enqueue(
@@ -191,7 +277,7 @@ def enqueue_specs(originals: Sequence[object], specs: Sequence[JobSpec]) -> list
     """Build and write ``specs`` (``originals``: as the caller gave them, which a
     dependency on a spec of the call names), with their workflow if they have one."""
     shared = Shared.read()
-    rows = [build_job(spec, shared) for spec in specs]
+    rows = build_jobs(specs, shared)
     using = router.db_for_write(Job)
     planned = plan_links(originals, specs, using)
     if planned is None:

@@ -302,3 +302,63 @@ def test_an_unsaved_job_is_the_same_with_or_without_a_receiver_of_its_init_signa
     fields = [f.attname for f in Job._meta.concrete_fields if f.attname != "run_at"]
     assert [getattr(quick, f) for f in fields] == [getattr(signalled, f) for f in fields]
     assert (quick._state.adding, quick._state.db) == (True, None)
+
+
+def test_schedule_jobs_checks_specs_alike_once_but_still_refuses_a_bool_among_them():
+    """Specs that differ only in their payload share one check of the rest; a spec whose
+    priority is True where the one before has 1 is not one of them."""
+    with pytest.raises(ValueError, match="priority"):
+        schedule_jobs([JobSpec(ok, 1, priority=1), JobSpec(ok, 2, priority=True)])
+    with pytest.raises(ValueError, match="max_attempts"):
+        schedule_jobs([JobSpec(ok, 1, max_attempts=1), JobSpec(ok, 2, max_attempts=True)])
+    assert not Job.objects.exists()
+
+
+def test_schedule_jobs_gives_each_spec_its_own_options_and_its_own_payload():
+    run_at = timezone.now() + timedelta(hours=1)
+    payloads = [{"n": 1}, {"n": 2}, {"n": 3, "tag": "x"}, {"n": 4}]
+    specs = [
+        JobSpec(ok, payloads[0]),
+        JobSpec(ok, payloads[1], priority=5, run_at=run_at),
+        JobSpec(ok, payloads[2], queue="emails"),
+        JobSpec(ok, payloads[3]),
+    ]
+    jobs = schedule_jobs(specs)
+    assert [(job.queue, job.priority) for job in jobs] == [
+        ("default", 0),
+        ("default", 5),
+        ("emails", 0),
+        ("default", 0),
+    ]
+    assert jobs[1].run_at == run_at and jobs[0].run_at == jobs[3].run_at <= timezone.now()
+    payloads[0]["n"] = 99  # the caller's dict changed after the call: the row's is its own
+    jobs[3].payload["n"] = 98  # a row's payload changed: the other rows' are their own
+    assert [job.payload for job in jobs] == [{"n": 1}, {"n": 2}, {"n": 3, "tag": "x"}, {"n": 98}]
+    stored = Job.objects.order_by("id").values_list("payload", flat=True)
+    assert list(stored) == [{"n": 1}, {"n": 2}, {"n": 3, "tag": "x"}, {"n": 4}]
+
+
+def test_schedule_jobs_sends_the_init_signals_of_each_row_to_a_receiver():
+    from django.db.models.signals import post_init
+
+    seen = []
+
+    def receiver(sender, instance, **kwargs):
+        seen.append(instance)
+
+    post_init.connect(receiver, sender=Job)
+    try:
+        jobs = schedule_jobs([JobSpec(ok, {"n": n}) for n in range(3)])
+    finally:
+        post_init.disconnect(receiver, sender=Job)
+    assert seen == jobs and [job.payload for job in jobs] == [{"n": 0}, {"n": 1}, {"n": 2}]
+
+
+def test_a_job_spec_is_frozen_and_replaced_as_a_dataclass():
+    from dataclasses import FrozenInstanceError, replace
+
+    spec = JobSpec(ok, {"n": 1}, priority=2)
+    with pytest.raises(FrozenInstanceError):
+        spec.priority = 3  # type: ignore[misc]
+    assert replace(spec, priority=3) == JobSpec(ok, {"n": 1}, priority=3)
+    assert spec == JobSpec(ok, {"n": 1}, priority=2) and spec.queue is None

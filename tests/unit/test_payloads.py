@@ -127,3 +127,25 @@ def test_encoded_takes_the_quick_path_only_where_the_walk_would_agree():
         encoded(["\ud800"])
     with pytest.raises(PayloadError, match=r"payload\[0\] is nan"):
         encoded([float("nan")])
+
+
+def test_encoded_gives_a_flat_dict_back_as_its_text_decodes_without_decoding_it():
+    """A dict of string keys to scalars is not decoded to be compared: what it gives back
+    is still an equal dict of its own, and whatever else is decoded (or refused) as ever."""
+    import enum
+
+    from django_jobs.payloads import encoded
+
+    class Level(enum.IntEnum):
+        HIGH = 2
+
+    flat = {"n": 1, "x": 2.5, "s": "é", "b": True, "none": None, "big": 10**30}
+    text, decoded = encoded(flat)
+    assert decoded == flat and decoded is not flat and text.startswith('{"n":1,')
+    assert encoded({"level": Level.HIGH})[1] == {"level": 2}  # decoded: an int, not the enum
+    assert type(encoded({"level": Level.HIGH})[1]["level"]) is int
+    assert encoded({"k": (1,)})[1] == {"k": [1]}
+    with pytest.raises(PayloadError, match=r"payload\['k'\] contains a NUL"):
+        encoded({"k": "\x00"})
+    with pytest.raises(PayloadError, match="lone surrogate"):
+        encoded({"k": "\udfff"})
