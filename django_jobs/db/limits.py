@@ -31,8 +31,9 @@ transaction of its own:
    outcomes freed woke the queue's workers).
 
 That is five statements and the commit, one more when the queue's row changes (on
-MariaDB one more, which reads the marked rows back), where PostgreSQL's plain claim
-is one statement: limits cost the queues that have them, and nothing to those without.
+MariaDB one more, which reads the marked rows back): limits cost the queues that have
+them, and nothing to those without. PostgreSQL takes steps 2 to 4 in one statement
+(its ``flow_class``, :mod:`.postgresql_limits`), the lock staying a statement of its own.
 Outcomes carried by the claim are written first, in the same transaction, so the
 slots they free count at once; they wake the queue's other workers only while its
 row says one waits for a slot, so a limit that never binds sends no wake-up.

@@ -41,6 +41,7 @@ from .inserts import (
     written_ids,
 )
 from .notify import CHANNEL
+from .postgresql_limits import PostgresFlowControl
 from .prepared import PreparedStatements
 from .records import (
     CANDIDATE_COLUMNS,
@@ -118,6 +119,7 @@ class PostgresDriver(Driver):
     has_connect_timeout = True
     prepares_statements = True
     lock_suffix = " FOR UPDATE SKIP LOCKED"
+    flow_class = PostgresFlowControl
 
     def __init__(self, using: str = "default") -> None:
         super().__init__(using)
@@ -390,6 +392,18 @@ class PostgresDriver(Driver):
         claimed = [row.job for row in rows if row.claimed]
         return self.claimed_jobs(claimed, request), self.settled(settlements, written)
 
+    def limited_claim_rows(
+        self, sql: str, params: list[Any], request: ClaimRequest
+    ) -> tuple[list[ClaimedJob], Sequence[Any]]:
+        """Run a claim under limits' one statement (:mod:`.postgresql_limits`): the jobs it
+        claimed, and what it counted (the columns each row has after the claimed ones)."""
+        width = len(CLAIMED_COLUMNS)
+        with self.hot_cursor() as cursor:
+            cursor.execute(sql, params)
+            rows = cursor.fetchall()
+        claimed = [ClaimedRow.read(row[:width]) for row in rows if row[0] is not None]
+        return self.claimed_jobs(claimed, request), rows[0][width:]
+
     def claimed_jobs(self, rows: list[ClaimedRow], request: ClaimRequest) -> list[ClaimedJob]:
         rows.sort(key=lambda row: (-row.priority, row.candidate.run_at, row.candidate.id))
         return [
@@ -428,19 +442,30 @@ class PostgresDriver(Driver):
     def claim_ctes(self, request: ClaimRequest) -> tuple[str, list[Any]]:
         """``picked`` (due rows, locked), ``marked`` (running, this owner's), ``started``."""
         due, due_params = self.due_condition(request.queue, request.now, request.names)
-        now = self.adapt(request.now)
-        stamp = [request.owner, self.adapt(request.expires_at), now]
-        params = [*due_params, int(request.limit), *stamp, request.owner, now]
+        params = [*due_params, int(request.limit), *self.take_params(request)]
         key = "claim_ctes" + self.names_key(request.names)
         return self.text(key, lambda: self.claim_ctes_text(due)), params
 
+    def take_params(self, request: ClaimRequest) -> list[Any]:
+        """What :meth:`take_ctes_text` binds."""
+        now = self.adapt(request.now)
+        return [request.owner, self.adapt(request.expires_at), now, request.owner, now]
+
     def claim_ctes_text(self, due: str) -> str:
+        qn, job = self.qn, self.job_table
+        return (
+            f"picked AS (SELECT {qn('id')} FROM {job} WHERE {due}"
+            f" ORDER BY {self.claim_order} LIMIT %s FOR UPDATE SKIP LOCKED),"
+            f" {self.take_ctes_text()}"
+        )
+
+    def take_ctes_text(self) -> str:
+        """``marked`` (the rows of a CTE ``picked`` marked running, this owner's) and
+        ``started`` (their attempts); bound: owner, lease end, now, then owner and now."""
         qn, job, attempts = self.qn, self.job_table, self.attempt_table
         columns = ", ".join(f"j.{qn(c)}" for c in CLAIMED_COLUMNS)
         sql = (
-            f"picked AS (SELECT {qn('id')} FROM {job} WHERE {due}"
-            f" ORDER BY {self.claim_order} LIMIT %s FOR UPDATE SKIP LOCKED),"
-            f" marked AS (UPDATE {job} j SET {qn('status')} = '{JobStatus.RUNNING.value}',"
+            f"marked AS (UPDATE {job} j SET {qn('status')} = '{JobStatus.RUNNING.value}',"
             f" {qn('lease_owner')} = %s, {qn('lease_expires_at')} = %s, {qn('started_at')} = %s,"
             f" {qn('attempt')} = {self.next_attempt_sql('j')},"
             f" {qn('attempts_used')} = j.{qn('attempts_used')} + 1"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from datetime import timedelta
+from functools import partial
 
 import pytest
 from django.db import connections
@@ -500,3 +501,57 @@ def test_a_limited_claims_transaction_is_bounded_by_the_statement_that_takes_the
         cursor.execute("SHOW idle_in_transaction_session_timeout")
         assert cursor.fetchone()[0] != "2s"  # for that transaction only
     driver.idle_bound_ms = was
+
+
+@pytest.mark.skipif(connections["default"].vendor != "postgresql", reason="PostgreSQL's claim")
+def test_the_one_statement_claim_under_limits_takes_what_the_steps_take() -> None:
+    """PostgreSQL claims a limited queue, once it holds the lock, in one statement: over
+    keys of one and two slots, jobs without a key, priorities, running jobs, a global
+    limit and a rate window, it takes the rows the steps take, and says a slot is wanted
+    when they do."""
+    keys = ["a", "b", "a", "p", "q", None, "p", "p", "a", "q", None, "b", "p", "c", None]
+    for n, key in enumerate(keys):
+        name = "tests.keyed_pairs" if key in ("p", "q") else "tests.keyed"
+        if key is None:
+            schedule_job("tests.ok", {}, queue="keyed", run_at=START, priority=n % 3)
+        else:
+            keyed_job(key, name=name, priority=n % 3)
+        schedule_job("tests.ok", {}, run_at=START, priority=n % 3)
+    claim(queue="keyed", limits=KEYED, limit=3)  # running: hold slots of some keys
+    claim(limits=QueueLimits(global_limit=10), limit=2)
+    compared = 0
+    for queue, limits in (
+        ("keyed", KEYED),
+        ("keyed", QueueLimits(global_limit=6, keyed=True)),
+        ("keyed", QueueLimits(rate=Rate(7, 60), keyed=True)),
+        ("default", QueueLimits(global_limit=6)),
+        ("default", QueueLimits(global_limit=9, rate=Rate(5, 60))),
+    ):
+        for limit in range(1, 7):
+            for ahead in range(limit):
+                asked = request(queue=queue, limits=limits, limit=limit, ahead=ahead, owner="w2")
+                one, steps = one_statement_and_steps(asked)
+                assert one == steps, (queue, limits, limit, ahead)
+                compared += bool(one[0])
+    assert compared > 70  # most cases claim something: the comparison is not of nothing
+
+
+def one_statement_and_steps(asked: ClaimRequest) -> list[tuple[list[int], bool]]:
+    """What the claim under the queue's lock takes (its ids, and whether a slot is wanted),
+    by the driver's flow control and by the steps it overrides, each rolled back."""
+    from django.db import transaction
+
+    from django_jobs.db.limits import FlowControl
+
+    flow = get_driver().flow
+    assert type(flow) is not FlowControl
+    flow.make_queue_row(asked.queue)
+    taken = []
+    for claim_under in (flow.claim_under, partial(FlowControl.claim_under, flow)):
+        with transaction.atomic():
+            row = flow.lock_queue(asked.queue, None)
+            assert row is not None
+            got = claim_under(asked, row, False)
+            taken.append(([job.id for job in got.jobs], got.short))
+            transaction.set_rollback(True)
+    return taken
