@@ -33,7 +33,8 @@ transaction of its own:
 That is five statements and the commit, one more when the queue's row changes (on
 MariaDB one more, which reads the marked rows back): limits cost the queues that have
 them, and nothing to those without. PostgreSQL takes steps 2 to 4 in one statement
-(its ``flow_class``, :mod:`.postgresql_limits`), the lock staying a statement of its own.
+and writes the carried outcomes in the lock's (its ``flow_class``,
+:mod:`.postgresql_limits`).
 Outcomes carried by the claim are written first, in the same transaction, so the
 slots they free count at once; they wake the queue's other workers only while its
 row says one waits for a slot, so a limit that never binds sends no wake-up.
@@ -191,10 +192,24 @@ class FlowControl:
     ) -> tuple[Settled, list[ClaimedJob] | None]:
         """A limited claim's transaction: ``settlements`` written, then the claim's
         statements under the queue's lock (None if the queue has no row to lock)."""
-        settled = Settled([])
-        if settlements:
-            settled = self.steps.settle_rows(settlements)
-        return settled, self.claim_in_queue(request, one_by_one, freed=bool(settlements))
+        window = self.window(request)
+        settled, row = self.settle_and_lock(request.queue, window, settlements)
+        freed = bool(settlements)
+        return settled, self.claim_locked(request, window, row, one_by_one, freed)
+
+    def settle_and_lock(
+        self, queue: str, window: datetime | None, settlements: Sequence[Settlement]
+    ) -> tuple[Settled, QueueRow | None]:
+        """``settlements`` written, then the queue's row locked (None if it has none)."""
+        settled = self.steps.settle_rows(settlements) if settlements else Settled([])
+        return settled, self.lock_queue(queue, window)
+
+    @staticmethod
+    def window(request: ClaimRequest) -> datetime | None:
+        """The start of the rate window the claim falls in; None without a rate limit."""
+        limits = request.limits
+        assert limits is not None
+        return limits.rate.window_start(request.now) if limits.rate else None
 
     def claim_in_queue(
         self, request: ClaimRequest, one_by_one: bool = False, freed: bool = False
@@ -204,10 +219,19 @@ class FlowControl:
         of its own, one the database refuses logged and skipped (as a plain claim does).
         ``freed``: outcomes written before it freed slots; if a worker waits for one (the
         queue's row says so), the queue's workers are woken on commit."""
-        limits = request.limits
-        assert limits is not None
-        window = limits.rate.window_start(request.now) if limits.rate else None
+        window = self.window(request)
         row = self.lock_queue(request.queue, window)
+        return self.claim_locked(request, window, row, one_by_one, freed)
+
+    def claim_locked(
+        self,
+        request: ClaimRequest,
+        window: datetime | None,
+        row: QueueRow | None,
+        one_by_one: bool,
+        freed: bool,
+    ) -> list[ClaimedJob] | None:
+        """:meth:`claim_in_queue` once the queue's row is locked (``row``; None: no row)."""
         if row is None:
             return None
         if freed and row.wanted:
@@ -261,6 +285,15 @@ class FlowControl:
         """Lock the queue's row for the rest of the transaction; None if it has none. SQLite
         has no row locks (``row_lock`` is empty): its claim holds the database's write lock
         already. The window is compared in SQL, so no datetime is read back."""
+        sql, params = self.lock_statement(queue, window)
+        with self.statements.hot_cursor() as cursor:
+            cursor.execute(sql, params)
+            found = cursor.fetchone()
+        return None if found is None else self.queue_row(found)
+
+    def lock_statement(self, queue: str, window: datetime | None) -> tuple[str, list[Any]]:
+        """:meth:`lock_queue`'s statement: the transaction's bound where the driver has one,
+        then the four columns :meth:`queue_row` reads."""
         statements = self.statements
         qn = statements.qn
         start, count = qn("window_start"), qn("window_count")
@@ -268,23 +301,21 @@ class FlowControl:
 
         def build() -> str:
             return (
-                f"SELECT {bound + ', ' if bound else ''}"
-                f"CASE WHEN {qn('paused_at')} IS NULL THEN 0 ELSE 1 END,"
-                f" CASE WHEN {start} = %s THEN {count} ELSE 0 END,"
-                f" CASE WHEN {start} > %s THEN 1 ELSE 0 END,"
-                f" CASE WHEN {qn('slot_wanted')} THEN 1 ELSE 0 END"
+                f"SELECT {bound + ' AS bound, ' if bound else ''}"
+                f"CASE WHEN {qn('paused_at')} IS NULL THEN 0 ELSE 1 END AS paused,"
+                f" CASE WHEN {start} = %s THEN {count} ELSE 0 END AS used,"
+                f" CASE WHEN {start} > %s THEN 1 ELSE 0 END AS behind,"
+                f" CASE WHEN {qn('slot_wanted')} THEN 1 ELSE 0 END AS wanted"
                 f" FROM {qn(Queue._meta.db_table)} WHERE {qn('name')} = %s{statements.row_lock}"
             )
 
         adapted = statements.adapt(window)
-        with statements.hot_cursor() as cursor:
-            cursor.execute(
-                statements.text(f"lock_queue:{bool(bound)}", build),
-                [*bound_params, adapted, adapted, queue],
-            )
-            found = cursor.fetchone()
-        if found is None:
-            return None
+        sql = statements.text(f"lock_queue:{bool(bound)}", build)
+        return sql, [*bound_params, adapted, adapted, queue]
+
+    @staticmethod
+    def queue_row(found: Sequence[Any]) -> QueueRow:
+        """The queue's row as :meth:`lock_statement` reads it (its last four columns)."""
         paused, used, behind, wanted = found[-4:]
         return QueueRow(bool(paused), int(used), bool(behind), bool(wanted))
 

@@ -392,6 +392,13 @@ class PostgresDriver(Driver):
         claimed = [row.job for row in rows if row.claimed]
         return self.claimed_jobs(claimed, request), self.settled(settlements, written)
 
+    def execute_in_transaction(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]:
+        """One hot-path statement inside the caller's transaction (no savepoint: a refused
+        row fails the transaction, whose caller settles apart); its rows."""
+        with self.hot_cursor() as cursor:
+            cursor.execute(sql, params)
+            return list(cursor.fetchall())
+
     def limited_claim_rows(
         self, sql: str, params: list[Any], request: ClaimRequest
     ) -> tuple[list[ClaimedJob], Sequence[Any]]:

@@ -4,8 +4,10 @@
 it locks the queue's row, counts the jobs running under a live lease by key, reads
 the due rows within the room left, then marks them running and starts their
 attempts. On PostgreSQL every step after the lock is one statement of ``WITH``
-queries (:class:`PostgresFlowControl`), so a limited claim costs the lock's round
-trip, this one and the commit, where it cost five and the commit.
+queries (:class:`PostgresFlowControl`), and the outcomes the claim carries are written
+in the lock's statement (the statement after it sees what they wrote), so a limited
+claim costs the lock's round trip, this one and the commit, where it cost five or six
+and the commit.
 
 The lock stays a statement of its own. A statement sees the rows committed when it
 began: had it waited for the lock inside the claim's statement, it would count the
@@ -32,15 +34,26 @@ steps, each row in a savepoint of its own (the steps' ``one_by_one``).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from datetime import datetime
 from typing import Any, Protocol, cast
 
 from .limits import KEYED_SCAN_EXTRA, KEYED_SCAN_FACTOR, ClaimSteps, FlowControl, Limited, QueueRow
-from .records import ClaimedJob, ClaimRequest, QueueLimits
+from .records import ClaimedJob, ClaimRequest, QueueLimits, Settled, Settlement
 
 
 class OneStatementSteps(ClaimSteps, Protocol):
     """What the one statement asks of the PostgreSQL driver, beside the claim's steps."""
+
+    def settle_ctes(self, settlements: Sequence[Settlement]) -> tuple[str, list[Any]]: ...
+
+    def settled(
+        self,
+        settlements: Sequence[Settlement],
+        written: Iterable[tuple[int, int, str | None, bool | None]],
+    ) -> Settled: ...
+
+    def execute_in_transaction(self, sql: str, params: list[Any]) -> list[tuple[Any, ...]]: ...
 
     def take_ctes_text(self) -> str: ...
 
@@ -58,6 +71,31 @@ class PostgresFlowControl(FlowControl):
     def driver(self) -> OneStatementSteps:
         """The steps it is given: the PostgreSQL driver's, which take the one statement."""
         return cast(OneStatementSteps, self.steps)
+
+    def settle_and_lock(
+        self, queue: str, window: datetime | None, settlements: Sequence[Settlement]
+    ) -> tuple[Settled, QueueRow | None]:
+        """The outcomes the claim carries written in the statement that takes the lock: one
+        round trip for both. The claim's statement, after it, sees what they wrote."""
+        if not settlements:
+            return super().settle_and_lock(queue, window, settlements)
+        lock, lock_params = self.lock_statement(queue, window)
+        ctes, settle_params = self.driver.settle_ctes(settlements)
+        width = 5 if self.driver.transaction_bound()[0] else 4  # the lock's columns
+        sql = self.statements.text(
+            f"settle_and_lock:{width}",
+            lambda: (
+                f"WITH {ctes}, locked AS ({lock})"
+                f" SELECT TRUE, locked.*, {', '.join(['NULL'] * 4)} FROM locked"
+                f" UNION ALL SELECT FALSE, {', '.join(['NULL'] * width)},"
+                " id, attempt, new_status, workflow_pending FROM settled"
+            ),
+        )
+        rows = self.driver.execute_in_transaction(sql, [*settle_params, *lock_params])
+        found = [row[1 : 1 + width] for row in rows if row[0]]
+        written = [tuple(row[1 + width :]) for row in rows if not row[0]]
+        settled = self.driver.settled(settlements, written)
+        return settled, self.queue_row(found[0]) if found else None
 
     def claim_under(self, request: ClaimRequest, row: QueueRow, one_by_one: bool) -> Limited:
         limits = request.limits

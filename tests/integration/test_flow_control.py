@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import timedelta
 from functools import partial
 
@@ -145,6 +146,25 @@ def test_a_limited_claim_writes_its_outcomes_first_so_their_slots_count(make_job
     assert claim(limits=limits) == [a]
     claimed, settled = get_driver().claim_and_settle(request(limits=limits), [success(a)])
     assert [job.id for job in claimed] == [b] and settled.lost == []
+
+
+def test_a_limited_claim_says_which_outcomes_it_carried_were_fenced_out(make_job) -> None:
+    """The outcomes a limited claim carries are written in its transaction (on PostgreSQL in
+    the statement that takes the lock): the one whose attempt is stale is said lost and
+    frees no slot; the queue's row, gone meanwhile, is made again and the claim goes on."""
+    limits = QueueLimits(global_limit=2)
+    a, b, c = make_job().pk, make_job().pk, make_job().pk
+    assert claim(limits=limits, limit=2) == [a, b]
+    stale = replace(success(b), attempt=success(b).attempt + 1)
+    Queue.objects.filter(name="default").delete()
+    claimed, settled = get_driver().claim_and_settle(
+        request(limits=limits, limit=2), [success(a), stale]
+    )
+    assert settled.lost == [stale]
+    assert [job.id for job in claimed] == [c]  # a's slot freed, b's still held
+    assert Job.objects.get(pk=a).status == JobStatus.SUCCEEDED
+    assert Job.objects.get(pk=b).status == JobStatus.RUNNING
+    assert Attempt.objects.get(job_id=a).outcome == AttemptOutcome.SUCCEEDED
 
 
 def test_racing_claims_never_run_more_than_the_global_limit(make_job) -> None:
