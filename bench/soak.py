@@ -42,6 +42,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import statistics
 import sys
 import threading
@@ -78,6 +79,11 @@ COLUMNS = [
     ("scan buf", 9),
     ("horizon s", 10),
     ("warning", 8),
+    ("cpu %", 6),
+    ("ckpt", 5),
+    ("av", 3),
+    ("keyed due", 10),
+    ("waits", 0),
 ]
 
 
@@ -97,6 +103,14 @@ class Sample:
     horizon_seconds: float | None
     warning: str
     holding: bool
+    #: What the samples of later runs add: the keyed queue's due jobs, the machine's CPU
+    #: busy since the last sample (all cores, %), the server's checkpoints and the jobs
+    #: table's autovacuums since then, and what the server's active sessions wait on now.
+    keyed_due: int = 0
+    cpu_busy: float | None = None
+    checkpoints: int = 0
+    autovacuums: int = 0
+    waits: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -148,6 +162,7 @@ def parse(argv: list[str] | None) -> Any:
         default=0.0,
         help="share of the jobs keyed (demo.keyed_noop: 64 keys, 4 at once, queue 'keyed')",
     )
+    parser.add_argument("--logs", type=Path, help="keep the workers' logs in this folder")
     parser.add_argument("--svg", type=Path, help="draw the samples to this SVG file")
     parser.add_argument("--redraw", type=Path, help="no run: draw --svg from a run's --json file")
     harness.add_json_option(parser)
@@ -181,7 +196,13 @@ def main(argv: list[str] | None = None) -> int:
         own = not args.server_autovacuum
         run = Run(rate, calibrated, args.minutes, args.hold_at, args.hold, own)
         run.retention_seconds, run.unique, run.keyed = args.retention, args.unique, args.keyed
-        soak(run, args, work)
+        try:
+            soak(run, args, work)
+        finally:
+            if args.logs:
+                args.logs.mkdir(parents=True, exist_ok=True)
+                for log_file in work.glob("*.log"):
+                    shutil.copy(log_file, args.logs / log_file.name)
     report(run)
     if args.json:
         harness.write_json(args.json, harness.run_info("soak", database(), asdict(run)))
@@ -256,6 +277,7 @@ def soak(run: Run, args: Any, work: Path) -> None:
         if run.hold > 0:
             holder.start()
         last_id = newest_attempt()
+        counters = Counters.read()
         end = started + run.minutes * 60
         next_at = started + args.sample
         while time.monotonic() < end:
@@ -266,6 +288,7 @@ def soak(run: Run, args: Any, work: Path) -> None:
             at = time.monotonic() - started
             holding = held.is_set()
             sample, last_id = measure(at, last_id, args.sample, holding, args.horizon)
+            counters = counters.since(sample)
             run.samples.append(sample)
             print_row(sample)
             next_at += args.sample
@@ -275,6 +298,42 @@ def soak(run: Run, args: Any, work: Path) -> None:
         producer.join(5)
         if holder.is_alive():
             holder.join(5)
+
+
+@dataclass(frozen=True)
+class Counters:
+    """What the server and the machine count up, read at a sample, for the next one's
+    differences: the CPU's busy and total ticks, checkpoints, the jobs table's autovacuums."""
+
+    busy: int
+    total: int
+    checkpoints: int
+    autovacuums: int
+
+    @classmethod
+    def read(cls) -> Counters:
+        from django.db import connection
+
+        with open("/proc/stat") as stat:
+            ticks = [int(value) for value in stat.readline().split()[1:]]
+        idle = ticks[3] + ticks[4]  # idle and iowait
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT checkpoints_timed + checkpoints_req FROM pg_stat_bgwriter")
+            (checkpoints,) = cursor.fetchone()
+            cursor.execute(
+                "SELECT autovacuum_count FROM pg_stat_user_tables WHERE relname = 'django_jobs_job'"
+            )
+            (autovacuums,) = cursor.fetchone()
+        return cls(sum(ticks) - idle, sum(ticks), int(checkpoints), int(autovacuums))
+
+    def since(self, sample: Sample) -> Counters:
+        """The counters now; their differences since these go into ``sample``."""
+        now = Counters.read()
+        total = now.total - self.total
+        sample.cpu_busy = 100.0 * (now.busy - self.busy) / total if total else None
+        sample.checkpoints = now.checkpoints - self.checkpoints
+        sample.autovacuums = now.autovacuums - self.autovacuums
+        return now
 
 
 def newest_attempt() -> int:
@@ -383,6 +442,18 @@ def measure(
         )
         (due,) = cursor.fetchone()
         cursor.execute(
+            "SELECT count(*) FROM django_jobs_job"
+            " WHERE status = 'pending' AND queue = %s AND run_at <= now()",
+            [KEYED_QUEUE],
+        )
+        (keyed_due,) = cursor.fetchone()
+        cursor.execute(
+            "SELECT COALESCE(wait_event_type || ':' || wait_event, 'cpu'), count(*)"
+            " FROM pg_stat_activity WHERE state = 'active' AND pid <> pg_backend_pid()"
+            " AND backend_type = 'client backend' GROUP BY 1"
+        )
+        waits = dict(cursor.fetchall())
+        cursor.execute(
             "SELECT relname, n_live_tup, n_dead_tup, pg_total_relation_size(relid)"
             " FROM pg_stat_user_tables"
             " WHERE relname IN ('django_jobs_job', 'django_jobs_attempt')"
@@ -411,6 +482,8 @@ def measure(
         horizon_seconds=seen.horizon_seconds,
         warning=problems[0] if problems else "",
         holding=holding,
+        keyed_due=keyed_due,
+        waits=waits,
     )
     return sample, newest or last_id
 
@@ -428,6 +501,11 @@ def print_row(sample: Sample) -> None:
         f"{sample.scan_buffers:,}",
         "-" if sample.horizon_seconds is None else f"{sample.horizon_seconds:.0f}",
         "yes" if sample.warning else "",
+        "-" if sample.cpu_busy is None else f"{sample.cpu_busy:.0f}",
+        str(sample.checkpoints),
+        str(sample.autovacuums),
+        f"{sample.keyed_due:,}",
+        " ".join(f"{name}={count}" for name, count in sorted(sample.waits.items())),
     ]
     print("  ".join(cell.rjust(width) for cell, (_, width) in zip(cells, COLUMNS, strict=True)))
     sys.stdout.flush()

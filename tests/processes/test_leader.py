@@ -78,13 +78,16 @@ def test_a_leader_stopped_past_its_lease_does_not_act_on_waking(runjobs_process)
         os.kill(first, signal.SIGCONT)
     # On waking it finds its lease over: it says so, and does not lead again. Behind PgBouncer
     # it once took longer than 10 s to say so (once in ten runs; why is not known yet).
-    wait_until(
-        lambda: (
-            "no longer leads" in runjobs_process.log(stopped)
-            or "stops acting as leader" in runjobs_process.log(stopped)
-        ),
-        timeout=20,
-    )
+    try:
+        wait_until(
+            lambda: (
+                "no longer leads" in runjobs_process.log(stopped)
+                or "stops acting as leader" in runjobs_process.log(stopped)
+            ),
+            timeout=20,
+        )
+    except AssertionError:
+        raise AssertionError(f"it did not say so: {runjobs_process.log(stopped)}") from None
     time.sleep(LEADER_LEASE / 3 + 0.5)  # a renewal's interval: it tries again and fails
     row = leader()
     assert row.epoch == epoch + 1 and pid_of(row.owner) != first
