@@ -70,11 +70,17 @@ def test_worker_serving_logs_its_summary_every_summary_seconds_and_the_rest_at_i
     thread = threading.Thread(target=serve, args=(worker, stop))
     thread.start()
     try:
-        wait_until(lambda: summaries(caplog), timeout=10)
-        assert summaries(caplog)[0].counts == {"succeeded": 5}
+        # The timer's lines say the first five, in one line or more (a busy machine drains
+        # them over more than one interval).
+        wait_until(lambda: succeeded(summaries(caplog)) == 5, timeout=10)
+        said = len(summaries(caplog))
         schedule_job("tests.ok")
         wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 6)
     finally:
         stop.set()  # at once: the last job's line comes from the stop, if not from the timer
         thread.join(10)
-    assert [r.counts for r in summaries(caplog)] == [{"succeeded": 5}, {"succeeded": 1}]
+    assert [r.counts for r in summaries(caplog)[said:]] == [{"succeeded": 1}]
+
+
+def succeeded(records: list) -> int:
+    return sum(record.counts.get("succeeded", 0) for record in records)
