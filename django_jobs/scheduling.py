@@ -185,10 +185,11 @@ class _Common:
 
     @staticmethod
     def key(spec: JobSpec) -> tuple[Any, ...] | None:
-        """What decides a spec's common part; None for one that is its own (a unique key's,
-        a dependency's: each is checked on its own). The numbers' types too, as
-        :func:`check_options`' (``True == 1``, but a bool is no priority)."""
-        if spec.unique_key is not None or spec.depends_on:
+        """What decides a spec's common part; None for one that is its own (a unique key's:
+        each is checked on its own). The numbers' types too, as :func:`check_options`'
+        (``True == 1``, but a bool is no priority). Its dependencies are not a part of its
+        row: they are linked after the insert."""
+        if spec.unique_key is not None:
             return None
         return (
             spec.job,

@@ -405,9 +405,7 @@ class PostgresDriver(Driver):
         """Run a claim under limits' one statement (:mod:`.postgresql_limits`): the jobs it
         claimed, and what it counted (the columns each row has after the claimed ones)."""
         width = len(CLAIMED_COLUMNS)
-        with self.hot_cursor() as cursor:
-            cursor.execute(sql, params)
-            rows = cursor.fetchall()
+        rows = self.execute_in_transaction(sql, params)
         claimed = [ClaimedRow.read(row[:width]) for row in rows if row[0] is not None]
         return self.claimed_jobs(claimed, request), rows[0][width:]
 
