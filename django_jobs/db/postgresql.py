@@ -45,6 +45,7 @@ from .postgresql_limits import PostgresFlowControl
 from .prepared import PreparedStatements
 from .records import (
     CANDIDATE_COLUMNS,
+    LANE_WINDOW,
     RENEW_FIELDS,
     SETTLED_COLUMNS,
     Candidate,
@@ -374,7 +375,7 @@ class PostgresDriver(Driver):
             field if field in ("id", "attempt") else "NULL" for field in CLAIMED_COLUMNS
         )
         sql = self.text(
-            "claim_and_settle" + self.names_key(request.names),
+            "claim_and_settle" + self.claim_key(request),
             lambda: (
                 f"WITH {settle_ctes}, {claim_ctes}"
                 f" SELECT TRUE, {self.claimed_columns}, NULL, NULL FROM marked"
@@ -440,16 +441,57 @@ class PostgresDriver(Driver):
     def claim_sql(self, request: ClaimRequest) -> tuple[str, list[Any]]:
         ctes, params = self.claim_ctes(request)
         return self.text(
-            "claim" + self.names_key(request.names),
+            "claim" + self.claim_key(request),
             lambda: f"WITH {ctes} SELECT {self.claimed_columns} FROM marked",
         ), params
 
+    def claim_key(self, request: ClaimRequest) -> str:
+        """What the text of ``request``'s claim depends on: its names, or that it is a
+        lane's (:meth:`lane_claim_ctes`)."""
+        lane = request.among is not None and request.names is not None
+        return ":lane" if lane else self.names_key(request.names)
+
     def claim_ctes(self, request: ClaimRequest) -> tuple[str, list[Any]]:
         """``picked`` (due rows, locked), ``marked`` (running, this owner's), ``started``."""
+        if request.among is not None and request.names is not None:
+            return self.lane_claim_ctes(request, request.names, request.among)
         due, due_params = self.due_condition(request.queue, request.now, request.names)
         params = [*due_params, int(request.limit), *self.take_params(request)]
         key = "claim_ctes" + self.names_key(request.names)
         return self.text(key, lambda: self.claim_ctes_text(due)), params
+
+    def lane_claim_ctes(
+        self, request: ClaimRequest, names: tuple[str, ...], among: tuple[str, ...]
+    ) -> tuple[str, list[Any]]:
+        """A lane's claim (:attr:`~.records.ClaimRequest.among`): its rows among the first
+        :data:`~.records.LANE_WINDOW` due rows of the names the worker knows.
+
+        The window is read without a lock, and the lane's rows in it are locked through the
+        primary key (``FOR UPDATE OF j SKIP LOCKED``), the row's own conditions checked
+        again on its newest version. A nested loop reads the window a row at a time in
+        claim order, so the lane's rows at the head cost what a plain claim does; a lane
+        with nothing due reads the window, not the backlog of the other lane's rows."""
+        queue, now = request.queue, request.now
+        window, window_params = self.due_condition(queue, now, among)
+        due, due_params = self.due_condition(queue, now)
+        params = [
+            *window_params,
+            *self.names_params(names),
+            *due_params,
+            int(request.limit),
+            *self.take_params(request),
+        ]
+        qn, job = self.qn, self.job_table
+        return self.text(
+            "lane_claim_ctes",
+            lambda: (
+                f"picked AS (SELECT j.{qn('id')} FROM (SELECT {qn('id')}, {qn('name')}"
+                f" FROM {job} WHERE {window} ORDER BY {self.claim_order} LIMIT {LANE_WINDOW}) w"
+                f" JOIN {job} j ON j.{qn('id')} = w.{qn('id')}"
+                f" WHERE w.{qn('name')} = ANY(%s::text[]) AND {due}"
+                f" LIMIT %s FOR UPDATE OF j SKIP LOCKED), {self.take_ctes_text()}"
+            ),
+        ), params
 
     def take_params(self, request: ClaimRequest) -> list[Any]:
         """What :meth:`take_ctes_text` binds."""

@@ -80,6 +80,12 @@ class QueueLimits:
     keyed: bool = False
 
 
+#: How many due jobs of its queue a lane's claim looks at (:attr:`ClaimRequest.among`): far
+#: more than the jobs claimed at once, so the other lane's rows locked by claims in flight
+#: do not fill it.
+LANE_WINDOW = 1000
+
+
 @dataclass(frozen=True)
 class ClaimRequest:
     """A claim: up to ``limit`` due jobs of ``queue`` at ``now``, leased to ``owner``;
@@ -88,7 +94,11 @@ class ClaimRequest:
     ``names``: only jobs of these names (those the worker knows how to run), bound as one
     parameter of the claim's statement; None takes a job of any name. ``ahead``: how many
     of the ``limit`` would wait for a thread (claimed ahead): a claim under limits takes
-    them only while the limits leave room to spare (:mod:`.limits`)."""
+    them only while the limits leave room to spare (:mod:`.limits`). ``among``: a lane's
+    claim (``names``, its handlers' names, of a worker whose queue has two lanes) takes its
+    jobs among the first :data:`LANE_WINDOW` due jobs of ``among`` (every name the worker
+    knows), where the driver can: so a lane with nothing to take reads that many rows, not
+    the whole backlog of the other lane's jobs."""
 
     queue: str
     owner: str
@@ -99,6 +109,7 @@ class ClaimRequest:
     refused: Callable[[int, BaseException], None] | None = None
     names: tuple[str, ...] | None = None
     ahead: int = 0
+    among: tuple[str, ...] | None = None
 
     @property
     def expires_at(self) -> datetime:

@@ -70,6 +70,7 @@ class Claimer:
             report_claim_refused,
             names=known_names() if names is None else names,
             ahead=ahead,
+            among=None if names is None else known_names(),
         )
 
     def claim(

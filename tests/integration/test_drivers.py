@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext, override_settings
 
 from django_jobs import schedule_job
 from django_jobs.db import ROW_ERRORS, ClaimRequest, get_driver
-from django_jobs.db.records import QueueLimits
+from django_jobs.db.records import LANE_WINDOW, QueueLimits
 from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import START
 from tests.support.plans import explain, scans, sorts
@@ -673,3 +673,70 @@ def test_claim_of_names_costs_the_same_statements(make_job, django_assert_num_qu
         make_job()
     with django_assert_num_queries(STATEMENTS_PER_CLAIM[connection.vendor]):
         assert len(get_driver().claim(named(3))) == 3
+
+
+# -- a lane's claim (a worker with sync and async handlers) ------------------------------
+
+LANE = ("tests.lane",)
+AMONG = ("tests.ok", "tests.lane")  # the names the worker knows: both lanes'
+
+
+def lane(limit=10, names=LANE):
+    return dataclasses.replace(request(limit), names=names, among=AMONG)
+
+
+@pytest.mark.parametrize("way", ["claim", "claim_and_settle"])
+def test_lane_claim_takes_its_names_in_claim_order_and_leaves_the_other_lanes_rows(make_job, way):
+    driver = get_driver()
+    carried = []
+    if way == "claim_and_settle":
+        make_job(name="tests.done")
+        carried = [succeeded(job) for job in claim()]
+    other = make_job(priority=9)  # the other lane's, first in the claim order
+    unknown = make_job(name="tests.unknown", priority=8)
+    first, second = make_job(name="tests.lane", priority=5), make_job(name="tests.lane")
+    assert driver.claim(named(names=("tests.nothing",))) == []  # a plain claim of names first
+    if way == "claim":
+        claimed = driver.claim(lane())
+    else:
+        claimed, settled = driver.claim_and_settle(lane(), carried)
+        assert settled.lost == []
+    assert [c.id for c in claimed] == [first.pk, second.pk]
+    for job in (other, unknown):
+        job.refresh_from_db()
+        assert (job.status, job.attempts_used) == (JobStatus.PENDING, 0)
+    assert [c.id for c in driver.claim(lane(names=("tests.ok",)))] == [other.pk]
+    assert driver.claim(lane()) == []
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's lane claim")
+def test_lane_claim_looks_at_the_first_lane_window_due_jobs_of_the_names_it_knows(clock):
+    """A lane with nothing at the head of its queue reads LANE_WINDOW rows, not the whole
+    backlog of the other lane's (which its queue's doorbell would have it read each time
+    a job is enqueued); the rows of names the worker does not know do not count."""
+
+    def rows(count, name, priority):
+        now = clock.now()
+        Job.objects.bulk_create(
+            Job(
+                name=name,
+                queue="default",
+                payload={},
+                run_at=now,
+                created_at=now,
+                max_attempts=3,
+                priority=priority,
+            )
+            for _ in range(count)
+        )
+
+    rows(LANE_WINDOW, "tests.unknown", 9)
+    rows(LANE_WINDOW - 1, "tests.ok", 5)  # the other lane's
+    rows(2, "tests.lane", 1)
+    driver = get_driver()
+    [taken] = driver.claim(lane(limit=1))  # the last row of the window
+    rows(2, "tests.ok", 5)  # the other lane's rows now fill the window
+    assert driver.claim(lane()) == []
+    assert len(driver.claim(lane(names=("tests.ok",), limit=LANE_WINDOW))) == LANE_WINDOW
+    [behind] = driver.claim(lane())
+    assert Job.objects.get(pk=taken.id).name == behind.name == "tests.lane"
