@@ -51,6 +51,7 @@ from .records import (
     Candidate,
     ClaimedJob,
     ClaimRequest,
+    DueRows,
     Health,
     Holder,
     Renewal,
@@ -447,63 +448,55 @@ class PostgresDriver(Driver):
 
     def claim_key(self, request: ClaimRequest) -> str:
         """What the text of ``request``'s claim depends on: its names, or that it is a
-        lane's (:meth:`lane_claim_ctes`)."""
+        lane's (:meth:`due_rows`)."""
         lane = request.among is not None and request.names is not None
         return ":lane" if lane else self.names_key(request.names)
 
     def claim_ctes(self, request: ClaimRequest) -> tuple[str, list[Any]]:
         """``picked`` (due rows, locked), ``marked`` (running, this owner's), ``started``."""
-        if request.among is not None and request.names is not None:
-            return self.lane_claim_ctes(request, request.names, request.among)
-        due, due_params = self.due_condition(request.queue, request.now, request.names)
-        params = [*due_params, int(request.limit), *self.take_params(request)]
-        key = "claim_ctes" + self.names_key(request.names)
-        return self.text(key, lambda: self.claim_ctes_text(due)), params
+        rows = self.due_rows(request)
+        params = [*rows.params, int(request.limit), *self.take_params(request)]
+        key = "claim_ctes" + self.claim_key(request)
+        return self.text(key, lambda: self.claim_ctes_text(rows)), params
 
-    def lane_claim_ctes(
-        self, request: ClaimRequest, names: tuple[str, ...], among: tuple[str, ...]
-    ) -> tuple[str, list[Any]]:
-        """A lane's claim (:attr:`~.records.ClaimRequest.among`): its rows among the first
+    def due_rows(self, request: ClaimRequest, also: str = "") -> DueRows:
+        """Where a claim finds the rows it may take (and ``also`` holds of, a condition on
+        the row's columns unqualified); for a lane's
+        (:attr:`~.records.ClaimRequest.among`), among the first
         :data:`~.records.LANE_WINDOW` due rows of the names the worker knows.
 
         The window is read without a lock, and the lane's rows in it are locked through the
-        primary key (``FOR UPDATE OF j SKIP LOCKED``), the row's own conditions checked
-        again on its newest version. A nested loop reads the window a row at a time in
-        claim order, so the lane's rows at the head cost what a plain claim does; a lane
-        with nothing due reads the window, not the backlog of the other lane's rows."""
-        queue, now = request.queue, request.now
-        window, window_params = self.due_condition(queue, now, among)
-        due, due_params = self.due_condition(queue, now)
-        params = [
-            *window_params,
-            *self.names_params(names),
-            *due_params,
-            int(request.limit),
-            *self.take_params(request),
-        ]
+        primary key (``FOR UPDATE OF j``), each row's own conditions checked again on its
+        newest version. A nested loop reads the window a row at a time in claim order, so
+        the lane's rows at the head cost what a plain claim does; a lane with nothing due
+        reads the window, not the backlog of the other lane's rows."""
+        queue, now, names, among = request.queue, request.now, request.names, request.among
         qn, job = self.qn, self.job_table
-        return self.text(
-            "lane_claim_ctes",
-            lambda: (
-                f"picked AS (SELECT j.{qn('id')} FROM (SELECT {qn('id')}, {qn('name')}"
-                f" FROM {job} WHERE {window} ORDER BY {self.claim_order} LIMIT {LANE_WINDOW}) w"
-                f" JOIN {job} j ON j.{qn('id')} = w.{qn('id')}"
-                f" WHERE w.{qn('name')} = ANY(%s::text[]) AND {due}"
-                f" LIMIT %s FOR UPDATE OF j SKIP LOCKED), {self.take_ctes_text()}"
-            ),
-        ), params
+        extra = f" AND {also}" if also else ""
+        if among is None or names is None:
+            due, params = self.due_condition(queue, now, names)
+            order = f" ORDER BY {self.claim_order}"
+            return DueRows(f"FROM {job} j WHERE {due}{extra}", order, params)
+        window, window_params = self.due_condition(queue, now, among)
+        window += extra
+        due, due_params = self.due_condition(queue, now)
+        source = (
+            f"FROM (SELECT {qn('id')}, {qn('name')} FROM {job} WHERE {window}"
+            f" ORDER BY {self.claim_order} LIMIT {LANE_WINDOW}) w"
+            f" JOIN {job} j ON j.{qn('id')} = w.{qn('id')}"
+            f" WHERE w.{qn('name')} = ANY(%s::text[]) AND {due}"
+        )
+        return DueRows(source, "", [*window_params, *self.names_params(names), *due_params])
 
     def take_params(self, request: ClaimRequest) -> list[Any]:
         """What :meth:`take_ctes_text` binds."""
         now = self.adapt(request.now)
         return [request.owner, self.adapt(request.expires_at), now, request.owner, now]
 
-    def claim_ctes_text(self, due: str) -> str:
-        qn, job = self.qn, self.job_table
+    def claim_ctes_text(self, rows: DueRows) -> str:
         return (
-            f"picked AS (SELECT {qn('id')} FROM {job} WHERE {due}"
-            f" ORDER BY {self.claim_order} LIMIT %s FOR UPDATE SKIP LOCKED),"
-            f" {self.take_ctes_text()}"
+            f"picked AS (SELECT j.{self.qn('id')} {rows.source}{rows.order}"
+            f" LIMIT %s FOR UPDATE OF j SKIP LOCKED), {self.take_ctes_text()}"
         )
 
     def take_ctes_text(self) -> str:

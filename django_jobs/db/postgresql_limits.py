@@ -39,7 +39,7 @@ from datetime import datetime
 from typing import Any, Protocol, cast
 
 from .limits import KEYED_SCAN_EXTRA, KEYED_SCAN_FACTOR, ClaimSteps, FlowControl, Limited, QueueRow
-from .records import ClaimedJob, ClaimRequest, QueueLimits, Settled, Settlement
+from .records import ClaimedJob, ClaimRequest, DueRows, QueueLimits, Settled, Settlement
 
 
 class OneStatementSteps(ClaimSteps, Protocol):
@@ -58,6 +58,10 @@ class OneStatementSteps(ClaimSteps, Protocol):
     def take_ctes_text(self) -> str: ...
 
     def take_params(self, request: ClaimRequest) -> list[Any]: ...
+
+    def due_rows(self, request: ClaimRequest, also: str = "") -> DueRows: ...
+
+    def claim_key(self, request: ClaimRequest) -> str: ...
 
     def limited_claim_rows(
         self, sql: str, params: list[Any], request: ClaimRequest
@@ -119,7 +123,14 @@ class PostgresFlowControl(FlowControl):
         with nothing claimed, one of NULLs), each followed by the running total, the number
         of keys running (a job without a key counts as one), and the room."""
         statements = self.statements
-        due, due_params = statements.due_condition(request.queue, request.now, request.names)
+        # A keyed claim passes over the rows of full keys in its read: in a lane's window,
+        # so that they do not fill it (the key bound unqualified, to the row read).
+        key, limit = statements.qn("concurrency_key"), statements.qn("concurrency_limit")
+        free_key = (
+            f"({key} IS NULL OR COALESCE({limit}, 1) >"
+            f" COALESCE((SELECT n FROM running WHERE k = {key}), 0))"
+        )
+        rows = self.driver.due_rows(request, free_key if limits.keyed else "")
         rate_free = None if limits.rate is None else limits.rate.jobs - row.used
         params: list[Any] = [
             request.queue,
@@ -128,19 +139,18 @@ class PostgresFlowControl(FlowControl):
             request.ahead,
             limits.global_limit,
             rate_free,
-            *due_params,
+            *rows.params,
         ]
         if limits.keyed:
             params += [KEYED_SCAN_FACTOR, KEYED_SCAN_EXTRA, request.limit - request.ahead]
         params += self.driver.take_params(request)
-        key = f"limited_claim:{limits.keyed}{statements.names_key(request.names)}"
-        return statements.text(key, lambda: self.limited_claim_text(due, limits.keyed)), params
+        key = f"limited_claim:{limits.keyed}{self.driver.claim_key(request)}"
+        return statements.text(key, lambda: self.limited_claim_text(rows, limits.keyed)), params
 
-    def limited_claim_text(self, due: str, keyed: bool) -> str:
+    def limited_claim_text(self, rows: DueRows, keyed: bool) -> str:
         statements = self.statements
         qn, job = statements.qn, statements.job_table
         key, limit = qn("concurrency_key"), qn("concurrency_limit")
-        order = statements.claim_order
         sql = (
             f"WITH running AS (SELECT {key} AS k, COUNT(*) AS n FROM {job}"
             f" WHERE {statements.running_guard(job)} AND {qn('queue')} = %s"
@@ -156,18 +166,17 @@ class PostgresFlowControl(FlowControl):
         )
         if not keyed:
             sql += (
-                f" picked AS (SELECT {qn('id')} FROM {job} WHERE {due} ORDER BY {order}"
-                " LIMIT (SELECT n FROM room) FOR UPDATE SKIP LOCKED),"
+                f" picked AS (SELECT j.{qn('id')} {rows.source}{rows.order}"
+                " LIMIT (SELECT n FROM room) FOR UPDATE OF j SKIP LOCKED),"
             )
         else:
             ranked_order = "priority DESC, run_at, id"
             sql += (
-                f" candidates AS (SELECT {qn('id')} AS id, {qn('priority')} AS priority,"
-                f" {qn('run_at')} AS run_at, {key} AS k, COALESCE({limit}, 1) AS key_limit"
-                f" FROM {job} WHERE {due} AND ({key} IS NULL OR COALESCE({limit}, 1) >"
-                f" COALESCE((SELECT n FROM running WHERE k = {job}.{key}), 0))"
-                f" ORDER BY {order} LIMIT (SELECT CASE WHEN n > 0 THEN n * %s + %s ELSE 0 END"
-                " FROM room) FOR UPDATE SKIP LOCKED),"
+                f" candidates AS (SELECT j.{qn('id')} AS id, j.{qn('priority')} AS priority,"
+                f" j.{qn('run_at')} AS run_at, j.{key} AS k, COALESCE(j.{limit}, 1) AS key_limit"
+                f" {rows.source}{rows.order}"
+                " LIMIT (SELECT CASE WHEN n > 0 THEN n * %s + %s ELSE 0 END"
+                " FROM room) FOR UPDATE OF j SKIP LOCKED),"
                 " ranked AS (SELECT c.*, COALESCE(r.n, 0) AS held,"
                 f" ROW_NUMBER() OVER (PARTITION BY c.k ORDER BY {ranked_order}) AS rank"
                 " FROM candidates c LEFT JOIN running r ON r.k = c.k),"

@@ -117,6 +117,17 @@ class ClaimRequest:
         return self.now + timedelta(seconds=self.lease_seconds)
 
 
+class DueRows(NamedTuple):
+    """Where a claim reads the rows it may take (:meth:`~.postgresql.PostgresDriver.due_rows`):
+    ``source``, its ``FROM ... WHERE ...`` (the jobs table as ``j``), then ``order``, the
+    ``ORDER BY`` to add (none for a lane's window: its rows come in claim order, and a sort
+    would read all of it); ``params``, what ``source`` binds."""
+
+    source: str
+    order: str
+    params: list[Any]
+
+
 class Candidate(NamedTuple):
     """A due row as the claim's read returns it (the columns of ``CANDIDATE_COLUMNS``)."""
 

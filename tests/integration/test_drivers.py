@@ -681,13 +681,18 @@ LANE = ("tests.lane",)
 AMONG = ("tests.ok", "tests.lane")  # the names the worker knows: both lanes'
 
 
-def lane(limit=10, names=LANE):
-    return dataclasses.replace(request(limit), names=names, among=AMONG)
+def lane(limit=10, names=LANE, limits=None):
+    return dataclasses.replace(request(limit), names=names, among=AMONG, limits=limits)
 
 
+@pytest.mark.django_db(transaction=True)  # a limited claim runs in a transaction of its own
 @pytest.mark.parametrize("way", ["claim", "claim_and_settle"])
-def test_lane_claim_takes_its_names_in_claim_order_and_leaves_the_other_lanes_rows(make_job, way):
+@pytest.mark.parametrize("kind", sorted(NAMED_CLAIMS))
+def test_lane_claim_takes_its_names_in_claim_order_and_leaves_the_other_lanes_rows(
+    make_job, way, kind
+):
     driver = get_driver()
+    limits = NAMED_CLAIMS[kind]
     carried = []
     if way == "claim_and_settle":
         make_job(name="tests.done")
@@ -697,46 +702,86 @@ def test_lane_claim_takes_its_names_in_claim_order_and_leaves_the_other_lanes_ro
     first, second = make_job(name="tests.lane", priority=5), make_job(name="tests.lane")
     assert driver.claim(named(names=("tests.nothing",))) == []  # a plain claim of names first
     if way == "claim":
-        claimed = driver.claim(lane())
+        claimed = driver.claim(lane(limits=limits))
     else:
-        claimed, settled = driver.claim_and_settle(lane(), carried)
+        claimed, settled = driver.claim_and_settle(lane(limits=limits), carried)
         assert settled.lost == []
     assert [c.id for c in claimed] == [first.pk, second.pk]
     for job in (other, unknown):
         job.refresh_from_db()
         assert (job.status, job.attempts_used) == (JobStatus.PENDING, 0)
-    assert [c.id for c in driver.claim(lane(names=("tests.ok",)))] == [other.pk]
-    assert driver.claim(lane()) == []
+    assert [c.id for c in driver.claim(lane(names=("tests.ok",), limits=limits))] == [other.pk]
+    assert driver.claim(lane(limits=limits)) == []
 
 
+def due_rows(clock, count, name, priority, **fields):
+    now = clock.now()
+    Job.objects.bulk_create(
+        Job(
+            name=name,
+            queue="default",
+            payload={},
+            run_at=now,
+            created_at=now,
+            max_attempts=3,
+            priority=priority,
+            **fields,
+        )
+        for _ in range(count)
+    )
+
+
+@pytest.mark.django_db(transaction=True)
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's lane claim")
-def test_lane_claim_looks_at_the_first_lane_window_due_jobs_of_the_names_it_knows(clock):
+@pytest.mark.parametrize("kind", sorted(NAMED_CLAIMS))
+def test_lane_claim_looks_at_the_first_lane_window_due_jobs_of_the_names_it_knows(clock, kind):
     """A lane with nothing at the head of its queue reads LANE_WINDOW rows, not the whole
     backlog of the other lane's (which its queue's doorbell would have it read each time
     a job is enqueued); the rows of names the worker does not know do not count."""
-
-    def rows(count, name, priority):
-        now = clock.now()
-        Job.objects.bulk_create(
-            Job(
-                name=name,
-                queue="default",
-                payload={},
-                run_at=now,
-                created_at=now,
-                max_attempts=3,
-                priority=priority,
-            )
-            for _ in range(count)
-        )
-
-    rows(LANE_WINDOW, "tests.unknown", 9)
-    rows(LANE_WINDOW - 1, "tests.ok", 5)  # the other lane's
-    rows(2, "tests.lane", 1)
+    limits = NAMED_CLAIMS[kind]
+    due_rows(clock, LANE_WINDOW, "tests.unknown", 9)
+    due_rows(clock, LANE_WINDOW - 1, "tests.ok", 5)  # the other lane's
+    due_rows(clock, 2, "tests.lane", 1)
     driver = get_driver()
-    [taken] = driver.claim(lane(limit=1))  # the last row of the window
-    rows(2, "tests.ok", 5)  # the other lane's rows now fill the window
-    assert driver.claim(lane()) == []
-    assert len(driver.claim(lane(names=("tests.ok",), limit=LANE_WINDOW))) == LANE_WINDOW
-    [behind] = driver.claim(lane())
+    [taken] = driver.claim(lane(limit=1, limits=limits))  # the last row of the window
+    due_rows(clock, 2, "tests.ok", 5)  # the other lane's rows now fill the window
+    assert driver.claim(lane(limits=limits)) == []
+    others = Job.objects.filter(name="tests.ok").order_by("id").values_list("id", flat=True)
+    Job.objects.filter(id__in=list(others[1:])).delete()  # as the other lane takes them
+    [behind] = driver.claim(lane(limits=limits))
     assert Job.objects.get(pk=taken.id).name == behind.name == "tests.lane"
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's lane claim")
+def test_keyed_lane_claim_passes_over_the_rows_of_full_keys_outside_its_window(clock, make_job):
+    """A key at its limit holds back its own rows, not the lane's rows of other keys."""
+    keyed = NAMED_CLAIMS["keyed"]
+    make_job(concurrency_key="full")
+    [held] = get_driver().claim(lane(names=("tests.ok",), limits=keyed))
+    due_rows(clock, LANE_WINDOW + 5, "tests.lane", 5, concurrency_key="full")
+    due_rows(clock, 1, "tests.lane", 1, concurrency_key="free")
+    [claimed] = get_driver().claim(lane(limits=keyed))
+    assert Job.objects.get(pk=claimed.id).concurrency_key == "free"
+    assert Job.objects.get(pk=held.id).status == JobStatus.RUNNING
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's lane claim")
+@pytest.mark.parametrize("mode", ["force_custom_plan", "force_generic_plan"])
+def test_lane_claim_plan_reads_the_window_row_by_row(make_job, mode):
+    """A nested loop over the window in claim order (no sort, no hash of the whole window),
+    also in the generic plan a prepared statement settles on."""
+    Job.objects.bulk_create(
+        Job(name="tests.ok", status=JobStatus.SUCCEEDED, run_at=START, created_at=START)
+        for _ in range(3000)
+    )
+    for n in range(20):
+        make_job(priority=n % 3)
+        make_job(name="tests.lane")
+    sql, params = get_driver().claim_statement(lane(5))
+    with connection.cursor() as cursor:
+        cursor.execute(f"SET LOCAL plan_cache_mode = {mode}")
+    plan = explain(sql, params)
+    assert "django_jobs_claim_idx" in plan, plan
+    assert "Nested Loop" in plan and "Hash" not in plan and not sorts(plan), plan
+    assert not scans(plan, "django_jobs_job"), plan
