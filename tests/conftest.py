@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import contextlib
 import importlib
 import io
 import json
@@ -266,6 +267,16 @@ class LoggedProcess(subprocess.Popen[bytes]):
             log = self.log_path.read_text(errors="replace")
             raise StillRunning(expired.cmd, expired.timeout, output=log) from None
 
+    def stacks(self) -> str:
+        """Its log, ended with every thread's stack: a process that should have exited is
+        aborted (SIGABRT), and Python's faulthandler (on in every process a test starts)
+        writes the stacks to its output first."""
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGABRT)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                super().wait(5)
+        return self.log_path.read_text(errors="replace")
+
 
 class RunjobsProcesses:
     """Real ``manage.py runjobs`` subprocesses; every one is killed at teardown."""
@@ -298,6 +309,7 @@ class RunjobsProcesses:
             "JOBS_LEADER_LEASE_SECONDS": "3",
             "JOBS_RETRY_BASE_SECONDS": "0",
             "PYTHONUNBUFFERED": "1",
+            "PYTHONFAULTHANDLER": "1",  # LoggedProcess.stacks()
             **(env or {}),
         }
         log_path = self.tmp_path / f"runjobs-{len(self.processes)}.log"
@@ -318,6 +330,11 @@ class RunjobsProcesses:
     def log(self, process: subprocess.Popen[bytes]) -> str:
         index = self.processes.index(process)
         return (self.tmp_path / f"runjobs-{index}.log").read_text(errors="replace")
+
+    def stacks(self, process: subprocess.Popen[bytes]) -> str:
+        """The log of a process that should have exited, ended with its threads' stacks."""
+        assert isinstance(process, LoggedProcess)
+        return process.stacks()
 
     def stop_all(self) -> None:
         for process in self.processes:

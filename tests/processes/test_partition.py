@@ -173,7 +173,7 @@ def test_partition_cut_off_worker_stops_on_sigterm_within_a_bounded_time(
     except subprocess.TimeoutExpired:
         pytest.fail(
             f"the worker did not stop within {stops_within}s of SIGTERM while cut off:\n"
-            + runjobs_process.log(cut_off)
+            + runjobs_process.stacks(cut_off)
         )
     assert cut_off.returncode == 0, runjobs_process.log(cut_off)
     assert read_runs(log, job.pk)[1].ended_by == "cancelled"
