@@ -97,7 +97,7 @@ def test_runjobs_processes_sigint_to_the_process_group_is_one_graceful_stop(supe
     os.killpg(process.pid, signal.SIGINT)
     assert process.wait(20) == 0, supervised.log(process)
     job.refresh_from_db()
-    assert job.status == JobStatus.SUCCEEDED
+    assert job.status == JobStatus.SUCCEEDED, supervised.log(process)
     assert list(job.attempts.values_list("outcome", flat=True)) == ["succeeded"]
     assert "stopping at once" not in supervised.log(process)
 
