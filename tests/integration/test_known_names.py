@@ -174,3 +174,15 @@ def test_dashboard_flags_the_jobs_that_wait_for_a_worker_that_knows_their_name(
         "Queue <strong>default</strong>: 1 job waiting for a worker that knows"
         " <code>tests.other_new</code>, for 1 min.",
     ]
+
+
+def test_a_lanes_claim_looks_among_every_name_the_worker_knows_and_a_plain_claim_does_not(
+    worker: Callable[..., Any],
+) -> None:
+    """The driver bounds a lane's read to a window of the worker's names (``among``): the
+    claimer says which claims are a lane's."""
+    claimer = worker().claimer
+    plain = claimer.request("default", START, 1)
+    lane = claimer.request("default", START, 1, names=("tests.ok",))
+    assert (plain.names, plain.among) == (known_names(), None)
+    assert (lane.names, lane.among) == (("tests.ok",), known_names())
