@@ -267,15 +267,24 @@ class LoggedProcess(subprocess.Popen[bytes]):
             log = self.log_path.read_text(errors="replace")
             raise StillRunning(expired.cmd, expired.timeout, output=log) from None
 
-    def stacks(self) -> str:
-        """Its log, ended with every thread's stack: a process that should have exited is
-        aborted (SIGABRT), and Python's faulthandler (on in every process a test starts)
-        writes the stacks to its output first."""
+    def stacks(self, tail: int = 25) -> str:
+        """What a process that should have exited was doing: it is aborted (SIGABRT), and
+        Python's faulthandler (on in every process a test starts) writes every thread's
+        stack to its output. The stacks come first, then the last ``tail`` lines of its
+        log before them, so that a report which keeps only part of a failure keeps them."""
         if self.poll() is None:
             os.kill(self.pid, signal.SIGABRT)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 super().wait(5)
-        return self.log_path.read_text(errors="replace")
+        log = self.log_path.read_text(errors="replace")
+        start = log.find("Fatal Python error")
+        if start < 0:
+            return f"(no stacks written: exit status {self.returncode})\n{log}"
+        before = log[:start].splitlines()[-tail:]
+        return (
+            f"its threads' stacks:\n{log[start:]}\n"
+            f"the last {len(before)} lines of its log before them:\n" + "\n".join(before)
+        )
 
 
 class RunjobsProcesses:

@@ -160,12 +160,18 @@ class Server:
             heartbeat.join(5)
             p.inflight.close()
             self.summary.flush(time.monotonic())
-            self.guarded(p.leadership.resign)
-            # A stopped worker is not listed (admin, `jobs status`): its row goes, after a
-            # second signal too. If the database does not answer, the sweep removes it.
-            self.guarded(p.maintainer.unregister)
+            self.guarded(self.leave)
             connections.close_all()
             logger.info("worker %s stopped", p.owner, extra={"event": "worker_stopped"})
+
+    def leave(self) -> None:
+        """The stop's last writes: the leader lease handed over, this worker's row removed
+        (a stopped worker is not listed in the admin or by `jobs status`, after a second
+        signal too). Once one fails, the other is not tried: a database that does not
+        answer would make the stop wait out a second connection's timeout, and what is
+        left is done without it (the lease runs out, the sweep removes the row)."""
+        self.parts.leadership.resign()
+        self.parts.maintainer.unregister()
 
     def wake(self, queue: str) -> None:
         """The waker's callback: new jobs on ``queue``, for each of its dispatchers."""
