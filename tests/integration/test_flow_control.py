@@ -6,8 +6,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from dataclasses import replace
-from datetime import timedelta
-from functools import partial
+from datetime import datetime, timedelta
+from typing import Any
 
 import pytest
 from django.db import connections
@@ -550,15 +550,34 @@ def test_the_one_statement_claim_under_limits_takes_what_the_steps_take() -> Non
         for limit in range(1, 7):
             for ahead in range(limit):
                 asked = request(queue=queue, limits=limits, limit=limit, ahead=ahead, owner="w2")
-                one, steps = one_statement_and_steps(asked)
-                assert one == steps, (queue, limits, limit, ahead)
-                compared += bool(one[0])
-    assert compared > 70  # most cases claim something: the comparison is not of nothing
+                for before in QUEUE_ROWS:
+                    for freed in (False, True):
+                        one, steps = one_statement_and_steps(asked, before, freed)
+                        assert one == steps, (queue, limits, limit, ahead, before, freed)
+                        compared += bool(one[0])
+    assert compared > 500  # most cases claim something: the comparison is not of nothing
 
 
-def one_statement_and_steps(asked: ClaimRequest) -> list[tuple[list[int], bool]]:
-    """What the claim under the queue's lock takes (its ids, and whether a slot is wanted),
-    by the driver's flow control and by the steps it overrides, each rolled back."""
+# The queue's row before a claim (paused, a worker waits for a slot, jobs started in the
+# claim's rate window, in a later one): the one statement reads it and writes it itself.
+QUEUE_ROWS = [
+    {},
+    {"slot_wanted": True},
+    {"slot_wanted": True, "window_count": 3, "in_window": True},
+    {"window_count": 2, "in_window": True},
+    {"window_count": 2, "in_window": False},
+    {"ahead_window": True},
+    {"paused": True, "slot_wanted": True},
+]
+
+
+def one_statement_and_steps(
+    asked: ClaimRequest, before: dict[str, Any], freed: bool
+) -> list[tuple[list[int], bool, int]]:
+    """What the claim under the queue's lock takes (its ids), and the queue's row it leaves
+    (whether a slot is wanted, the rate window's count), by the driver's flow control and
+    by the steps it overrides, from the queue's row ``before`` (:data:`QUEUE_ROWS`), each
+    rolled back."""
     from django.db import transaction
 
     from django_jobs.db.limits import FlowControl
@@ -566,12 +585,31 @@ def one_statement_and_steps(asked: ClaimRequest) -> list[tuple[list[int], bool]]
     flow = get_driver().flow
     assert type(flow) is not FlowControl
     flow.make_queue_row(asked.queue)
+    window = FlowControl.window(asked)
     taken = []
-    for claim_under in (flow.claim_under, partial(FlowControl.claim_under, flow)):
+    steps = FlowControl(flow.statements, flow.steps)
+    for claim_locked in (flow.claim_locked, steps.claim_locked):
         with transaction.atomic():
-            row = flow.lock_queue(asked.queue, None)
+            set_queue_row(asked, window, before)
+            row = flow.lock_queue(asked.queue, window)
             assert row is not None
-            got = claim_under(asked, row, False)
-            taken.append(([job.id for job in got.jobs], got.short))
+            got = claim_locked(asked, window, row, False, freed)
+            assert got is not None
+            left = Queue.objects.get(name=asked.queue)
+            taken.append(([job.id for job in got], left.slot_wanted, left.window_count))
             transaction.set_rollback(True)
     return taken
+
+
+def set_queue_row(asked: ClaimRequest, window: datetime | None, before: dict[str, Any]) -> None:
+    start = window or asked.now
+    if before.get("ahead_window"):
+        start += timedelta(hours=1)
+    elif not before.get("in_window", True):
+        start -= timedelta(hours=1)
+    Queue.objects.filter(name=asked.queue).update(
+        paused_at=asked.now if before.get("paused") else None,
+        slot_wanted=before.get("slot_wanted", False),
+        window_count=before.get("window_count", 0),
+        window_start=start if before else None,
+    )
