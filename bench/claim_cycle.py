@@ -26,10 +26,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import harness
 
 COLUMNS = [("per claim cycle", 34), ("median", 10), ("mean", 10)]
+#: The drain's bound; and with no claim timed after a tenth of it, the worker is stuck.
+TIMEOUT_SECONDS = 300
 
 
 @dataclass(frozen=True)
@@ -83,10 +86,10 @@ def measure(options: Options) -> tuple[list[Cycle], float, float]:
     claim_and_settle = worker.claimer.claim_and_settle
     settler = worker.settler
 
-    def timed_claim(queue: str, limit: int) -> list:
+    def timed_claim(*args: Any, **kwargs: Any) -> list:
         carried = len(settler._pending)  # what the claim will carry (read without the lock)
         wall, cpu = time.perf_counter(), time.thread_time()
-        claimed = claim_and_settle(queue, limit)
+        claimed = claim_and_settle(*args, **kwargs)
         cycles.append(
             Cycle(time.perf_counter() - wall, time.thread_time() - cpu, len(claimed), carried)
         )
@@ -96,11 +99,19 @@ def measure(options: Options) -> tuple[list[Cycle], float, float]:
     stop = threading.Event()
     thread = threading.Thread(target=serve, args=(worker, stop))
     started, cpu = time.perf_counter(), time.process_time()
+    started_at = time.monotonic()
     thread.start()
     try:
+        deadline = time.monotonic() + TIMEOUT_SECONDS
         while Job.objects.filter(status=JobStatus.SUCCEEDED).count() < options.jobs:
             if not thread.is_alive():
                 raise harness.BenchError("the worker stopped before the drain ended")
+            waited = time.monotonic() - started_at
+            if time.monotonic() > deadline or (not cycles and waited > TIMEOUT_SECONDS / 10):
+                raise harness.BenchError(
+                    f"the drain did not end within {TIMEOUT_SECONDS} s (claims timed:"
+                    f" {len(cycles)}); see the worker's log above"
+                )
             time.sleep(0.01)
         seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
     finally:
