@@ -62,6 +62,8 @@ ENVS = ROOT / "bench" / ".envs"
 STOP_GRACE_SECONDS = 30.0
 #: The raw drain's second count of connections, besides django-jobs' threads (SQLite: 1, 2).
 RAW_MANY_CONNECTIONS = 16
+#: The rate limit of the variant whose limit binds: below every database's drain here.
+BINDING_RATE = "500/s"
 SQLITE_RAW_CONNECTIONS = (1, 2)
 
 
@@ -127,6 +129,27 @@ PEERS = [
         "run_django_jobs.py",
         "bench_django_jobs_rate",
         arguments=lambda options: [*django_jobs_arguments(options), "--rate-limit", "1000000/s"],
+        variant=True,
+    ),
+    # ... a per-key concurrency that never binds (the keyed claim's cost), on a queue of
+    # its own; and a rate limit that binds: the drain held at it.
+    Peer(
+        "django-jobs+keyed",
+        ROOT / ".venv/bin/python",
+        "run_django_jobs.py",
+        "bench_django_jobs_keyed",
+        arguments=lambda options: [*django_jobs_arguments(options), "--keyed"],
+        variant=True,
+    ),
+    Peer(
+        "django-jobs+rate_binds",
+        ROOT / ".venv/bin/python",
+        "run_django_jobs.py",
+        "bench_django_jobs_binding",
+        arguments=lambda options: [
+            *django_jobs_arguments(options),
+            *("--rate-limit", BINDING_RATE, "--label", "django-jobs+rate_binds"),
+        ],
         variant=True,
     ),
     Peer("django-tasks-db", ENVS / "tasks-db/bin/python", "run_tasks_db.py", "bench_tasks_db"),

@@ -26,6 +26,12 @@ import harness  # bench/harness.py, on the path once common is imported
 from harness import JOB_NAME, QUEUE
 
 PICKUP_JOB_NAME = "example.watchful"
+#: ``--keyed``: the test project's keyed no-op (``concurrency=4`` a key), on its queue, with
+#: this many jobs a key: a runjobs of two threads never holds four of a key, so the key's
+#: limit never binds and what the drain shows is the keyed claim's cost.
+KEYED_JOB_NAME = "demo.keyed_noop"
+KEYED_QUEUE = "keyed"
+KEYED_PER_KEY = 5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -35,6 +41,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--global-limit", type=int, default=0, help="the queue's global_limit (0: none)"
     )
     parser.add_argument("--rate-limit", default="", help="the queue's rate_limit ('': none)")
+    parser.add_argument("--label", default="", help="the system's name in the report")
+    parser.add_argument(
+        "--keyed",
+        action="store_true",
+        help=f"the jobs are {KEYED_JOB_NAME} on the queue {KEYED_QUEUE!r}, under"
+        f" concurrency keys of {KEYED_PER_KEY} jobs each",
+    )
 
 
 def shape(processes: int, workers: int) -> list[str]:
@@ -55,9 +68,19 @@ class DjangoJobs(common.System):
     bulk_api = "schedule_jobs()"
 
     def __init__(
-        self, processes: int = 1, workers: int = 2, global_limit: int = 0, rate_limit: str = ""
+        self,
+        processes: int = 1,
+        workers: int = 2,
+        global_limit: int = 0,
+        rate_limit: str = "",
+        keyed: bool = False,
+        label: str = "",
     ) -> None:
         self.shape = shape(processes, workers)
+        self.keyed = keyed
+        self.job_name, self.queue = (KEYED_JOB_NAME, KEYED_QUEUE) if keyed else (JOB_NAME, QUEUE)
+        if keyed:
+            self.name += "+keyed"
         self.workers = describe_shape(processes, workers)
         # The queue's limits, for this process and the runjobs it starts (the test project
         # reads them from its environment).
@@ -67,6 +90,7 @@ class DjangoJobs(common.System):
         if rate_limit:
             os.environ["JOBS_DEFAULT_RATE_LIMIT"] = rate_limit
             self.name += "+rate_limit"
+        self.name = label or self.name
         os.environ.setdefault("DJANGO_SETTINGS_MODULE", "testproject.settings")
         os.environ.setdefault("DEBUG", "false")
         harness.setup_django()
@@ -83,12 +107,20 @@ class DjangoJobs(common.System):
     def enqueue_one(self, number: int) -> None:
         from django_jobs import schedule_job
 
-        schedule_job(JOB_NAME, {"n": number})
+        schedule_job(self.job_name, {"n": number}, concurrency_key=self.key(number))
 
     def enqueue_many(self, numbers: range) -> None:
         from django_jobs.scheduling import JobSpec, schedule_jobs
 
-        schedule_jobs([JobSpec(JOB_NAME, {"n": number}) for number in numbers])
+        schedule_jobs(
+            [
+                JobSpec(self.job_name, {"n": number}, concurrency_key=self.key(number))
+                for number in numbers
+            ]
+        )
+
+    def key(self, number: int) -> str | None:
+        return f"k{number // KEYED_PER_KEY}" if self.keyed else None
 
     def enqueue_pickup(self, log: Path) -> None:
         from django_jobs import schedule_job
@@ -96,7 +128,10 @@ class DjangoJobs(common.System):
         schedule_job(PICKUP_JOB_NAME, {"seconds": 0, "log": str(log)})
 
     def runjobs(self, *extra: str) -> list[str]:
-        return harness.runjobs_command("--queue", QUEUE, *extra)
+        queues = ["--queue", self.queue]
+        if self.queue != QUEUE:  # the pickups' job is on the default queue
+            queues += ["--queue", QUEUE]
+        return harness.runjobs_command(*queues, *extra)
 
     def drain_commands(self) -> list[list[str]]:
         return [self.runjobs(*self.shape, "--burst")]

@@ -25,6 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from functools import partial
 from typing import TypeVar
 
@@ -32,6 +33,8 @@ from django.db import connections
 
 from ..conf import settings
 from ..db import ClaimedJob
+from ..db.records import Rate
+from ..registry import queue_limits
 from .ahead import Pace, Waiting, stale
 from .burst import job_list
 from .claiming import Claimer
@@ -176,7 +179,7 @@ class Dispatcher:
                 carry = bool(jobs)
                 self.hand_over(jobs)
                 if len(jobs) < room:  # the queue ran dry: sleep until woken or the next poll
-                    self.sleep_dry(stop_event, poll)
+                    self.sleep_dry(stop_event, self.dry_wait(poll))
         finally:
             with state.changed:
                 waiting = list(state.inbox)
@@ -232,6 +235,15 @@ class Dispatcher:
                 break
             state.changed.wait(left)
         return state.threads - state.busy
+
+    def dry_wait(self, poll: float) -> float:
+        """How long a claim that took less than its room sleeps: the poll interval, or under
+        a rate limit until its next window opens, if sooner. A full window frees no slot a
+        worker could be woken for; the next one is known, and the same for every worker."""
+        limits = queue_limits(self.state.name) if self.state.limited else None
+        if limits is None or limits.rate is None:
+            return poll
+        return min(poll, until_next_window(limits.rate, self.clock.now()))
 
     def sleep_dry(self, stop_event: threading.Event, poll: float) -> None:
         """The queue ran dry: sleep until the waker says it has jobs or the poll interval
@@ -317,3 +329,14 @@ class Dispatcher:
                     return None
                 state.changed.wait()
             return state.inbox.popleft()
+
+
+#: How long after its next window opens a dispatcher held by a rate limit claims again:
+#: past the database's clock reading (the windows are counted on it) and the claim's own.
+WINDOW_MARGIN_SECONDS = 0.005
+
+
+def until_next_window(rate: Rate, now: datetime) -> float:
+    """Seconds from ``now`` until the rate window after ``now``'s opens, and a margin."""
+    opens = rate.window_start(now) + timedelta(seconds=rate.seconds)
+    return max(0.0, (opens - now).total_seconds()) + WINDOW_MARGIN_SECONDS

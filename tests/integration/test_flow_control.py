@@ -305,6 +305,34 @@ def test_settings_give_a_queue_its_limits() -> None:
         assert queue_limits("default") == QueueLimits(global_limit=2, rate=Rate(100, 60))
 
 
+def test_a_dispatcher_held_by_its_rate_limit_claims_again_as_the_next_window_opens(
+    clock,
+) -> None:
+    """A claim short of its room sleeps until woken or the poll; a full rate window frees
+    no slot to be woken for, and the next opens at a time every worker knows: it sleeps
+    until then (and a margin), not a whole poll."""
+    from django_jobs.worker import Worker
+    from django_jobs.worker.dispatcher import WINDOW_MARGIN_SECONDS
+    from django_jobs.worker.server import Server
+
+    queues = {
+        "default": {"workers": 2, "rate_limit": "500/s"},
+        "minutely": {"workers": 1, "rate_limit": "10/m"},
+        "plain": {"workers": 1},
+    }
+    with override_settings(DJANGO_JOBS={"QUEUES": queues, "POLL_SECONDS": 1.0}):
+        server = Server(Worker(list(queues), clock=clock).parts())
+        waits = {}
+        for dispatcher in server.dispatchers:
+            waits.setdefault(dispatcher.state.name, set()).add(dispatcher.dry_wait(1.0))
+        clock.set(START + timedelta(seconds=20.25))
+        late = {d.state.name: d.dry_wait(1.0) for d in server.dispatchers}
+    assert waits["default"] == {1.0}  # at a window's start: the poll comes first
+    assert late["default"] == pytest.approx(0.75 + WINDOW_MARGIN_SECONDS)
+    assert late["minutely"] == 1.0  # the poll comes first
+    assert late["plain"] == 1.0
+
+
 # -- snooze -----------------------------------------------------------------------------
 
 

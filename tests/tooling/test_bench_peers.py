@@ -444,13 +444,32 @@ def test_tasks_db_settings_refuse_other_databases_without_showing_the_url(
     assert "hunter2" not in str(error.value)
 
 
-def test_limits_adds_django_jobs_under_a_global_and_a_rate_limit_to_the_sitting() -> None:
+def test_limits_adds_django_jobs_under_each_kind_of_limit_to_the_sitting() -> None:
     def names(*argv: str) -> list[str]:
         chosen, _ = peers.choose_peers(peers.parse_options(list(argv)))
         return [peer.name for peer in chosen]
 
-    limited = ["django-jobs+global_limit", "django-jobs+rate_limit"]
+    limited = [
+        "django-jobs+global_limit",
+        "django-jobs+rate_limit",
+        "django-jobs+keyed",
+        "django-jobs+rate_binds",
+    ]
     assert not set(limited) & set(names())
     assert names("--only", "django-jobs", "--limits") == ["django-jobs", *limited]
-    assert names("--limits")[:3] == ["django-jobs", *limited]
+    assert names("--limits")[:5] == ["django-jobs", *limited]
     assert names("--only", "django-jobs+rate_limit") == ["django-jobs+rate_limit"]
+
+
+def test_the_keyed_variant_enqueues_keyed_jobs_on_their_queue_and_serves_the_pickups_too() -> None:
+    if str(ROOT / "bench" / "peers") not in sys.path:
+        sys.path.append(str(ROOT / "bench" / "peers"))
+    run_django_jobs = load_bench_module("peers/run_django_jobs")
+    keyed = run_django_jobs.DjangoJobs(keyed=True)
+    assert keyed.name == "django-jobs+keyed"
+    assert [keyed.key(n) for n in (0, 4, 5)] == ["k0", "k0", "k1"]
+    command = keyed.runjobs("--burst")
+    assert command[command.index("--queue") :][:4] == ["--queue", "keyed", "--queue", "default"]
+    plain = run_django_jobs.DjangoJobs()
+    assert plain.key(3) is None
+    assert plain.runjobs().count("--queue") == 1
