@@ -272,14 +272,36 @@ class FlowControl:
         )
         if room <= 0:
             return Limited([], short=full)
-        rows = self.limited_candidates(request, limits, running, room)
+        rows, passed = self.limited_candidates(request, limits, running, room)
         if one_by_one:
             claimed = [job for row in rows for job in self.steps.take_one(row, request)]
         else:
             claimed = self.steps.take(rows, request) if rows else []
-        # A key's limit may have passed rows over: then a slot freed of it is wanted too.
-        keyed_short = limits.keyed and len(claimed) < now_wanted and bool(running)
+        # A key's limit passed rows over (rows read and not taken, or a key full, whose rows
+        # the read passed over): then a slot freed of it is wanted too. Not a claim that
+        # found none of its names' jobs while no key is full (a lane with nothing due).
+        keyed_short = (
+            limits.keyed
+            and len(claimed) < now_wanted
+            and bool(running)
+            and (passed or self.a_key_is_full(request))
+        )
         return Limited(claimed, short=full or keyed_short)
+
+    def a_key_is_full(self, request: ClaimRequest) -> bool:
+        """A key of the queue has as many jobs running under a live lease as its limit: its
+        due rows are passed over in the read."""
+        qn = self.statements.qn
+        key, limit = qn("concurrency_key"), qn("concurrency_limit")
+        return bool(
+            self.running_groups(
+                request,
+                "a_key_is_full",
+                "1",
+                f" AND {key} IS NOT NULL",
+                f" HAVING COUNT(*) >= MIN(COALESCE({limit}, 1)) LIMIT 1",
+            )
+        )
 
     def lock_queue(self, queue: str, window: datetime | None) -> QueueRow | None:
         """Lock the queue's row for the rest of the transaction; None if it has none. SQLite
@@ -366,22 +388,32 @@ class FlowControl:
 
     def running_by_key(self, request: ClaimRequest) -> Counter[str | None]:
         """The queue's jobs running under a live lease at the claim's time, by key."""
+        key = self.statements.qn("concurrency_key")
+        rows = self.running_groups(request, "running_by_key", f"{key}, COUNT(*)")
+        return Counter({key: int(count) for key, count in rows})
+
+    def running_groups(
+        self, request: ClaimRequest, name: str, columns: str, where: str = "", tail: str = ""
+    ) -> list[tuple[Any, ...]]:
+        """``columns`` of the queue's jobs running under a live lease at the claim's time, in
+        groups by key (``where``: more conditions; ``tail``: what follows the grouping); the
+        statement's text kept as ``name``."""
         statements = self.statements
         qn, job = statements.qn, statements.job_table
 
         def build() -> str:
             return (
-                f"SELECT {qn('concurrency_key')}, COUNT(*) FROM {job}"
+                f"SELECT {columns} FROM {job}"
                 f" WHERE {statements.running_guard(job)} AND {qn('queue')} = %s"
-                f" AND {qn('lease_expires_at')} > %s GROUP BY {qn('concurrency_key')}"
+                f" AND {qn('lease_expires_at')} > %s{where}"
+                f" GROUP BY {qn('concurrency_key')}{tail}"
             )
 
         with statements.hot_cursor() as cursor:
             cursor.execute(
-                statements.text("running_by_key", build),
-                [request.queue, statements.adapt(request.now)],
+                statements.text(name, build), [request.queue, statements.adapt(request.now)]
             )
-            return Counter({key: int(count) for key, count in cursor.fetchall()})
+            return list(cursor.fetchall())
 
     def limited_candidates(
         self,
@@ -389,9 +421,10 @@ class FlowControl:
         limits: QueueLimits,
         running: Counter[str | None],
         room: int,
-    ) -> list[Candidate]:
+    ) -> tuple[list[Candidate], bool]:
         """Up to ``room`` due rows in claim order, each key within its limit (counting the
-        rows taken before it in this claim)."""
+        rows taken before it in this claim); and whether a key's limit passed over a row
+        read."""
         statements = self.statements
         qn = statements.qn
         due, params = statements.due_condition(request.queue, request.now, request.names)
@@ -419,7 +452,9 @@ class FlowControl:
                 [*params, scan],
             )
             read = [with_candidate(LimitedCandidate, row) for row in cursor.fetchall()]
-        return within_key_limits(read, running, room, spare_after=request.limit - request.ahead)
+        taken = within_key_limits(read, running, room, spare_after=request.limit - request.ahead)
+        # Short of the room, every row read and not taken was passed over by its key.
+        return taken, len(taken) < min(len(read), room)
 
 
 def claim_size(request: ClaimRequest, free: int | None) -> int:

@@ -107,13 +107,13 @@ class PostgresFlowControl(FlowControl):
         if one_by_one or row.paused or row.behind:
             return super().claim_under(request, row, one_by_one)
         sql, params = self.limited_claim_sql(request, limits, row)
-        jobs, (total, groups, room) = self.driver.limited_claim_rows(sql, params, request)
+        jobs, (total, groups, room, passed) = self.driver.limited_claim_rows(sql, params, request)
         now_wanted = request.limit - request.ahead  # what its free threads would start
         full = limits.global_limit is not None and limits.global_limit - total < now_wanted
         if room <= 0:
             return Limited([], short=full)
-        # A key's limit may have passed rows over: then a slot freed of it is wanted too.
-        keyed_short = limits.keyed and len(jobs) < now_wanted and groups > 0
+        # A key's limit passed rows over: then a slot freed of it is wanted too.
+        keyed_short = limits.keyed and len(jobs) < now_wanted and groups > 0 and bool(passed)
         return Limited(jobs, short=full or keyed_short)
 
     def limited_claim_sql(
@@ -152,7 +152,8 @@ class PostgresFlowControl(FlowControl):
         qn, job = statements.qn, statements.job_table
         key, limit = qn("concurrency_key"), qn("concurrency_limit")
         sql = (
-            f"WITH running AS (SELECT {key} AS k, COUNT(*) AS n FROM {job}"
+            f"WITH running AS (SELECT {key} AS k, COUNT(*) AS n,"
+            f" MIN(COALESCE({limit}, 1)) AS lim FROM {job}"
             f" WHERE {statements.running_guard(job)} AND {qn('queue')} = %s"
             f" AND {qn('lease_expires_at')} > %s GROUP BY {key}),"
             " totals AS (SELECT COALESCE(SUM(n), 0)::integer AS total,"
@@ -188,7 +189,16 @@ class PostgresFlowControl(FlowControl):
                 " ORDER BY place LIMIT (SELECT n FROM room)),"
             )
         sql += f" {self.driver.take_ctes_text()}"
+        # Whether a key's limit passed rows over: short of the room, a row read and not
+        # taken; or a key full, whose rows the read passed over (claim_under()'s steps).
+        passed = (
+            "(SELECT COUNT(*) FROM picked) < LEAST((SELECT COUNT(*) FROM candidates),"
+            " (SELECT n FROM room)) OR EXISTS (SELECT 1 FROM running"
+            " WHERE k IS NOT NULL AND n >= lim)"
+            if keyed
+            else "FALSE"
+        )
         return (
-            f"{sql} SELECT marked.*, totals.total, totals.keys, (SELECT n FROM room)"
-            " FROM totals LEFT JOIN marked ON TRUE"
+            f"{sql} SELECT marked.*, totals.total, totals.keys, (SELECT n FROM room),"
+            f" {passed} FROM totals LEFT JOIN marked ON TRUE"
         )

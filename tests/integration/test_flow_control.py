@@ -201,6 +201,35 @@ def keyed_job(key: str | None = None, name: str = "tests.keyed", **kwargs) -> in
     return schedule_job(name, {}, concurrency_key=key, run_at=START, **kwargs).pk
 
 
+def test_a_lane_that_finds_none_of_its_jobs_does_not_wait_for_a_slot_while_no_key_is_full():
+    """A claim short of its threads marks the queue as waiting for a slot when a key's limit
+    passed rows over, so that a slot freed wakes the queue's workers. A lane with nothing
+    due of its names passed nothing over: marked, each outcome written would wake both
+    lanes, and the empty one would claim nothing again, under the queue's lock."""
+    keyed_job("p", name="tests.keyed_pairs")  # a key of two slots, one of them running
+    keyed_job("p", name="tests.keyed_pairs")
+    assert len(claim(queue="keyed", limits=KEYED, limit=1)) == 1
+    lane = replace(
+        request(queue="keyed", limits=KEYED, limit=4, owner="w2"),
+        names=("tests.ok",),
+        among=("tests.ok", "tests.keyed_pairs"),
+    )
+    assert get_driver().claim(lane) == []
+    assert not slot_wanted("keyed")
+
+
+def test_a_claim_whose_due_jobs_are_all_of_a_full_key_waits_for_a_slot() -> None:
+    """The rows of a full key are passed over in the read itself: the claim reads none, and
+    still marks the queue, so that the slot's end wakes a worker for them."""
+    a1, a2 = keyed_job("a"), keyed_job("a")
+    assert claim(queue="keyed", limits=KEYED) == [a1]
+    assert not slot_wanted("keyed")
+    assert claim(queue="keyed", limits=KEYED, owner="w2") == []
+    assert slot_wanted("keyed")
+    settle(a1)
+    assert claim(queue="keyed", limits=KEYED, owner="w2") == [a2]
+
+
 def test_one_job_per_key_runs_at_once_and_other_keys_run_freely() -> None:
     a1, a2, b1 = keyed_job("a"), keyed_job("a"), keyed_job("b")
     assert claim(queue="keyed", limits=KEYED) == [a1, b1]
