@@ -522,6 +522,13 @@ class WorkerProcess(models.Model):
         help_text="The job names this process knows and so claims; empty for a supervisor, and"
         " for a process older than the field, which claims every name.",
     )
+    largest_claim = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="The most jobs one claim of this process takes of a queue: the room other"
+        " processes leave it under a global limit before they claim without the queue's lock."
+        " 0 for a process that always takes the lock; empty for one older than the field.",
+    )
 
     class Meta:
         db_table = "django_jobs_worker"
@@ -592,7 +599,8 @@ class Queue(models.Model):
     A queue needs no row to be served: one is made when it is first paused, or when a
     worker first claims from it under a limit. A limited claim locks the row, which
     keeps the claims of that queue one at a time however many workers serve it
-    (:mod:`django_jobs.db.limits`).
+    (:mod:`django_jobs.db.limits`); on PostgreSQL, claims under a global limit with room
+    to spare share the row's lock instead (:mod:`django_jobs.db.postgresql_limits`).
     """
 
     name = models.CharField(primary_key=True, max_length=100)

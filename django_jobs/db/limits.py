@@ -116,6 +116,11 @@ class ClaimSteps(Protocol):
 class FlowControl:
     """Paused queues, and the claims of a queue under its limits."""
 
+    #: A claim under the lock that takes jobs writes the queue's row, even with nothing
+    #: changed: PostgreSQL's claims that skip the lock tell by the row's version that one
+    #: committed since their snapshot (:mod:`.postgresql_limits`).
+    writes_claims = False
+
     def __init__(self, statements: Statements, steps: ClaimSteps) -> None:
         self.statements = statements
         self.steps = steps
@@ -163,9 +168,10 @@ class FlowControl:
     # -- claims under limits ------------------------------------------------------
 
     def claim_limited(
-        self, request: ClaimRequest, settlements: Sequence[Settlement] = ()
+        self, request: ClaimRequest, settlements: Sequence[Settlement] = (), freed: bool = False
     ) -> tuple[list[ClaimedJob], Settled]:
-        """Write ``settlements``, then claim under the queue's limits, in one transaction."""
+        """Write ``settlements``, then claim under the queue's limits, in one transaction;
+        ``freed``: outcomes written just before, apart, freed slots (as ``settlements`` do)."""
         if request.queue not in self.queue_rows:
             self.make_queue_row(request.queue)
         settled = Settled([])
@@ -173,7 +179,7 @@ class FlowControl:
         for _ in range(3):  # at most: a refused row (again one by one), a row deleted meanwhile
             try:
                 written, claimed = self.statements.own_transaction(
-                    partial(self.settle_and_claim, request, settlements, one_by_one)
+                    partial(self.settle_and_claim, request, settlements, one_by_one, freed)
                 )
             except ROW_ERRORS:
                 if settlements or one_by_one:
@@ -188,13 +194,17 @@ class FlowControl:
         return [], settled
 
     def settle_and_claim(
-        self, request: ClaimRequest, settlements: Sequence[Settlement], one_by_one: bool
+        self,
+        request: ClaimRequest,
+        settlements: Sequence[Settlement],
+        one_by_one: bool,
+        freed: bool = False,
     ) -> tuple[Settled, list[ClaimedJob] | None]:
         """A limited claim's transaction: ``settlements`` written, then the claim's
         statements under the queue's lock (None if the queue has no row to lock)."""
         window = self.window(request)
         settled, row = self.settle_and_lock(request.queue, window, settlements)
-        freed = bool(settlements)
+        freed = freed or bool(settlements)
         return settled, self.claim_locked(request, window, row, one_by_one, freed)
 
     def settle_and_lock(
@@ -242,7 +252,7 @@ class FlowControl:
             changed["window_start"] = self.statements.adapt(window)
             changed["window_count"] = row.used + len(claimed.jobs)
         wanted = (row.wanted and not freed) or claimed.short
-        if wanted != row.wanted:
+        if wanted != row.wanted or (claimed.jobs and self.writes_claims):
             changed["slot_wanted"] = wanted
         if changed:
             self.update_queue_row(request.queue, changed)

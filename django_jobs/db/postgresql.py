@@ -371,16 +371,12 @@ class PostgresDriver(Driver):
             return self.flow.claim_limited(request, settlements)
         settle_ctes, settle_params = self.settle_ctes(settlements)
         claim_ctes, claim_params = self.claim_ctes(request)
-        # A settled row fills only the id and attempt columns of a claimed one.
-        written_columns = ", ".join(
-            field if field in ("id", "attempt") else "NULL" for field in CLAIMED_COLUMNS
-        )
         sql = self.text(
             "claim_and_settle" + self.claim_key(request),
             lambda: (
                 f"WITH {settle_ctes}, {claim_ctes}"
                 f" SELECT TRUE, {self.claimed_columns}, NULL, NULL FROM marked"
-                f" UNION ALL SELECT FALSE, {written_columns}, new_status, workflow_pending"
+                f" UNION ALL SELECT FALSE, {self.settled_as_claimed}, new_status, workflow_pending"
                 " FROM settled"
             ),
         )
@@ -411,6 +407,31 @@ class PostgresDriver(Driver):
         claimed = [ClaimedRow.read(row[:width]) for row in rows if row[0] is not None]
         return self.claimed_jobs(claimed, request), rows[0][width:]
 
+    def unlocked_claim_rows(
+        self,
+        sql: str,
+        params: list[Any],
+        request: ClaimRequest,
+        settlements: Sequence[Settlement],
+    ) -> tuple[list[ClaimedJob], Settled, bool]:
+        """Run the claim that skips a limited queue's lock (:mod:`.postgresql_limits`), one
+        statement: the jobs it claimed, what its settlements wrote, and whether it found
+        room to claim."""
+        claimed: list[ClaimedRow] = []
+        written: list[tuple[int, int, str | None, bool | None]] = []
+        room = False
+        for kind, *row in self.execute(sql, params):
+            if kind == 2:
+                room = bool(row[-1])
+                continue
+            job = ClaimedRow.read(row[:-2])
+            if kind == 0:
+                claimed.append(job)
+            else:
+                written.append((*job.pair, row[-2], row[-1]))
+        settled = self.settled(settlements, written) if settlements else Settled([])
+        return self.claimed_jobs(claimed, request), settled, room
+
     def claimed_jobs(self, rows: list[ClaimedRow], request: ClaimRequest) -> list[ClaimedJob]:
         rows.sort(key=lambda row: (-row.priority, row.candidate.run_at, row.candidate.id))
         return [
@@ -435,6 +456,16 @@ class PostgresDriver(Driver):
     @property
     def claimed_columns(self) -> str:
         return ", ".join(self.qn(column) for column in CLAIMED_COLUMNS)
+
+    @property
+    def settled_as_claimed(self) -> str:
+        """A settled row in a claimed one's columns: only its id and attempt filled."""
+        return ", ".join(c if c in ("id", "attempt") else "NULL" for c in CLAIMED_COLUMNS)
+
+    @property
+    def nothing_claimed(self) -> str:
+        """A row of a claimed one's columns, all NULL."""
+        return ", ".join(["NULL"] * len(CLAIMED_COLUMNS))
 
     def claim_statement(self, request: ClaimRequest) -> tuple[str, list[Any]]:
         return self.claim_sql(request)

@@ -1,4 +1,4 @@
-"""PostgreSQL's claim under limits: after the queue's lock, one statement.
+"""PostgreSQL's claim under limits: one statement after the lock, or without it.
 
 :class:`~.limits.FlowControl` claims a limited queue in steps, one round trip each:
 it locks the queue's row, counts the jobs running under a live lease by key, reads
@@ -30,16 +30,44 @@ The statement takes exactly what :func:`~.limits.claim_size` and
 
 A row the database refuses to claim fails the statement: the claim is made again in
 steps, each row in a savepoint of its own (the steps' ``one_by_one``).
+
+**Claims that skip the lock.** Under the lock, claims of a queue pass one at a time, each
+behind the previous one's commit. Under a global limit alone that leaves room to spare,
+they need not (:meth:`PostgresFlowControl.unlocked_claim_sql`, one statement in its own
+transaction, as a plain claim): each worker's row says the most jobs one of its claims
+takes of a queue (``largest_claim``; a worker's lanes of a queue claim one at a time), and
+a claim skips the lock only while the jobs running under a live lease and the largest
+claim of every worker serving the queue fit in the limit together. Whatever claims are
+under way at once, each from a worker counted by the one whose snapshot is latest, they
+take no more than that one counted room for. A worker's row is in every such count until
+its claim commits: the claim locks it (``FOR KEY SHARE``), so the sweep waits.
+
+A claim under the lock counts what every claim before it took, so the two kinds must not
+overlap: a claim that skips the lock takes the queue's row's shared lock (``FOR KEY SHARE
+SKIP LOCKED``), which a claim under the lock (``FOR UPDATE``) waits for; and it claims only
+if the row it locked is the version its snapshot saw, as every claim under the lock that
+takes jobs writes the row (:attr:`~.limits.FlowControl.writes_claims`). A claim under the
+lock under way, or committed since the snapshot, sends the claim to the lock.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol, cast
 
+from ..models import Queue, WorkerProcess
 from .limits import KEYED_SCAN_EXTRA, KEYED_SCAN_FACTOR, ClaimSteps, FlowControl, Limited, QueueRow
-from .records import ClaimedJob, ClaimRequest, DueRows, QueueLimits, Settled, Settlement
+from .records import (
+    ROW_ERRORS,
+    ClaimedJob,
+    ClaimRequest,
+    DueRows,
+    QueueLimits,
+    Settled,
+    Settlement,
+)
+from .statements import Statements
 
 
 class OneStatementSteps(ClaimSteps, Protocol):
@@ -67,14 +95,161 @@ class OneStatementSteps(ClaimSteps, Protocol):
         self, sql: str, params: list[Any], request: ClaimRequest
     ) -> tuple[list[ClaimedJob], Sequence[Any]]: ...
 
+    @property
+    def claimed_columns(self) -> str: ...
+
+    @property
+    def settled_as_claimed(self) -> str: ...
+
+    @property
+    def nothing_claimed(self) -> str: ...
+
+    def unlocked_claim_rows(
+        self,
+        sql: str,
+        params: list[Any],
+        request: ClaimRequest,
+        settlements: Sequence[Settlement],
+    ) -> tuple[list[ClaimedJob], Settled, bool]: ...
+
+
+#: After a claim found too little room to skip the queue's lock, how long this process's
+#: claims of that queue take the lock before they try without it again.
+LOCKED_AFTER_MISS_SECONDS = 1.0
+
 
 class PostgresFlowControl(FlowControl):
-    """:class:`~.limits.FlowControl` whose claim, once the queue is locked, is one statement."""
+    """:class:`~.limits.FlowControl` whose claim, once the queue is locked, is one statement;
+    and whose claims under a global limit that leaves room for every serving process's
+    largest claim skip the lock, in one statement."""
+
+    writes_claims = True
+
+    def __init__(self, statements: Statements, steps: ClaimSteps) -> None:
+        super().__init__(statements, steps)
+        #: Queue -> until when its claims take the lock: a claim found too little room to
+        #: skip it (:data:`LOCKED_AFTER_MISS_SECONDS`).
+        self.locked_until: dict[str, datetime] = {}
 
     @property
     def driver(self) -> OneStatementSteps:
         """The steps it is given: the PostgreSQL driver's, which take the one statement."""
         return cast(OneStatementSteps, self.steps)
+
+    # -- claims that skip the queue's lock --------------------------------------------
+
+    def claim_limited(
+        self, request: ClaimRequest, settlements: Sequence[Settlement] = (), freed: bool = False
+    ) -> tuple[list[ClaimedJob], Settled]:
+        """Under a global limit alone, first without the queue's lock, in one statement that
+        also writes ``settlements`` (:meth:`unlocked_claim_sql`); under the lock if that
+        finds too little room."""
+        if not self.may_skip_lock(request):
+            return super().claim_limited(request, settlements, freed)
+        if request.queue not in self.queue_rows:
+            self.make_queue_row(request.queue)
+        sql, params = self.unlocked_claim_sql(request, settlements)
+        try:
+            jobs, settled, room = self.driver.unlocked_claim_rows(sql, params, request, settlements)
+        except ROW_ERRORS:
+            if settlements:
+                raise  # the caller settles apart, then claims again
+            return super().claim_limited(request)  # a refused row: one by one, under the lock
+        if room:
+            return jobs, settled
+        self.locked_until[request.queue] = request.now + timedelta(
+            seconds=LOCKED_AFTER_MISS_SECONDS
+        )
+        jobs, _ = super().claim_limited(request, freed=freed or bool(settlements))
+        return jobs, settled
+
+    def may_skip_lock(self, request: ClaimRequest) -> bool:
+        """A global limit is the queue's only one, and no claim of it here lately found too
+        little room to skip the lock."""
+        limits = request.limits
+        if limits is None or limits.global_limit is None or limits.rate or limits.keyed:
+            return False
+        until = self.locked_until.get(request.queue)
+        return until is None or request.now >= until
+
+    def unlocked_claim_sql(
+        self, request: ClaimRequest, settlements: Sequence[Settlement]
+    ) -> tuple[str, list[Any]]:
+        """The claim that skips the queue's lock, ``settlements`` written first. It claims
+        only if:
+
+        - this process's row allows a claim this large (locked, so the sweep cannot remove
+          it before the claim commits: the others count it until then);
+        - every process serving the queue says how large its claims are, and the jobs
+          running under a live lease and all of those claims fit in the limit: so claims
+          that skip the lock, under way together, never take more than the limit leaves;
+        - no claim under the lock holds the queue's row or has committed since this
+          statement's snapshot (the row's version, read again as it is locked, is the one
+          the snapshot saw): so the running jobs it counts are all there are, as a claim
+          under the lock counts them;
+        - no worker waits for a slot: the lock's claims wake them.
+
+        It returns, tagged 0, the claimed rows; 1, the settled ones; 2, one row saying
+        whether it claimed (in the last column)."""
+        limits = request.limits
+        assert limits is not None
+        statements = self.statements
+        settle, settle_params = self.driver.settle_ctes(settlements) if settlements else ("", [])
+        rows = self.driver.due_rows(request)
+        params: list[Any] = [
+            *settle_params,
+            request.owner,
+            request.queue,
+            request.queue,
+            request.queue,
+            request.queue,
+            statements.adapt(request.now),
+            request.limit,
+            limits.global_limit,
+            *rows.params,
+            request.limit,
+            *self.driver.take_params(request),
+        ]
+        key = f"unlocked_claim:{bool(settlements)}{self.driver.claim_key(request)}"
+        return statements.text(key, lambda: self.unlocked_claim_text(rows, settle)), params
+
+    def unlocked_claim_text(self, rows: DueRows, settle: str) -> str:
+        statements = self.statements
+        qn, job = statements.qn, statements.job_table
+        worker, largest = qn(WorkerProcess._meta.db_table), qn("largest_claim")
+        queue = qn(Queue._meta.db_table)
+        driver = self.driver
+        sql = (
+            f"WITH {settle + ', ' if settle else ''}"
+            f"me AS (SELECT {largest} AS most FROM {worker}"
+            f" WHERE {qn('id')} = %s FOR KEY SHARE),"
+            f" seen AS (SELECT xmin AS v FROM {queue} WHERE {qn('name')} = %s),"
+            f" held AS (SELECT xmin AS v, {qn('slot_wanted')} AS wanted FROM {queue}"
+            f" WHERE {qn('name')} = %s FOR KEY SHARE SKIP LOCKED),"
+            f" serving AS (SELECT COALESCE(SUM({largest}), 0) AS reserved,"
+            f" COUNT(*) - COUNT({largest}) AS unknown FROM {worker}"
+            f" WHERE {qn('queues')} @> jsonb_build_array(%s::text)),"
+            f" running AS (SELECT COUNT(*) AS n FROM {job}"
+            f" WHERE {statements.running_guard(job)} AND {qn('queue')} = %s"
+            f" AND {qn('lease_expires_at')} > %s),"
+            " room AS (SELECT COALESCE((SELECT most FROM me) >= %s::integer"
+            " AND s.unknown = 0 AND r.n + s.reserved <= %s::integer"
+            " AND (SELECT v FROM held) = (SELECT v FROM seen)"
+            " AND NOT (SELECT wanted FROM held), FALSE) AS open FROM serving s, running r),"
+            f" picked AS (SELECT j.{qn('id')} {rows.source}{rows.order}"
+            " LIMIT (SELECT CASE WHEN open THEN %s::integer ELSE 0 END FROM room)"
+            " FOR UPDATE OF j SKIP LOCKED),"
+            f" {driver.take_ctes_text()}"
+            f" SELECT 0, {driver.claimed_columns}, NULL, NULL FROM marked"
+        )
+        if settle:
+            sql += (
+                f" UNION ALL SELECT 1, {driver.settled_as_claimed}, new_status,"
+                " workflow_pending FROM settled"
+            )
+        return sql + f" UNION ALL SELECT 2, {driver.nothing_claimed}, NULL, open FROM room"
+
+    # -- claims under the lock ----------------------------------------------------------
 
     def settle_and_lock(
         self, queue: str, window: datetime | None, settlements: Sequence[Settlement]

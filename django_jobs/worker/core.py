@@ -197,6 +197,9 @@ class Worker:
             lease_seconds=self.lease_seconds,
             jobs_run=lambda: self.writer.jobs_run,
             supervisor=supervisor,
+            # A tick claims as many jobs as a queue has threads; a dispatcher twice that
+            # while it claims ahead (the server says so: ``Server.__init__``).
+            largest_claim=max(self.queues.values(), default=0),
         )
 
     # -- one tick, on the calling thread ---------------------------------

@@ -89,6 +89,11 @@ class QueueState:
         """Of a claim of ``room`` jobs, how many would wait for a thread."""
         return max(0, room - max(0, self.threads - self.busy))
 
+    @property
+    def largest_claim(self) -> int:
+        """The most jobs one claim takes: as many as its threads may hold, claiming ahead."""
+        return self.threads * 2
+
 
 class Dispatcher:
     """One queue's claim-ahead loop (the dispatcher thread) and its handler threads."""
@@ -130,6 +135,11 @@ class Dispatcher:
         state.wake()
         with state.changed:
             state.changed.notify_all()
+
+    @property
+    def largest_claim(self) -> int:
+        """The most jobs one of its claims takes."""
+        return self.state.largest_claim
 
     def is_busy(self) -> bool:
         """A handler holds a job, or one waits for a handler."""

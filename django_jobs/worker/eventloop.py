@@ -177,6 +177,11 @@ class AsyncDispatcher(Dispatcher):
         """Only the dispatcher's thread: the loop runs the jobs."""
         return [start_thread(f"claim-async-{self.state.name}", self.dispatch, stop_event)]
 
+    @property
+    def largest_claim(self) -> int:
+        """Its room, at most :data:`ASYNC_CLAIM_BATCH`: it never claims ahead."""
+        return min(self.state.threads, ASYNC_CLAIM_BATCH)
+
     def wait_for_room(self, stop_event: threading.Event, poll: float) -> int:
         return min(super().wait_for_room(stop_event, poll), ASYNC_CLAIM_BATCH)
 

@@ -26,11 +26,14 @@ def register_worker(
     supervisor: str | None = None,
     process_count: int = 0,
     names: Sequence[str] | None = None,
+    largest_claim: int = 0,
 ) -> None:
     """Register process ``owner``; ``supervisor``: the id of the supervisor (``runjobs
     --processes``) whose child it is, under whose entry the Workers page lists it;
     ``process_count``: for a supervisor, how many children it runs (it serves no queue itself);
-    ``names``: the job names it knows (None: a supervisor's, or a row that says nothing)."""
+    ``names``: the job names it knows (None: a supervisor's, or a row that says nothing);
+    ``largest_claim``: the most jobs one of its claims takes of a queue (0: it claims under
+    a limit only with the queue's lock, :mod:`~django_jobs.db.postgresql_limits`)."""
     WorkerProcess.objects.using(using).update_or_create(
         id=owner,
         defaults={
@@ -43,6 +46,7 @@ def register_worker(
             "supervisor": supervisor,
             "process_count": process_count,
             "names": None if names is None else list(names),
+            "largest_claim": largest_claim,
         },
     )
 
@@ -57,6 +61,7 @@ def refresh_worker(
     process_count: int = 0,
     names: Sequence[str] | None = None,
     names_changed: bool = False,
+    largest_claim: int = 0,
 ) -> None:
     """Mark the worker alive with its count of finished attempts, and the names it knows if
     they ``names_changed`` since it last wrote them; register it again if a sweep removed
@@ -66,7 +71,9 @@ def refresh_worker(
         fields["names"] = None if names is None else list(names)
     rows = WorkerProcess.objects.using(using).filter(id=owner)
     if not rows.update(**fields):
-        register_worker(owner, queues, now, using, jobs_run, supervisor, process_count, names)
+        register_worker(
+            owner, queues, now, using, jobs_run, supervisor, process_count, names, largest_claim
+        )
 
 
 def unregister_worker(owner: str, using: str) -> None:

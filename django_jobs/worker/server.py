@@ -75,6 +75,11 @@ class Server:
             self.dispatchers += [
                 self.async_dispatcher(lane.state, self.loop) for lane in lanes.values()
             ]
+        # What its row tells other processes claiming under a global limit: the lanes of
+        # a queue claim one at a time (``QueueState.claiming``), so the largest lane's.
+        parts.maintainer.largest_claim = max(
+            (dispatcher.largest_claim for dispatcher in self.dispatchers), default=0
+        )
         self.summary = Summary(parts.writer, float(settings.SUMMARY_SECONDS), time.monotonic())
         self.burst = BurstCheck(parts)
 

@@ -11,7 +11,7 @@ from django_jobs.registry import async_names, get_definition, sync_names
 from django_jobs.worker import Worker, serve
 from django_jobs.worker.clock import SystemClock
 from django_jobs.worker.dispatcher import Dispatcher
-from tests.conftest import wait_until
+from tests.conftest import START, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -83,6 +83,35 @@ def test_a_queues_two_lanes_claim_one_at_a_time(settings, worker):
     for queue in ("default", "other"):
         assert lanes[(True, queue)].claiming is lanes[(False, queue)].claiming
     assert lanes[(False, "default")].claiming is not lanes[(False, "other")].claiming
+
+
+def test_a_workers_row_says_the_most_jobs_one_claim_of_its_lanes_takes(settings, worker):
+    """Other processes claim under a global limit without the queue's lock only while it
+    leaves room for this one's largest claim: a tick's is a queue's threads; a server's is
+    its largest lane's (twice the threads, claiming ahead; an async lane's concurrency, at
+    most a batch), the lanes of a queue claiming one at a time."""
+    from django_jobs.models import WorkerProcess
+    from django_jobs.worker.eventloop import ASYNC_CLAIM_BATCH
+    from django_jobs.worker.server import Server
+
+    settings.DJANGO_JOBS = {
+        "QUEUES": {
+            "default": {"workers": 3, "async_concurrency": 5},
+            "other": {"workers": 1, "async_concurrency": 1000},
+        }
+    }
+    ticking = worker(queues={"default": 3, "other": 1})
+    assert ticking.maintainer.largest_claim == 3
+    settings.DJANGO_JOBS["QUEUES"]["other"]["async_concurrency"] = 2
+    assert (
+        Server(worker(queues={"default": 3, "other": 1}).parts()).parts.maintainer.largest_claim
+        == 6
+    )
+    settings.DJANGO_JOBS["QUEUES"]["other"]["async_concurrency"] = 1000
+    server = Server(ticking.parts())
+    assert server.parts.maintainer.largest_claim == ASYNC_CLAIM_BATCH
+    server.parts.maintainer.register(START)
+    assert WorkerProcess.objects.get(id=ticking.owner).largest_claim == ASYNC_CLAIM_BATCH
 
 
 def test_a_lane_whose_last_claim_took_nothing_leaves_the_outcomes_to_the_others(settings, worker):

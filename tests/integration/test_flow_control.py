@@ -4,13 +4,14 @@ transaction (global, per key, per window), and snoozes."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
-from django.db import connections
+from django.db import connections, transaction
 from django.test.utils import override_settings
 
 from django_jobs import pause_queue, resume_queue, schedule_job
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 LEASE = 60
 KEYED = QueueLimits(keyed=True)
+LONG = timedelta(seconds=600)
 
 
 def request(
@@ -670,3 +672,205 @@ def set_queue_row(asked: ClaimRequest, window: datetime | None, before: dict[str
         window_count=before.get("window_count", 0),
         window_start=start if before else None,
     )
+
+
+# -- PostgreSQL: claims under a global limit that skip the queue's lock -----------------
+
+on_postgresql = pytest.mark.skipif(
+    connections["default"].vendor != "postgresql", reason="PostgreSQL's claims without the lock"
+)
+FAR = QueueLimits(global_limit=100)
+
+
+@contextmanager
+def another_session_runs(sql: str, params: list[Any]) -> Iterator[None]:
+    """``sql`` run in a transaction of another session, held open (with its locks)."""
+    other = connections.create_connection("default")
+    try:
+        other.set_autocommit(False)
+        with other.cursor() as cursor:
+            cursor.execute(sql, params)
+        yield
+    finally:
+        other.close()
+
+
+def queue_row_locked(mode: str) -> Any:
+    """The queue's row locked by another session: ``FOR KEY SHARE`` as a claim that skips
+    the lock holds it until it commits; ``FOR UPDATE`` as a claim under the lock does."""
+    get_driver().flow.make_queue_row("default")
+    return another_session_runs(
+        f"SELECT 1 FROM django_jobs_queue WHERE name = %s FOR {mode}", ["default"]
+    )
+
+
+def claim_at_once(**kwargs: Any) -> list[int] | None:
+    """The claim's jobs; None if it waited for a lock (half a second, then gave up)."""
+    from django.db import OperationalError
+
+    get_driver().flow.locked_until.clear()
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SET lock_timeout = '500ms'")
+    try:
+        return claim(**kwargs)
+    except OperationalError as error:
+        assert "lock timeout" in str(error)
+        return None
+    finally:
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SET lock_timeout = 0")
+
+
+def serving(owner: str, largest_claim: int | None, queues: tuple[str, ...] = ("default",)) -> None:
+    from django_jobs.models import WorkerProcess
+    from django_jobs.worker.processes import register_worker
+
+    register_worker(owner, queues, START, "default", largest_claim=largest_claim or 0)
+    if largest_claim is None:  # a row an older version wrote, which says nothing of it
+        WorkerProcess.objects.filter(id=owner).update(largest_claim=None)
+
+
+@on_postgresql
+def test_under_a_global_limit_far_from_full_a_claim_skips_the_queues_lock(make_job) -> None:
+    """A process whose row says how large its claims are, under a limit that leaves room
+    for them, claims while another holds the queue's lock; one with no row waits for it."""
+    for _ in range(4):
+        make_job()
+    serving("w1", 4)
+    with queue_row_locked("KEY SHARE"):
+        assert claim_at_once(limit=2, limits=FAR) is not None
+        assert claim_at_once(limit=2, limits=FAR, owner="w2") is None
+    assert Job.objects.filter(status=JobStatus.RUNNING, lease_owner="w1").count() == 2
+
+
+@on_postgresql
+@pytest.mark.parametrize(
+    ("others", "running", "asked", "skips"),
+    [
+        ({"w2": 4}, 2, 4, True),  # 2 running + 4 + 4 = 10: fits
+        ({"w2": 4}, 3, 4, False),  # 11
+        ({"w2": 4, "w3": 0}, 2, 4, True),  # a process that always takes the lock: no room
+        ({"w3": None}, 0, 1, False),  # a row of an older version says nothing: the lock
+        ({}, 0, 5, False),  # a claim larger than its row says
+        ({"w2": 40}, 0, 1, True),  # w2 serves another queue
+    ],
+    ids=["fits", "one-over", "zero", "older-row", "larger-claim", "other-queue"],
+)
+def test_a_claim_skips_the_lock_only_while_the_running_jobs_and_every_serving_largest_claim_fit(
+    make_job, others: dict[str, int | None], running: int, asked: int, skips: bool
+) -> None:
+    for _ in range(running):
+        make_job(status=JobStatus.RUNNING, lease_owner="x", lease_expires_at=START + LONG)
+    make_job()
+    serving("w1", 4)
+    for owner, largest in others.items():
+        serving(owner, largest, ("other",) if largest == 40 else ("default",))
+    with queue_row_locked("KEY SHARE"):
+        claimed = claim_at_once(limit=asked, limits=QueueLimits(global_limit=10))
+    assert (claimed is not None) is skips
+    if not skips:  # the lock free, it claims under it
+        assert len(claim(limit=asked, limits=QueueLimits(global_limit=10))) == 1
+
+
+@on_postgresql
+def test_a_claim_under_the_lock_waits_for_claims_that_skip_it_and_they_for_it(make_job) -> None:
+    """A claim under the lock counts the jobs running as it holds the lock: it waits for
+    the claims that skip the lock and are under way to commit; they pass it by."""
+    for _ in range(4):
+        make_job()
+    serving("w1", 4)
+    with queue_row_locked("KEY SHARE"):  # a claim that skips the lock, under way
+        assert claim_at_once(limit=1, limits=FAR, owner="w2") is None  # under the lock: waits
+        assert claim_at_once(limit=1, limits=FAR) is not None  # another that skips it: not
+    with queue_row_locked("UPDATE"):  # a claim under the lock, under way
+        assert claim_at_once(limit=1, limits=FAR) is None  # not skipped: it waits its turn
+
+
+@on_postgresql
+def test_a_claim_under_the_lock_that_takes_jobs_writes_the_queues_row(make_job) -> None:
+    """A claim that skips the lock claims only if the queue's row it locks is the version
+    its snapshot saw: a claim under the lock that committed since, with jobs the snapshot
+    cannot count, wrote a newer one."""
+
+    def version() -> str:
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT xmin::text FROM django_jobs_queue WHERE name = 'default'")
+            return cursor.fetchone()[0]
+
+    make_job()
+    get_driver().flow.make_queue_row("default")
+    before = version()
+    assert len(claim(limit=1, limits=FAR, owner="w2")) == 1  # no row of its own: the lock
+    assert version() != before
+
+
+@on_postgresql
+def test_a_queue_whose_worker_waits_for_a_slot_is_claimed_under_the_lock(make_job) -> None:
+    """Its claims under the lock wake the waiting worker as they free slots, and take the
+    mark off."""
+    first, _ = make_job(), make_job()
+    serving("w1", 4)
+    assert claim(limit=1, limits=FAR) == [first.pk]
+    Queue.objects.filter(name="default").update(slot_wanted=True)
+    with queue_row_locked("KEY SHARE"):
+        assert claim_at_once(limit=1, limits=FAR) is None
+    get_driver().flow.locked_until.clear()
+    get_driver().claim_and_settle(request(limits=FAR, limit=1), [success(first.pk)])
+    assert not slot_wanted("default")
+
+
+@on_postgresql
+def test_a_claim_that_skips_the_lock_keeps_its_process_row_until_it_commits(make_job) -> None:
+    """Other processes count this process's largest claim while its row is there: the
+    sweep that removes a row waits for the claim under way to commit."""
+    make_job()
+    serving("w1", 4)
+    get_driver().flow.make_queue_row("default")
+    deleted: list[bool] = []
+
+    def sweep_meanwhile(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        if "FOR KEY SHARE" in sql and not deleted:
+            other = connections.create_connection("default")
+            try:
+                with other.cursor() as cursor:
+                    cursor.execute("SET lock_timeout = '300ms'")
+                    try:
+                        cursor.execute("DELETE FROM django_jobs_worker WHERE id = %s", ["w1"])
+                        deleted.append(True)
+                    except Exception as error:  # noqa: BLE001 - the lock's timeout, told below
+                        deleted.append("lock timeout" not in str(error))
+            finally:
+                other.close()
+        return result
+
+    get_driver().flow.locked_until.clear()
+    with transaction.atomic(), connections["default"].execute_wrapper(sweep_meanwhile):
+        assert len(claim(limit=1, limits=FAR)) == 1  # its row locked until the atomic ends
+    assert deleted == [False]
+
+
+@on_postgresql
+def test_after_too_little_room_a_process_claims_under_the_lock_for_a_while(make_job) -> None:
+    from django_jobs.db.postgresql_limits import LOCKED_AFTER_MISS_SECONDS
+
+    held = [
+        make_job(status=JobStatus.RUNNING, lease_owner="x", lease_expires_at=START + LONG).pk
+        for _ in range(2)
+    ]
+    make_job(), make_job()
+    serving("w1", 4)
+    limits = QueueLimits(global_limit=5)
+    get_driver().flow.locked_until.clear()
+    assert len(claim(limit=1, limits=limits)) == 1  # 2 running + 4 > 5: under the lock
+    Job.objects.filter(pk__in=held).update(lease_expires_at=START)  # lapsed: 1 + 4 fits
+    with queue_row_locked("KEY SHARE"):
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SET lock_timeout = '300ms'")
+        soon = START + timedelta(seconds=LOCKED_AFTER_MISS_SECONDS / 2)
+        with pytest.raises(Exception, match="lock timeout"):
+            claim(limit=1, limits=limits, now=soon)
+        later = START + timedelta(seconds=LOCKED_AFTER_MISS_SECONDS)
+        assert len(claim(limit=1, limits=limits, now=later)) == 1
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SET lock_timeout = 0")

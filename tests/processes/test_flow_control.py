@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from datetime import datetime
 
 import pytest
+from django.db import connections
 
 from django_jobs import schedule_job, schedule_jobs
 from django_jobs.models import Attempt, Job, JobStatus
@@ -114,3 +115,33 @@ def test_a_rate_limit_holds_in_every_window_across_processes(runjobs_process) ->
     per_window = Counter(int(started.timestamp()) for started in starts)
     assert max(per_window.values()) <= 20, sorted(per_window.items())
     assert len(per_window) >= 8  # 150 jobs at 20 a second: the claims crossed boundaries
+
+
+@pytest.mark.skipif(
+    connections["default"].vendor != "postgresql", reason="PostgreSQL's claims without the lock"
+)
+def test_a_global_limit_above_every_workers_claims_is_claimed_without_the_lock(
+    runjobs_process,
+) -> None:
+    """Three processes under a limit their claims cannot all fill: every job runs once, and
+    no claim took the queue's lock (one that takes jobs under it writes the queue's row)."""
+    from django_jobs.models import Queue
+
+    def version() -> str:
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT xmin::text FROM django_jobs_queue WHERE name = 'limited'")
+            return cursor.fetchone()[0]
+
+    Queue.objects.create(name="limited")
+    before = version()
+    jobs = schedule_jobs(
+        [{"job": "example.record", "queue": "limited", "payload": {"sleep": 0.01}}] * 90
+    )
+    env = {**QUICK_POLL, "JOBS_GLOBAL_LIMIT": "1000"}
+    workers = [runjobs_process.start("--burst", "--queue", "limited", env=env) for _ in range(3)]
+    for process in workers:
+        assert process.wait(240) == 0, runjobs_process.log(process)
+    runs = runs_of(job.pk for job in jobs)
+    assert Counter(run.job_id for run in runs) == Counter({job.pk: 1 for job in jobs})
+    assert len({run.pid for run in runs}) > 1
+    assert version() == before

@@ -44,6 +44,7 @@ class Maintainer:
         lease_seconds: float,
         jobs_run: Callable[[], int],
         supervisor: str | None = None,
+        largest_claim: int = 0,
     ) -> None:
         self.driver = driver
         self.using = driver.using
@@ -53,6 +54,8 @@ class Maintainer:
         self.lease_seconds = lease_seconds
         self.jobs_run = jobs_run
         self.supervisor = supervisor  # runjobs --processes: the row this process is listed under
+        #: The most jobs one claim of this process takes of a queue, written in its row.
+        self.largest_claim = largest_claim
         #: When the next recurring schedule falls due, as the last :meth:`enqueue_due` read it.
         self.next_due_at: datetime | None = None
         #: The job names the registration last wrote (:func:`known_names`).
@@ -122,7 +125,13 @@ class Maintainer:
         names = known_names()
         with self.deadline("the worker registration"):
             register_worker(
-                self.owner, self.queues, now, self.using, supervisor=self.supervisor, names=names
+                self.owner,
+                self.queues,
+                now,
+                self.using,
+                supervisor=self.supervisor,
+                names=names,
+                largest_claim=self.largest_claim,
             )
         self.names_written = names
 
@@ -140,6 +149,7 @@ class Maintainer:
                 self.supervisor,
                 names=names,
                 names_changed=names != self.names_written,
+                largest_claim=self.largest_claim,
             )
         self.names_written = names
 
