@@ -387,6 +387,17 @@ def _register_test_jobs() -> None:
     import tests.support.jobs  # noqa: F401
 
 
+@pytest.fixture(autouse=True)
+def _drivers_forget_the_flushed_queues() -> Iterator[None]:
+    """Each test's database starts empty: what a driver's flow control kept of the last
+    one's queue rows (the starts of a rate window counted ahead) does not hold there."""
+    yield
+    from django_jobs.db import _drivers
+
+    for driver in list(_drivers.values()):
+        driver.flow.forget()
+
+
 @pytest.fixture
 def project_module(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -68,7 +68,8 @@ _drivers: dict[str, Driver] = {}
 
 def get_driver(using: str = "default") -> Driver:
     """The driver for the database behind ``using`` (one per alias, shared by threads:
-    a driver holds no state but what it has built once)."""
+    a driver holds no state but what it has built once, and its flow control's note of the
+    rate window's starts counted ahead for this process, :mod:`.limits`)."""
     driver = _drivers.get(using)
     if driver is None:
         driver = _drivers[using] = driver_class(using)(using)

@@ -46,8 +46,10 @@ and imports nothing of :mod:`.base`.
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
+from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from typing import Any, NamedTuple, Protocol
@@ -70,6 +72,17 @@ from .statements import Statements
 #: keys at the head of the queue do not hide those behind them.
 KEYED_SCAN_FACTOR = 4
 KEYED_SCAN_EXTRA = 32
+#: Under a rate limit alone, a claim under the lock that took all it asked for, with twice
+#: as many starts left in the window, counts this many claims' worth more for its process:
+#: the process's next claims in the window take those without the lock.
+RESERVED_CLAIMS = 8
+
+
+class Reserved(NamedTuple):
+    """Starts of a rate window counted on the queue's row for this process's claims."""
+
+    window: datetime
+    starts: int
 
 
 class LimitedCandidate(NamedTuple):
@@ -104,6 +117,10 @@ class ClaimSteps(Protocol):
 
     def take(self, rows: Sequence[Candidate], request: ClaimRequest) -> list[ClaimedJob]: ...
 
+    def claim_and_settle(
+        self, request: ClaimRequest, settlements: Sequence[Settlement]
+    ) -> tuple[list[ClaimedJob], Settled]: ...
+
     def take_one(self, row: Candidate, request: ClaimRequest) -> list[ClaimedJob]: ...
 
     def settle_rows(self, settlements: Sequence[Settlement]) -> Settled: ...
@@ -126,6 +143,10 @@ class FlowControl:
         self.steps = steps
         # The queues whose row this process has made sure of (:meth:`claim_limited`).
         self.queue_rows: set[str] = set()
+        #: Queue -> the starts of its rate window counted for this process's claims and
+        #: not yet taken (:meth:`take_reserved`).
+        self.reserved: dict[str, Reserved] = {}
+        self.reserving = threading.Lock()
 
     # -- pause ------------------------------------------------------------------------
 
@@ -171,21 +192,29 @@ class FlowControl:
         self, request: ClaimRequest, settlements: Sequence[Settlement] = (), freed: bool = False
     ) -> tuple[list[ClaimedJob], Settled]:
         """Write ``settlements``, then claim under the queue's limits, in one transaction;
-        ``freed``: outcomes written just before, apart, freed slots (as ``settlements`` do)."""
+        ``freed``: outcomes written just before, apart, freed slots (as ``settlements`` do).
+        Under a rate limit alone, starts counted for this process already are claimed as a
+        queue without limits is (:meth:`take_reserved`)."""
+        if reserved := self.take_reserved(request):
+            return self.claim_reserved(request, settlements, reserved)
         if request.queue not in self.queue_rows:
             self.make_queue_row(request.queue)
         settled = Settled([])
         one_by_one = False
         for _ in range(3):  # at most: a refused row (again one by one), a row deleted meanwhile
+            granted: list[Reserved] = []
             try:
                 written, claimed = self.statements.own_transaction(
-                    partial(self.settle_and_claim, request, settlements, one_by_one, freed)
+                    partial(self.settle_and_claim, request, settlements, one_by_one, freed, granted)
                 )
             except ROW_ERRORS:
                 if settlements or one_by_one:
                     raise  # with outcomes: the caller settles apart, then claims again
                 one_by_one = True  # a refused row: again, each in a savepoint, that one skipped
                 continue
+            if granted and not self.statements.connection.in_atomic_block:  # committed
+                with self.reserving:
+                    self.reserved[request.queue] = granted[0]
             if settlements:
                 settled, settlements = written, ()
             if claimed is not None:
@@ -193,19 +222,86 @@ class FlowControl:
             self.make_queue_row(request.queue)  # deleted since this process made it
         return [], settled
 
+    def forget(self) -> None:
+        """Forget what this process keeps of the queues' rows (a database replaced under
+        it: a test's flush): which rows it made, the starts counted ahead for it."""
+        self.queue_rows.clear()
+        with self.reserving:
+            self.reserved.clear()
+
+    # -- a rate window's starts counted ahead for this process --------------------------
+
+    def take_reserved(self, request: ClaimRequest) -> int:
+        """How many of the starts counted for this process in the claim's rate window it
+        takes (taken off the count; none under any other limit, or past the window)."""
+        limits = request.limits
+        if limits is None or limits.rate is None or limits.global_limit or limits.keyed:
+            return 0
+        window = limits.rate.window_start(request.now)
+        with self.reserving:
+            held = self.reserved.get(request.queue)
+            if held is None or held.window != window:
+                self.reserved.pop(request.queue, None)
+                return 0
+            taken = min(request.limit, held.starts)
+            self.reserved[request.queue] = Reserved(window, held.starts - taken)
+        return taken
+
+    def claim_reserved(
+        self, request: ClaimRequest, settlements: Sequence[Settlement], reserved: int
+    ) -> tuple[list[ClaimedJob], Settled]:
+        """A claim of up to ``reserved`` jobs whose starts the rate window counts already:
+        as a queue without limits is claimed, without the lock; what it did not take is
+        given back."""
+        limits = request.limits
+        assert limits is not None and limits.rate is not None
+        jobs: list[ClaimedJob] = []
+        try:
+            jobs, settled = self.steps.claim_and_settle(
+                replace(request, limits=None, limit=reserved, ahead=0), settlements
+            )
+        finally:
+            window = limits.rate.window_start(request.now)
+            with self.reserving:
+                held = self.reserved.get(request.queue)
+                if held is not None and held.window == window:
+                    self.reserved[request.queue] = Reserved(
+                        window, held.starts + reserved - len(jobs)
+                    )
+        return jobs, settled
+
+    def reserve(self, request: ClaimRequest, row: QueueRow, taken: int) -> int:
+        """How many starts more a claim under the lock counts for its process's next claims
+        in the window (:data:`RESERVED_CLAIMS`): under a rate limit alone, once it took all
+        it asked for, while twice as many are left; else none."""
+        limits = request.limits
+        if (
+            limits is None
+            or limits.rate is None
+            or limits.global_limit
+            or limits.keyed
+            or taken < request.limit
+        ):
+            return 0
+        left = limits.rate.jobs - row.used - taken
+        reserved = min(RESERVED_CLAIMS * request.limit, left // 2)
+        return reserved if reserved >= request.limit else 0
+
     def settle_and_claim(
         self,
         request: ClaimRequest,
         settlements: Sequence[Settlement],
         one_by_one: bool,
         freed: bool = False,
+        granted: list[Reserved] | None = None,
     ) -> tuple[Settled, list[ClaimedJob] | None]:
         """A limited claim's transaction: ``settlements`` written, then the claim's
-        statements under the queue's lock (None if the queue has no row to lock)."""
+        statements under the queue's lock (None if the queue has no row to lock); the starts
+        it counted for this process's next claims appended to ``granted``."""
         window = self.window(request)
         settled, row = self.settle_and_lock(request.queue, window, settlements)
         freed = freed or bool(settlements)
-        return settled, self.claim_locked(request, window, row, one_by_one, freed)
+        return settled, self.claim_locked(request, window, row, one_by_one, freed, granted)
 
     def settle_and_lock(
         self, queue: str, window: datetime | None, settlements: Sequence[Settlement]
@@ -240,6 +336,7 @@ class FlowControl:
         row: QueueRow | None,
         one_by_one: bool,
         freed: bool,
+        granted: list[Reserved] | None = None,
     ) -> list[ClaimedJob] | None:
         """:meth:`claim_in_queue` once the queue's row is locked (``row``; None: no row)."""
         if row is None:
@@ -249,8 +346,13 @@ class FlowControl:
         claimed = self.claim_under(request, row, one_by_one)
         changed: dict[str, Any] = {}
         if window is not None and claimed.jobs:  # the rate window's count
+            reserved = 0
+            if granted is not None:  # a claim of its own: it can count starts ahead
+                reserved = self.reserve(request, row, len(claimed.jobs))
+                if reserved:
+                    granted.append(Reserved(window, reserved))
             changed["window_start"] = self.statements.adapt(window)
-            changed["window_count"] = row.used + len(claimed.jobs)
+            changed["window_count"] = row.used + len(claimed.jobs) + reserved
         wanted = (row.wanted and not freed) or claimed.short
         if wanted != row.wanted or (claimed.jobs and self.writes_claims):
             changed["slot_wanted"] = wanted

@@ -131,6 +131,10 @@ class PostgresFlowControl(FlowControl):
         #: skip it (:data:`LOCKED_AFTER_MISS_SECONDS`).
         self.locked_until: dict[str, datetime] = {}
 
+    def forget(self) -> None:
+        super().forget()
+        self.locked_until.clear()
+
     @property
     def driver(self) -> OneStatementSteps:
         """The steps it is given: the PostgreSQL driver's, which take the one statement."""

@@ -330,6 +330,64 @@ def test_a_claim_whose_time_is_behind_a_later_windows_claim_takes_nothing() -> N
     assert Attempt.objects.filter(started_at__gte=later).count() == 3
 
 
+def window_count() -> int:
+    return Queue.objects.get(name="default").window_count
+
+
+def test_a_claim_that_takes_all_it_asks_under_a_rate_far_from_full_counts_starts_ahead() -> None:
+    """The next claims of the process take them without the queue's lock; the window's
+    count never falls below the starts, and a new window takes the lock again."""
+    from django_jobs.db.limits import RESERVED_CLAIMS
+
+    limits = QueueLimits(rate=Rate(1000, 60))
+    window = Rate(1000, 60).window_start(START)
+    for _ in range(30):
+        schedule_job("tests.ok", {}, run_at=START)
+    at = window + timedelta(seconds=1)
+    assert len(claim(limits=limits, limit=2, now=at)) == 2
+    counted = window_count()
+    assert counted == 2 + 2 * RESERVED_CLAIMS
+    for _ in range(RESERVED_CLAIMS):  # the starts counted ahead: the row is not written
+        assert len(claim(limits=limits, limit=2, now=at)) == 2
+        assert window_count() == counted
+    assert len(claim(limits=limits, limit=2, now=at)) == 2  # used up: under the lock again
+    assert window_count() == 2 * counted
+    assert Attempt.objects.count() <= window_count()
+    later = window + timedelta(seconds=60)  # the next window: what was counted ahead is gone
+    assert len(claim(limits=limits, limit=2, now=later)) == 2
+    assert window_count() == counted
+
+
+@pytest.mark.parametrize(
+    ("rate", "asked", "due", "ahead"),
+    [(Rate(5, 60), 2, 10, False), (Rate(1000, 60), 4, 3, False), (Rate(1000, 60), 2, 9, True)],
+    ids=["near-the-rate", "queue-ran-dry", "with-a-global-limit"],
+)
+def test_a_claim_counts_no_starts_ahead_near_its_rate_short_of_jobs_or_under_other_limits(
+    rate: Rate, asked: int, due: int, ahead: bool
+) -> None:
+    limits = QueueLimits(global_limit=100 if ahead else None, rate=rate)
+    for _ in range(due):
+        schedule_job("tests.ok", {}, run_at=START)
+    at = rate.window_start(START) + timedelta(seconds=1)
+    taken = len(claim(limits=limits, limit=asked, now=at))
+    assert window_count() == taken
+    assert get_driver().flow.reserved == {}
+
+
+def test_starts_counted_ahead_and_not_taken_are_given_back(make_job) -> None:
+    """A claim of the process that takes fewer than it took of them leaves the rest to
+    the next."""
+    limits = QueueLimits(rate=Rate(1000, 60))
+    at = Rate(1000, 60).window_start(START) + timedelta(seconds=1)
+    for _ in range(2):
+        schedule_job("tests.ok", {}, run_at=START)
+    assert len(claim(limits=limits, limit=2, now=at)) == 2
+    left = get_driver().flow.reserved["default"].starts
+    assert claim(limits=limits, limit=2, now=at) == []  # nothing due
+    assert get_driver().flow.reserved["default"].starts == left
+
+
 def test_settings_give_a_queue_its_limits() -> None:
     queues = {"default": {"workers": 2, "global_limit": 2, "rate_limit": "100/m"}}
     with override_settings(DJANGO_JOBS={"QUEUES": queues}):
