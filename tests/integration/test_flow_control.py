@@ -932,3 +932,39 @@ def test_after_too_little_room_a_process_claims_under_the_lock_for_a_while(make_
         assert len(claim(limit=1, limits=limits, now=later)) == 1
     with connections["default"].cursor() as cursor:
         cursor.execute("SET lock_timeout = 0")
+
+
+def test_racing_claims_with_and_without_the_lock_never_run_more_than_the_limit(make_job) -> None:
+    """Six registered workers claim over and over: the first claims find room for all of
+    their largest claims and skip the lock (on PostgreSQL), the later ones take it; however
+    they interleave, the jobs running end at the limit, not above. (It fails if claims skip
+    the lock without the room check; the overlap of the two kinds of claim, a race of
+    microseconds, is held by the tests with another session holding the row.)"""
+    limits = QueueLimits(global_limit=13)  # 6 x 2 = 12: room for all while 1 runs
+    for _ in range(40):
+        make_job()
+    owners = [f"w{n}" for n in range(6)]
+    for owner in owners:
+        serving(owner, 2)
+    get_driver().flow.make_queue_row("default")
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(owners))
+
+    def take(owner: str) -> None:
+        try:
+            start.wait()
+            empty = 0
+            while empty < 3:
+                empty = 0 if claim(limit=2, limits=limits, owner=owner) else empty + 1
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=take, args=(owner,)) for owner in owners]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert errors == []
+    assert Job.objects.filter(status=JobStatus.RUNNING).count() == 13
