@@ -70,8 +70,8 @@ from .statements import Statements
 
 #: How many more due rows than it has room for a keyed claim reads, so that rows of full
 #: keys at the head of the queue do not hide those behind them.
-KEYED_SCAN_FACTOR = 4
-KEYED_SCAN_EXTRA = 32
+KEYED_SCAN_FACTOR = 2
+KEYED_SCAN_EXTRA = 8
 #: Under a rate limit alone, a claim under the lock that took all it asked for, with twice
 #: as many starts left in the window, counts this many claims' worth more for its process:
 #: the process's next claims in the window take those without the lock.
