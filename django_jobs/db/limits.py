@@ -235,7 +235,7 @@ class FlowControl:
         """How many of the starts counted for this process in the claim's rate window it
         takes (taken off the count; none under any other limit, or past the window)."""
         limits = request.limits
-        if limits is None or limits.rate is None or limits.global_limit or limits.keyed:
+        if limits is None or limits.rate is None or not limits.rate_only:
             return 0
         window = limits.rate.window_start(request.now)
         with self.reserving:
@@ -275,13 +275,7 @@ class FlowControl:
         in the window (:data:`RESERVED_CLAIMS`): under a rate limit alone, once it took all
         it asked for, while twice as many are left; else none."""
         limits = request.limits
-        if (
-            limits is None
-            or limits.rate is None
-            or limits.global_limit
-            or limits.keyed
-            or taken < request.limit
-        ):
+        if limits is None or limits.rate is None or not limits.rate_only or taken < request.limit:
             return 0
         left = limits.rate.jobs - row.used - taken
         reserved = min(RESERVED_CLAIMS * request.limit, left // 2)

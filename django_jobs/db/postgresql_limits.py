@@ -171,7 +171,7 @@ class PostgresFlowControl(FlowControl):
         """A global limit is the queue's only one, and no claim of it here lately found too
         little room to skip the lock."""
         limits = request.limits
-        if limits is None or limits.global_limit is None or limits.rate or limits.keyed:
+        if limits is None or not limits.global_only:
             return False
         until = self.locked_until.get(request.queue)
         return until is None or request.now >= until

@@ -79,6 +79,16 @@ class QueueLimits:
     rate: Rate | None = None
     keyed: bool = False
 
+    @property
+    def global_only(self) -> bool:
+        """A global limit is the queue's only one."""
+        return self.global_limit is not None and self.rate is None and not self.keyed
+
+    @property
+    def rate_only(self) -> bool:
+        """A rate limit is the queue's only one."""
+        return self.rate is not None and self.global_limit is None and not self.keyed
+
 
 #: How many due jobs of its queue a lane's claim looks at (:attr:`ClaimRequest.among`): far
 #: more than the jobs claimed at once, so the other lane's rows locked by claims in flight

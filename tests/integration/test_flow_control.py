@@ -52,6 +52,28 @@ def settle(*job_ids: int) -> None:
     assert get_driver().settle([success(job_id) for job_id in job_ids]).lost == []
 
 
+def race(owners: list[str], work: Callable[[str], object]) -> list[BaseException]:
+    """``work(owner)`` on a thread of each owner, started at once; what they raised."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(owners))
+
+    def run(owner: str) -> None:
+        try:
+            start.wait()
+            work(owner)
+        except BaseException as exc:  # noqa: BLE001 - the caller asserts on them
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=run, args=(owner,)) for owner in owners]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    return errors
+
+
 # -- pause and resume -------------------------------------------------------------------
 
 
@@ -174,23 +196,10 @@ def test_racing_claims_never_run_more_than_the_global_limit(make_job) -> None:
     for _ in range(20):
         make_job()
     taken: list[int] = []
-    errors: list[BaseException] = []
-    start = threading.Barrier(6)
-
-    def take(owner: str) -> None:
-        try:
-            start.wait()
-            taken.extend(claim(limit=2, limits=limits, owner=owner))
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=take, args=(f"w{n}",)) for n in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    errors = race(
+        [f"w{n}" for n in range(6)],
+        lambda owner: taken.extend(claim(limit=2, limits=limits, owner=owner)),
+    )
     assert errors == []
     assert len(taken) == 3
     assert Job.objects.filter(status=JobStatus.RUNNING).count() == 3
@@ -269,20 +278,10 @@ def test_racing_claims_never_run_two_jobs_of_one_key() -> None:
         for _ in range(4):
             keyed_job(key)
     taken: list[int] = []
-    start = threading.Barrier(6)
-
-    def take(owner: str) -> None:
-        try:
-            start.wait()
-            taken.extend(claim(queue="keyed", limit=3, limits=KEYED, owner=owner))
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=take, args=(f"w{n}",)) for n in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    race(
+        [f"w{n}" for n in range(6)],
+        lambda owner: taken.extend(claim(queue="keyed", limit=3, limits=KEYED, owner=owner)),
+    )
     keys = list(Job.objects.filter(pk__in=taken).values_list("concurrency_key", flat=True))
     assert sorted(keys) == ["a", "b", "c"]
 
@@ -947,24 +946,12 @@ def test_racing_claims_with_and_without_the_lock_never_run_more_than_the_limit(m
     for owner in owners:
         serving(owner, 2)
     get_driver().flow.make_queue_row("default")
-    errors: list[BaseException] = []
-    start = threading.Barrier(len(owners))
 
     def take(owner: str) -> None:
-        try:
-            start.wait()
-            empty = 0
-            while empty < 3:
-                empty = 0 if claim(limit=2, limits=limits, owner=owner) else empty + 1
-        except BaseException as exc:  # noqa: BLE001 - reported below
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        empty = 0
+        while empty < 3:
+            empty = 0 if claim(limit=2, limits=limits, owner=owner) else empty + 1
 
-    threads = [threading.Thread(target=take, args=(owner,)) for owner in owners]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
+    errors = race(owners, take)
     assert errors == []
     assert Job.objects.filter(status=JobStatus.RUNNING).count() == 13
