@@ -18,7 +18,9 @@ transaction of its own:
    bounds the transaction (a client gone silent inside it is cut off);
 2. the jobs of the queue running under a live lease are counted, by key: a
    job whose lease has lapsed holds no slot, whether or not it has been
-   taken back yet;
+   taken back yet (under a rate limit alone, nothing is counted). On MariaDB and
+   SQLite the lock's statement counts them (:attr:`FlowControl.counts_in_lock`);
+   PostgreSQL's counts in the statement after it;
 3. the room left under the global limit and in the rate limit's window
    bounds the claim, and the jobs it would claim ahead of its idle threads
    are taken only with as many slots again to spare (:func:`claim_size`);
@@ -30,7 +32,7 @@ transaction of its own:
    when a limit kept the claim short; taken off when the slots this claim's
    outcomes freed woke the queue's workers).
 
-That is five statements and the commit, one more when the queue's row changes (on
+That is four statements and the commit, one more when the queue's row changes (on
 MariaDB one more, which reads the marked rows back): limits cost the queues that have
 them, and nothing to those without. PostgreSQL takes steps 2 to 4 in one statement
 and writes the carried outcomes in the lock's (its ``flow_class``,
@@ -46,6 +48,7 @@ and imports nothing of :mod:`.base`.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -103,6 +106,9 @@ class QueueRow(NamedTuple):
     behind: bool = False
     #: A claim found the limit full since a slot last woke the queue's workers.
     wanted: bool = False
+    #: The queue's jobs running under a live lease, by key, read with the lock (where the
+    #: driver counts them in the lock's statement, and the limits need them); else None.
+    running: Counter[str | None] | None = None
 
 
 class Limited(NamedTuple):
@@ -133,10 +139,16 @@ class ClaimSteps(Protocol):
 class FlowControl:
     """Paused queues, and the claims of a queue under its limits."""
 
-    #: A claim under the lock that takes jobs writes the queue's row, even with nothing
-    #: changed: PostgreSQL's claims that skip the lock tell by the row's version that one
-    #: committed since their snapshot (:mod:`.postgresql_limits`).
+    #: A claim under the lock that takes jobs of a queue with a global limit writes the
+    #: queue's row, even with nothing changed: PostgreSQL's claims that skip the lock tell by
+    #: the row's version that one committed since their snapshot (:mod:`.postgresql_limits`).
     writes_claims = False
+    #: The lock's statement also counts the queue's running jobs (one round trip less): a
+    #: database whose statement reads what committed while it waited for the lock (MariaDB
+    #: and MySQL read the locked row first, then the count, in ``READ COMMITTED``; SQLite's
+    #: claim holds the write lock from its start). Not PostgreSQL, whose statement sees
+    #: only what committed before it began.
+    counts_in_lock = True
 
     def __init__(self, statements: Statements, steps: ClaimSteps) -> None:
         self.statements = statements
@@ -293,16 +305,16 @@ class FlowControl:
         statements under the queue's lock (None if the queue has no row to lock); the starts
         it counted for this process's next claims appended to ``granted``."""
         window = self.window(request)
-        settled, row = self.settle_and_lock(request.queue, window, settlements)
+        settled, row = self.settle_and_lock(request, window, settlements)
         freed = freed or bool(settlements)
         return settled, self.claim_locked(request, window, row, one_by_one, freed, granted)
 
     def settle_and_lock(
-        self, queue: str, window: datetime | None, settlements: Sequence[Settlement]
+        self, request: ClaimRequest, window: datetime | None, settlements: Sequence[Settlement]
     ) -> tuple[Settled, QueueRow | None]:
         """``settlements`` written, then the queue's row locked (None if it has none)."""
         settled = self.steps.settle_rows(settlements) if settlements else Settled([])
-        return settled, self.lock_queue(queue, window)
+        return settled, self.lock_queue(request, window)
 
     @staticmethod
     def window(request: ClaimRequest) -> datetime | None:
@@ -320,7 +332,7 @@ class FlowControl:
         ``freed``: outcomes written before it freed slots; if a worker waits for one (the
         queue's row says so), the queue's workers are woken on commit."""
         window = self.window(request)
-        row = self.lock_queue(request.queue, window)
+        row = self.lock_queue(request, window)
         return self.claim_locked(request, window, row, one_by_one, freed)
 
     def claim_locked(
@@ -335,6 +347,8 @@ class FlowControl:
         """:meth:`claim_in_queue` once the queue's row is locked (``row``; None: no row)."""
         if row is None:
             return None
+        limits = request.limits
+        assert limits is not None
         if freed and row.wanted:
             self.steps.wake([request.queue])  # the waiting workers hear it on commit
         claimed = self.claim_under(request, row, one_by_one)
@@ -348,7 +362,9 @@ class FlowControl:
             changed["window_start"] = self.statements.adapt(window)
             changed["window_count"] = row.used + len(claimed.jobs) + reserved
         wanted = (row.wanted and not freed) or claimed.short
-        if wanted != row.wanted or (claimed.jobs and self.writes_claims):
+        # Only a global limit's claims may skip the lock: under another, no row to write.
+        written = self.writes_claims and limits.global_limit is not None
+        if wanted != row.wanted or (claimed.jobs and written):
             changed["slot_wanted"] = wanted
         if changed:
             self.update_queue_row(request.queue, changed)
@@ -365,7 +381,9 @@ class FlowControl:
             # already counted; in the newer one, they would start before it: it claims
             # nothing, and the next claim reads a fresh time. A window never moves backwards.
             return Limited([], short=False)
-        running = self.running_by_key(request)
+        running: Counter[str | None] = Counter()
+        if limits.global_limit is not None or limits.keyed:  # a rate alone needs no count
+            running = row.running if row.running is not None else self.running_by_key(request)
         free: int | None = None  # the room under the global limit and in the rate window
         if limits.global_limit is not None:
             free = limits.global_limit - sum(running.values())
@@ -409,37 +427,84 @@ class FlowControl:
             )
         )
 
-    def lock_queue(self, queue: str, window: datetime | None) -> QueueRow | None:
-        """Lock the queue's row for the rest of the transaction; None if it has none. SQLite
-        has no row locks (``row_lock`` is empty): its claim holds the database's write lock
-        already. The window is compared in SQL, so no datetime is read back."""
-        sql, params = self.lock_statement(queue, window)
+    def lock_queue(self, request: ClaimRequest, window: datetime | None) -> QueueRow | None:
+        """Lock the claim's queue's row for the rest of the transaction; None if it has none.
+        SQLite has no row locks (``row_lock`` is empty): its claim holds the database's write
+        lock already. The window is compared in SQL, so no datetime is read back."""
+        sql, params = self.lock_statement(request, window)
         with self.statements.hot_cursor() as cursor:
             cursor.execute(sql, params)
             found = cursor.fetchone()
-        return None if found is None else self.queue_row(found)
+        if found is None:
+            return None
+        row = self.queue_row(found)
+        counted = self.counted_in_lock(request)
+        if counted is None:
+            return row
+        return row._replace(running=self.running_read(counted, found[-5]))
 
-    def lock_statement(self, queue: str, window: datetime | None) -> tuple[str, list[Any]]:
+    def counted_in_lock(self, request: ClaimRequest) -> str | None:
+        """What the lock's statement counts of the queue's running jobs (where it counts
+        them, :attr:`counts_in_lock`): ``"keys"`` under a key's limit, ``"total"`` under a
+        global one; None under a rate alone, which needs no count."""
+        limits = request.limits
+        if not self.counts_in_lock or limits is None:
+            return None
+        if limits.keyed:
+            return "keys"
+        return "total" if limits.global_limit is not None else None
+
+    @staticmethod
+    def running_read(counted: str, value: Any) -> Counter[str | None]:
+        """The running jobs by key, from the lock's column: a count (``"total"``), or the
+        JSON array of each running job's key (``"keys"``; NULL where none runs)."""
+        if counted == "total":
+            return Counter({None: int(value or 0)})
+        keys = json.loads(value) if value else []
+        return Counter(keys)
+
+    def lock_statement(
+        self, request: ClaimRequest, window: datetime | None
+    ) -> tuple[str, list[Any]]:
         """:meth:`lock_queue`'s statement: the transaction's bound where the driver has one,
-        then the four columns :meth:`queue_row` reads."""
+        then the queue's running jobs where it counts them (:meth:`counted_in_lock`), then
+        the four columns :meth:`queue_row` reads. The count is a subquery of the locked row,
+        so it runs once the row is locked."""
         statements = self.statements
         qn = statements.qn
         start, count = qn("window_start"), qn("window_count")
         bound, bound_params = self.steps.transaction_bound()
+        counted = self.counted_in_lock(request)
+        queue, job = qn(Queue._meta.db_table), statements.job_table
+
+        def running() -> str:
+            if counted is None:
+                return ""
+            what = (
+                f"{statements.json_array_agg}({qn('concurrency_key')})"
+                if counted == "keys"
+                else "COUNT(*)"
+            )
+            return (
+                f"(SELECT {what} FROM {job} WHERE {statements.running_guard(job)}"
+                f" AND {job}.{qn('queue')} = {queue}.{qn('name')}"
+                f" AND {qn('lease_expires_at')} > %s) AS running, "
+            )
 
         def build() -> str:
             return (
-                f"SELECT {bound + ' AS bound, ' if bound else ''}"
+                f"SELECT {bound + ' AS bound, ' if bound else ''}{running()}"
                 f"CASE WHEN {qn('paused_at')} IS NULL THEN 0 ELSE 1 END AS paused,"
                 f" CASE WHEN {start} = %s THEN {count} ELSE 0 END AS used,"
                 f" CASE WHEN {start} > %s THEN 1 ELSE 0 END AS behind,"
                 f" CASE WHEN {qn('slot_wanted')} THEN 1 ELSE 0 END AS wanted"
-                f" FROM {qn(Queue._meta.db_table)} WHERE {qn('name')} = %s{statements.row_lock}"
+                f" FROM {queue} WHERE {qn('name')} = %s{statements.row_lock}"
             )
 
         adapted = statements.adapt(window)
-        sql = statements.text(f"lock_queue:{bool(bound)}", build)
-        return sql, [*bound_params, adapted, adapted, queue]
+        counting = [statements.adapt(request.now)] if counted else []
+        sql = statements.text(f"lock_queue:{bool(bound)}:{counted}", build)
+        return sql, [*bound_params, *counting, adapted, adapted, request.queue]
 
     @staticmethod
     def queue_row(found: Sequence[Any]) -> QueueRow:

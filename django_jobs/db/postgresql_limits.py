@@ -46,7 +46,8 @@ A claim under the lock counts what every claim before it took, so the two kinds 
 overlap: a claim that skips the lock takes the queue's row's shared lock (``FOR KEY SHARE
 SKIP LOCKED``), which a claim under the lock (``FOR UPDATE``) waits for; and it claims only
 if the row it locked is the version its snapshot saw, as every claim under the lock that
-takes jobs writes the row (:attr:`~.limits.FlowControl.writes_claims`). A claim under the
+takes jobs of a queue with a global limit writes the row
+(:attr:`~.limits.FlowControl.writes_claims`). A claim under the
 lock under way, or committed since the snapshot, sends the claim to the lock.
 """
 
@@ -124,6 +125,9 @@ class PostgresFlowControl(FlowControl):
     largest claim skip the lock, in one statement."""
 
     writes_claims = True
+    #: The lock's statement sees what committed before it began, not what the claim it
+    #: waited for wrote: the running jobs are counted in the statement after it.
+    counts_in_lock = False
 
     def __init__(self, statements: Statements, steps: ClaimSteps) -> None:
         super().__init__(statements, steps)
@@ -256,13 +260,13 @@ class PostgresFlowControl(FlowControl):
     # -- claims under the lock ----------------------------------------------------------
 
     def settle_and_lock(
-        self, queue: str, window: datetime | None, settlements: Sequence[Settlement]
+        self, request: ClaimRequest, window: datetime | None, settlements: Sequence[Settlement]
     ) -> tuple[Settled, QueueRow | None]:
         """The outcomes the claim carries written in the statement that takes the lock: one
         round trip for both. The claim's statement, after it, sees what they wrote."""
         if not settlements:
-            return super().settle_and_lock(queue, window, settlements)
-        lock, lock_params = self.lock_statement(queue, window)
+            return super().settle_and_lock(request, window, settlements)
+        lock, lock_params = self.lock_statement(request, window)
         ctes, settle_params = self.driver.settle_ctes(settlements)
         width = 5 if self.driver.transaction_bound()[0] else 4  # the lock's columns
         sql = self.statements.text(

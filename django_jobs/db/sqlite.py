@@ -69,6 +69,7 @@ NAMES_KEPT = 4
 
 class SQLiteDriver(Driver):
     row_lock = ""  # the claim's write transaction (BEGIN IMMEDIATE) holds the database
+    json_array_agg = "json_group_array"
     has_journal_modes = True
     # SQLite reads this host's clock, and to the millisecond only (strftime's '%f'): taken as
     # the database's time, it put the worker's clock up to a millisecond behind the clock

@@ -38,6 +38,9 @@ class Statements:
     #: Appended to a read of one row the transaction must hold until it ends (a limited
     #: claim's queue row); SQLite has none: its write transaction holds the whole database.
     row_lock = " FOR UPDATE"
+    #: The aggregate that gathers a column's values into a JSON array (NULL over no rows on
+    #: MariaDB and MySQL, ``[]`` on SQLite).
+    json_array_agg = "JSON_ARRAYAGG"
 
     def __init__(self, using: str = "default") -> None:
         self.using = using

@@ -74,6 +74,21 @@ def race(owners: list[str], work: Callable[[str], object]) -> list[BaseException
     return errors
 
 
+@contextmanager
+def another_session(statements: list[tuple[str, list[Any]]]) -> Iterator[Any]:
+    """``statements`` run in a transaction of another session, held open (with its locks)
+    until the block ends or it commits (the session is yielded); then closed."""
+    other = connections.create_connection("default")
+    try:
+        other.set_autocommit(False)
+        with other.cursor() as cursor:
+            for sql, params in statements:
+                cursor.execute(sql, params)
+        yield other
+    finally:
+        other.close()
+
+
 # -- pause and resume -------------------------------------------------------------------
 
 
@@ -210,6 +225,41 @@ def test_racing_claims_never_run_more_than_the_global_limit(make_job) -> None:
 
 def keyed_job(key: str | None = None, name: str = "tests.keyed", **kwargs) -> int:
     return schedule_job(name, {}, concurrency_key=key, run_at=START, **kwargs).pk
+
+
+@pytest.mark.parametrize("limits", [QueueLimits(global_limit=1), KEYED], ids=["global", "keyed"])
+def test_a_claim_under_the_lock_counts_the_jobs_the_claim_it_waited_for_started(limits) -> None:
+    """Another session holds the queue's lock (SQLite: the write lock) and starts a job: the
+    claim waiting for that lock counts it once it has the lock, where MariaDB and SQLite count
+    in the lock's own statement. One slot (the global limit's, or the key's) is left none."""
+    started, waiting = keyed_job("a"), keyed_job("a")
+    get_driver().flow.make_queue_row("keyed")
+    lock = [("SELECT 1 FROM django_jobs_queue WHERE name = %s FOR UPDATE", ["keyed"])]
+    start = (
+        "UPDATE django_jobs_job SET status = %s, lease_owner = %s, lease_expires_at = %s,"
+        " attempt = 1, attempts_used = 1 WHERE id = %s"
+    )
+    took: list[list[int]] = []
+    with another_session(
+        [
+            *(lock if connections["default"].vendor != "sqlite" else []),
+            (start, [JobStatus.RUNNING.value, "w0", START + LONG, started]),
+        ]
+    ) as other:
+        errors: list[BaseException] = []
+        thread = threading.Thread(
+            target=lambda: errors.extend(
+                race(["w1"], lambda _: took.append(claim(queue="keyed", limits=limits)))
+            )
+        )
+        thread.start()
+        thread.join(0.5)  # the claim waits for the lock meanwhile
+        assert thread.is_alive()
+        other.commit()
+        thread.join(30)
+    assert not errors
+    assert took == [[]]
+    assert Job.objects.get(pk=waiting).status == JobStatus.PENDING
 
 
 def test_a_lane_that_finds_none_of_its_jobs_does_not_wait_for_a_slot_while_no_key_is_full():
@@ -707,7 +757,7 @@ def one_statement_and_steps(
     for claim_locked in (flow.claim_locked, steps.claim_locked):
         with transaction.atomic():
             set_queue_row(asked, window, before)
-            row = flow.lock_queue(asked.queue, window)
+            row = flow.lock_queue(asked, window)
             assert row is not None
             got = claim_locked(asked, window, row, False, freed)
             assert got is not None
@@ -742,14 +792,8 @@ FAR = QueueLimits(global_limit=100)
 @contextmanager
 def another_session_runs(sql: str, params: list[Any]) -> Iterator[None]:
     """``sql`` run in a transaction of another session, held open (with its locks)."""
-    other = connections.create_connection("default")
-    try:
-        other.set_autocommit(False)
-        with other.cursor() as cursor:
-            cursor.execute(sql, params)
+    with another_session([(sql, params)]):
         yield
-    finally:
-        other.close()
 
 
 def queue_row_locked(mode: str) -> Any:
@@ -847,11 +891,12 @@ def test_a_claim_under_the_lock_waits_for_claims_that_skip_it_and_they_for_it(ma
 def test_a_claim_under_the_lock_that_takes_jobs_writes_the_queues_row(make_job) -> None:
     """A claim that skips the lock claims only if the queue's row it locks is the version
     its snapshot saw: a claim under the lock that committed since, with jobs the snapshot
-    cannot count, wrote a newer one."""
+    cannot count, wrote a newer one. Only under a global limit: under no other limit does a
+    claim skip the lock, and the write would cost each claim a round trip."""
 
-    def version() -> str:
+    def version(queue: str = "default") -> str:
         with connections["default"].cursor() as cursor:
-            cursor.execute("SELECT xmin::text FROM django_jobs_queue WHERE name = 'default'")
+            cursor.execute("SELECT xmin::text FROM django_jobs_queue WHERE name = %s", [queue])
             return cursor.fetchone()[0]
 
     make_job()
@@ -859,6 +904,12 @@ def test_a_claim_under_the_lock_that_takes_jobs_writes_the_queues_row(make_job) 
     before = version()
     assert len(claim(limit=1, limits=FAR, owner="w2")) == 1  # no row of its own: the lock
     assert version() != before
+    # Without a global limit no claim skips the lock: a keyed claim leaves the row alone.
+    make_job(queue="keyed", name="tests.keyed", concurrency_key="a", concurrency_limit=1)
+    get_driver().flow.make_queue_row("keyed")
+    before = version("keyed")
+    assert len(claim(limit=1, queue="keyed", limits=KEYED, owner="w2")) == 1
+    assert version("keyed") == before
 
 
 @on_postgresql
