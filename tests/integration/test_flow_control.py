@@ -262,6 +262,25 @@ def test_a_claim_under_the_lock_counts_the_jobs_the_claim_it_waited_for_started(
     assert Job.objects.get(pk=waiting).status == JobStatus.PENDING
 
 
+def test_a_keyed_claim_whose_queue_row_is_gone_makes_it_and_says_what_it_took() -> None:
+    """A claim that finds no row to lock takes nothing: the row is made, and the claim
+    made again takes the job and says so (a job taken unlocked, and not said, would run
+    unreported, and the claim made again would find its key full). The outcomes it
+    carried are written once."""
+    done, first, second = keyed_job("b"), keyed_job("a"), keyed_job("a")
+    assert claim(queue="keyed", limits=KEYED, limit=1) == [done]
+    Queue.objects.filter(name="keyed").delete()
+    claimed, settled = get_driver().claim_and_settle(
+        request(queue="keyed", limits=KEYED), [success(done)]
+    )
+    assert [job.id for job in claimed] == [first] and settled.lost == []
+    assert list(Job.objects.filter(status=JobStatus.RUNNING).values_list("pk", flat=True)) == [
+        first
+    ]
+    assert Attempt.objects.get(job_id=done).outcome == AttemptOutcome.SUCCEEDED
+    assert Job.objects.get(pk=second).status == JobStatus.PENDING
+
+
 def test_a_lane_that_finds_none_of_its_jobs_does_not_wait_for_a_slot_while_no_key_is_full():
     """A claim short of its threads marks the queue as waiting for a slot when a key's limit
     passed rows over, so that a slot freed wakes the queue's workers. A lane with nothing
