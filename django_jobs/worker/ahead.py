@@ -2,10 +2,13 @@
 
 A claim is a round trip with a commit. When a queue's jobs are short, the
 threads would wait for it after every batch; so while the queue's jobs take
-less than ``CLAIM_AHEAD_SECONDS`` on average, its dispatcher may hold one
-more job per thread, waiting for a thread, and claims as soon as a thread's
+less than ``CLAIM_AHEAD_SECONDS`` on average, its dispatcher may hold more
+jobs per thread, waiting for a thread, and claims as soon as a thread's
 worth of room is free: the next batch is claimed while the current one
-runs. Bounded both ways:
+runs. It holds one per thread, or as many as the threads run while a claim
+takes its round trip and commit (the claims' running average against the
+jobs'), at most :data:`MOST_AHEAD`: jobs that take a tenth of a claim keep
+their threads busy through it. Bounded both ways:
 
 - a waiting job is held no longer than :data:`HOLD_SECONDS` (and half a
   heartbeat): a job that waited longer is handed back (pending, the attempt
@@ -19,6 +22,7 @@ threads, as without it: a long job never keeps another waiting behind it.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import NamedTuple
@@ -29,6 +33,8 @@ from ..db import ClaimedJob
 HOLD_SECONDS = 0.25
 #: The weight of the latest job in the running average of a queue's run times.
 WEIGHT = 0.2
+#: The most jobs per thread a dispatcher holds waiting for a thread.
+MOST_AHEAD = 3
 
 
 class Waiting(NamedTuple):
@@ -44,10 +50,19 @@ class Pace:
     def __init__(self, bound: float) -> None:
         self.bound = bound
         self.average: float | None = None  # unknown until a job has run
+        self.claim_average: float | None = None  # unknown until a claim has taken jobs
 
     def add(self, seconds: float) -> None:
         self.average = (
             seconds if self.average is None else self.average + WEIGHT * (seconds - self.average)
+        )
+
+    def claimed(self, seconds: float) -> None:
+        """A claim that took jobs took ``seconds``, its round trip and commit."""
+        self.claim_average = (
+            seconds
+            if self.claim_average is None
+            else self.claim_average + WEIGHT * (seconds - self.claim_average)
         )
 
     def slow(self, seconds: float) -> None:
@@ -57,6 +72,19 @@ class Pace:
     @property
     def short(self) -> bool:
         return self.bound > 0 and self.average is not None and self.average < self.bound
+
+    @property
+    def ahead(self) -> int:
+        """How many jobs per thread to hold waiting: none unless the jobs are short; then
+        as many as a thread runs while a claim is under way, one to :data:`MOST_AHEAD`."""
+        if not self.short:
+            return 0
+        assert self.average is not None
+        if self.claim_average is None or self.claim_average <= self.average:
+            return 1
+        if self.average <= 0:
+            return MOST_AHEAD
+        return min(MOST_AHEAD, math.ceil(self.claim_average / self.average))
 
 
 def hold_seconds(beat_seconds: float) -> float:

@@ -5,7 +5,7 @@
   are still busy it gathers the ones that free up for a moment
   (``GATHER_SECONDS``), so that claims are not one job at a time. While the
   queue's jobs are short it claims the next batch as the current one runs,
-  holding at most one job per thread waiting, never for long
+  holding at most a few jobs per thread waiting, never for long
   (:mod:`.ahead`); otherwise it never holds more jobs than it has threads.
   It sleeps until a thread frees up, the waker says its queue has new jobs,
   or the poll interval passes.
@@ -35,7 +35,7 @@ from ..conf import settings
 from ..db import ClaimedJob
 from ..db.records import Rate
 from ..registry import queue_limits
-from .ahead import Pace, Waiting, stale
+from .ahead import MOST_AHEAD, Pace, Waiting, stale
 from .burst import job_list
 from .claiming import Claimer
 from .clock import Clock
@@ -80,10 +80,10 @@ class QueueState:
 
     @property
     def capacity(self) -> int:
-        """How many jobs its threads may hold: one more each while its jobs are short. Under
-        limits, the claim takes those ahead only with room to spare (``ClaimRequest.ahead``):
-        a job held waiting holds a slot."""
-        return self.threads * 2 if self.pace.short else self.threads
+        """How many jobs its threads may hold: more each while its jobs are short
+        (:attr:`~.ahead.Pace.ahead`). Under limits, the claim takes those ahead only with
+        room to spare (``ClaimRequest.ahead``): a job held waiting holds a slot."""
+        return self.threads * (1 + self.pace.ahead)
 
     def ahead(self, room: int) -> int:
         """Of a claim of ``room`` jobs, how many would wait for a thread."""
@@ -92,7 +92,7 @@ class QueueState:
     @property
     def largest_claim(self) -> int:
         """The most jobs one claim takes: as many as its threads may hold, claiming ahead."""
-        return self.threads * 2
+        return self.threads * (1 + MOST_AHEAD)
 
 
 class Dispatcher:
@@ -177,7 +177,10 @@ class Dispatcher:
                         state.ahead(room),
                         carry,
                     )
+                    began = time.monotonic()
                     claimed = self.guarded(claim)
+                    if claimed:
+                        state.pace.claimed(time.monotonic() - began)
                 if claimed is None and not failed:
                     # The first failure after a success is most often a connection the
                     # server dropped (a restart, pg_terminate_backend): guarded() closed

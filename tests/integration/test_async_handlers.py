@@ -88,9 +88,10 @@ def test_a_queues_two_lanes_claim_one_at_a_time(settings, worker):
 def test_a_workers_row_says_the_most_jobs_one_claim_of_its_lanes_takes(settings, worker):
     """Other processes claim under a global limit without the queue's lock only while it
     leaves room for this one's largest claim: a tick's is a queue's threads; a server's is
-    its largest lane's (twice the threads, claiming ahead; an async lane's concurrency, at
-    most a batch), the lanes of a queue claiming one at a time."""
+    its largest lane's (its threads and as many jobs ahead as it may hold for each; an async
+    lane's concurrency, at most a batch), the lanes of a queue claiming one at a time."""
     from django_jobs.models import WorkerProcess
+    from django_jobs.worker.ahead import MOST_AHEAD
     from django_jobs.worker.eventloop import ASYNC_CLAIM_BATCH
     from django_jobs.worker.server import Server
 
@@ -105,7 +106,7 @@ def test_a_workers_row_says_the_most_jobs_one_claim_of_its_lanes_takes(settings,
     settings.DJANGO_JOBS["QUEUES"]["other"]["async_concurrency"] = 2
     assert (
         Server(worker(queues={"default": 3, "other": 1}).parts()).parts.maintainer.largest_claim
-        == 6
+        == 3 * (1 + MOST_AHEAD)  # the sync lane's, claiming ahead
     )
     settings.DJANGO_JOBS["QUEUES"]["other"]["async_concurrency"] = 1000
     server = Server(ticking.parts())

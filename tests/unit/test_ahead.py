@@ -1,6 +1,13 @@
 """When a dispatcher claims ahead, and how long a claimed job may wait for a thread."""
 
-from django_jobs.worker.ahead import HOLD_SECONDS, Pace, Waiting, hold_seconds, stale
+from django_jobs.worker.ahead import (
+    HOLD_SECONDS,
+    MOST_AHEAD,
+    Pace,
+    Waiting,
+    hold_seconds,
+    stale,
+)
 
 
 def test_pace_claims_ahead_only_once_jobs_have_run_and_were_short():
@@ -21,6 +28,24 @@ def test_pace_after_a_job_waited_too_long_stays_slow_until_jobs_are_short_again(
         pace.add(0.001)
         runs += 1
     assert 10 < runs < 30
+
+
+def test_pace_holds_as_many_jobs_per_thread_as_run_while_a_claim_is_under_way():
+    pace = Pace(0.01)
+    pace.claimed(0.002)
+    assert pace.ahead == 0  # no job has run yet: none held
+    pace.add(0.004)
+    assert pace.ahead == 1  # a job outlasts a claim: one a thread
+    pace.average = 0.001
+    assert pace.ahead == 2  # a claim takes two jobs' time
+    pace.average = 0.0001
+    assert pace.ahead == MOST_AHEAD  # however short the jobs, at most this many
+    pace.average = 0.0
+    assert pace.ahead == MOST_AHEAD
+    pace.claimed(0.0)
+    assert 0 < pace.claim_average < 0.002  # a running average of the claims
+    pace.add(1.0)
+    assert pace.ahead == 0  # long jobs: none held
 
 
 def test_pace_with_a_bound_of_zero_never_claims_ahead():
