@@ -136,3 +136,27 @@ def test_claim_ahead_off_holds_no_more_jobs_than_threads(settings):
         thread.join(10)
     assert most <= THREADS
     assert not released(behind)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_dispatcher_times_its_claims_to_know_how_many_jobs_to_hold_ahead(settings):
+    """How many jobs per thread it holds follows its claims' time against its jobs': the
+    dispatcher times each claim that took jobs."""
+    from django_jobs.worker.dispatcher import Dispatcher
+    from django_jobs.worker.server import Server
+
+    settings.DJANGO_JOBS = {**FAST, "QUEUES": {"default": {"workers": THREADS}}}
+    SLEPT.clear()
+    schedule_jobs([{"job": "tests.sleepy", "payload": {"seconds": 0}}] * 30)
+    server = Server(Worker(clock=SystemClock()).parts())
+    [state] = [d.state for d in server.dispatchers if type(d) is Dispatcher]  # the threads' lane
+    stop = threading.Event()
+    thread = threading.Thread(target=server.run, args=(stop,))
+    thread.start()
+    try:
+        wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 30, timeout=20)
+    finally:
+        stop.set()
+        thread.join(10)
+    assert state.pace.claim_average is not None and state.pace.claim_average > 0
+    assert state.pace.ahead >= 1  # short jobs: held ahead
