@@ -122,7 +122,6 @@ class PostgresDriver(Driver):
     prepares_statements = True
     lock_suffix = " FOR UPDATE SKIP LOCKED"
     flow_class = PostgresFlowControl
-    json_array_agg = "json_agg"
 
     def __init__(self, using: str = "default") -> None:
         super().__init__(using)

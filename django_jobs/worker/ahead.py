@@ -53,17 +53,11 @@ class Pace:
         self.claim_average: float | None = None  # unknown until a claim has taken jobs
 
     def add(self, seconds: float) -> None:
-        self.average = (
-            seconds if self.average is None else self.average + WEIGHT * (seconds - self.average)
-        )
+        self.average = moved(self.average, seconds)
 
     def claimed(self, seconds: float) -> None:
         """A claim that took jobs took ``seconds``, its round trip and commit."""
-        self.claim_average = (
-            seconds
-            if self.claim_average is None
-            else self.claim_average + WEIGHT * (seconds - self.claim_average)
-        )
+        self.claim_average = moved(self.claim_average, seconds)
 
     def slow(self, seconds: float) -> None:
         """A job waited ``seconds`` for a thread: count the queue's jobs that long."""
@@ -85,6 +79,11 @@ class Pace:
         if self.average <= 0:
             return MOST_AHEAD
         return min(MOST_AHEAD, math.ceil(self.claim_average / self.average))
+
+
+def moved(average: float | None, seconds: float) -> float:
+    """The running ``average`` with ``seconds`` added (:data:`WEIGHT`); the first, as it is."""
+    return seconds if average is None else average + WEIGHT * (seconds - average)
 
 
 def hold_seconds(beat_seconds: float) -> float:
