@@ -29,6 +29,7 @@ from datetime import timedelta
 from itertools import cycle
 
 import pytest
+from django.db import connection
 from django.db.models import Max, Min
 
 from django_jobs import batch, chain, schedule_job, schedule_jobs
@@ -150,12 +151,23 @@ class Killer:
 
 
 def left() -> tuple[int, int, int]:
-    """What is left: jobs not ended, ends whose steps are untaken, batches not finished."""
-    return (
-        Job.objects.filter(status__in=UNENDED).count(),
-        Job.objects.filter(workflow_pending=True).count(),
-        Batch.objects.filter(finished_at__isnull=True).count(),
-    )
+    """What is left: jobs not ended, ends whose steps are untaken, batches not finished.
+
+    Read in one statement, so from one snapshot: the steps of a batch's last end enqueue
+    its callbacks, take off the end's mark and finish the batch at once, and three reads
+    apart could count the jobs before those steps and the rest after, finding nothing
+    left while the callbacks wait to run."""
+    qn = connection.ops.quote_name
+    jobs, batches = qn(Job._meta.db_table), qn(Batch._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"SELECT (SELECT COUNT(*) FROM {jobs} WHERE {qn('status')} IN (%s, %s, %s)),"
+            f" (SELECT COUNT(*) FROM {jobs} WHERE {qn('workflow_pending')} = %s),"
+            f" (SELECT COUNT(*) FROM {batches} WHERE {qn('finished_at')} IS NULL)",
+            [*UNENDED, True],
+        )
+        unended, unfollowed, unfinished = cursor.fetchone()
+    return unended, unfollowed, unfinished
 
 
 def wait_for_the_end(runjobs: RunjobsProcesses, survivor: subprocess.Popen[bytes]) -> None:
