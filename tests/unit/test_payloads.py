@@ -1,3 +1,4 @@
+import json
 import math
 from datetime import datetime, timezone
 
@@ -149,3 +150,56 @@ def test_encoded_gives_a_flat_dict_back_as_its_text_decodes_without_decoding_it(
         encoded({"k": "\x00"})
     with pytest.raises(PayloadError, match="lone surrogate"):
         encoded({"k": "\udfff"})
+
+
+def _circular() -> list:
+    found: list = []
+    found.append(found)
+    return found
+
+
+def _nested(depth: int) -> list:
+    value: list = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {"n": 1, "f": 0.1, "big": 10**30, "neg": -2.5e-300, "t": True, "z": None},
+        {"s": 'é\x00\n\t"\\ 😀 \ud800', 2: "int key", None: "none key", 1.5: "float key"},
+        ["text", (1, 2), [], {}, {"a": {"b": [1, {"c": "d"}]}}],
+        "text",
+        7,
+        float("nan"),
+        [float("inf")],
+        {"k": object()},
+        {("tuple", "key"): 1},
+        _circular(),
+        _nested(5000),
+    ],
+    ids=lambda payload: type(payload).__name__,
+)
+def test_the_payloads_encoder_writes_what_json_dumps_writes(payload):
+    """Compact, strict JSON as ``json.dumps`` writes it; None where it refuses the payload."""
+    from django_jobs.payloads import _dumps
+
+    try:
+        expected = json.dumps(payload, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        expected = None
+    assert _dumps(payload) == expected
+
+
+def test_the_payloads_encoder_is_one_c_encoder_made_once_where_python_has_one():
+    """Otherwise the test above tries only the usual encoder."""
+    import json.encoder
+    from functools import partial
+
+    from django_jobs.payloads import _encode
+
+    if json.encoder.c_make_encoder is None:
+        pytest.skip("this Python has no C encoder")
+    assert isinstance(_encode, partial)
