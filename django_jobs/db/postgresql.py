@@ -36,7 +36,7 @@ from .base import Driver
 from .inserts import (
     INSERTED_COLUMNS,
     WRITTEN_COLUMNS,
-    copied_values,
+    copy_lines,
     inserted_values,
     written_ids,
 )
@@ -296,8 +296,7 @@ class PostgresDriver(Driver):
             cursor.execute(self.text("job_ids", self.job_ids_text), [len(rows)])
             ids = [job_id for (job_id,) in cursor.fetchall()]
             with cursor.copy(self.text("copy_jobs", self.copy_text)) as copy:
-                for job_id, row in zip(ids, rows, strict=True):
-                    copy.write_row(copied_values(job_id, row))
+                copy.write("".join(copy_lines(ids, rows)))
         if self.listen:
             self.notify({row.queue for row in rows if row.run_at <= now})
         return ids

@@ -118,6 +118,41 @@ def test_schedule_job_stores_every_field_of_the_row_it_returns():
         assert getattr(stored, field.attname) == getattr(job, field.attname), field.name
 
 
+#: Text that PostgreSQL's COPY format escapes, or reads as its own marks, and text beyond ASCII.
+COPY_MARKS = ["tab\there", "line\nend", "carriage\rreturn", "back\\slash", "\\N", "\\.", "ü ✓ 😀"]
+
+
+def test_schedule_jobs_in_bulk_stores_every_field_of_the_rows_it_returns():
+    """Many rows at once (on PostgreSQL a ``COPY``, whose lines the driver formats) are
+    stored as the rows returned: keys and payloads with the marks of COPY's format, a time
+    with an offset and microseconds, options that differ among the rows."""
+    from django_jobs.db.postgresql import COPY_ROWS
+
+    run_at = datetime(2031, 5, 6, 7, 8, 9, 123456, tzinfo=dt_timezone(timedelta(hours=5.5)))
+    texts = COPY_MARKS * (COPY_ROWS // len(COPY_MARKS) + 1)
+    specs = [
+        JobSpec(
+            "tests.keyed",
+            {"text": text, "n": n} if n % 2 else {"nested": [text, {"k": text}]},
+            concurrency_key=text,
+            run_at=run_at,
+            priority=n % 3,
+            max_attempts=n % 5 + 1,
+        )
+        for n, text in enumerate(texts)
+    ]
+    with CaptureQueriesContext(connection) as context:
+        jobs = schedule_jobs(specs)
+    if connection.vendor == "postgresql":
+        assert any(q["sql"].startswith("COPY ") for q in context.captured_queries)
+    stored = Job.objects.in_bulk([job.pk for job in jobs])
+    for job in jobs:
+        for field in Job._meta.concrete_fields:
+            assert getattr(stored[job.pk], field.attname) == getattr(job, field.attname), field
+    assert [job.payload for job in jobs] == [spec.payload for spec in specs]
+    assert [stored[job.pk].concurrency_key for job in jobs] == texts
+
+
 def test_schedule_jobs_inserts_many_in_one_statement():
     # 40 rows stay under SQLite's 999 parameters; Django splits a bigger batch.
     specs = [JobSpec(ok, {"n": n}) for n in range(40)]
