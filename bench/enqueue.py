@@ -4,6 +4,7 @@
     python bench/enqueue.py                              # a fresh temporary SQLite file
     DATABASE_URL=postgres://... python bench/enqueue.py  # migrate, then empty the jobs tables
     python bench/enqueue.py --jobs 2000 --rounds 5
+    DATABASE_URL=postgres://... python bench/enqueue.py --batch 500 --jobs 20000
 
 Each way enqueues one no-op job per call, in the same process, against the same
 database: ``schedule_job("demo.noop", {"n": n})``; a job with a concurrency limit,
@@ -20,6 +21,11 @@ It prints each way's median time per call over the rounds (wall clock), its call
 per second, its ratio to ``schedule_job()``, and the median CPU time this process
 spent per call (``time.process_time()``: on SQLite the database's work is in it,
 on PostgreSQL the server's is not), which a busy machine disturbs less.
+
+With ``--batch B`` it measures the bulk way instead: ``schedule_jobs()`` of ``B`` jobs
+a call, each call its own transaction, beside the same limit for it: what one such
+call sends (on PostgreSQL the ids' statement, the ``COPY`` of the same rows written
+with psycopg's ``write_row``, and the NOTIFY), sent again past Django.
 
 The last way is the limit: what one ``schedule_job()`` sends (on PostgreSQL
 one statement, the INSERT with its NOTIFY), recorded once in each mode and
@@ -43,23 +49,30 @@ from dataclasses import dataclass
 from functools import partial
 
 import harness
-from raw_statements import Sender, Statement, recording
+from raw_statements import Sender, Statement, record_schedule_jobs, recording
 
 COLUMNS = [("way", 40), ("us/call", 10), ("calls/s", 10), ("ratio", 8), ("CPU us/call", 13)]
+BULK_COLUMNS = [("way", 40), ("us/job", 10), ("jobs/s", 10), ("ratio", 8), ("CPU us/job", 13)]
 
 
 @dataclass(frozen=True)
 class Options:
     jobs: int
     rounds: int
+    batch: int = 0
 
 
 def parse_options(argv: list[str] | None = None) -> Options:
     parser = harness.option_parser(__doc__)
     parser.add_argument("--jobs", type=int, default=2000, help="calls per round, per way")
     parser.add_argument("--rounds", type=int, default=5, help="rounds of each way, alternating")
+    parser.add_argument(
+        "--batch", type=int, default=0, help="the bulk way instead, in calls of so many jobs"
+    )
     args = parser.parse_args(argv)
     harness.require_at_least_one(parser, args, "jobs", "rounds")
+    if args.batch < 0 or (args.batch and args.jobs % args.batch):
+        parser.error("--batch must divide --jobs")
     return Options(**vars(args))
 
 
@@ -112,6 +125,19 @@ def raw_insert_calls(statements: list[Statement], count: int) -> None:
         sender.close()
 
 
+def schedule_jobs_calls(batch: int, count: int) -> None:
+    from django_jobs.scheduling import JobSpec, schedule_jobs
+
+    for start in range(0, count, batch):
+        schedule_jobs([JobSpec(harness.JOB_NAME, {"n": n}) for n in range(start, start + batch)])
+
+
+def raw_bulk_calls(statements: list[Statement], batch: int, count: int) -> None:
+    """``statements`` (what a schedule_jobs() of ``batch`` sent) sent again, past Django,
+    once for each ``batch`` of ``count``."""
+    raw_insert_calls(statements, count // batch)
+
+
 def record_schedule_job(atomic: bool) -> list[Statement]:
     """What one schedule_job() sends, in a transaction of its caller's or in autocommit."""
     from django.db import transaction
@@ -131,6 +157,8 @@ WAYS: dict[str, Callable[[int], None]] = {
     "task.enqueue() (JobsBackend)": task_enqueue_calls,
 }
 RAW = "raw INSERT (what schedule_job() sends)"
+BULK = "schedule_jobs()"
+RAW_BULK = "raw (what schedule_jobs() sends)"
 
 
 Times = dict[str, list[tuple[float, float]]]
@@ -142,10 +170,18 @@ def measure(options: Options, atomic: bool) -> Times:
 
     from django_jobs.models import Job
 
-    all_ways = {**WAYS, RAW: partial(raw_insert_calls, record_schedule_job(atomic))}
+    if options.batch:
+        bulk = options.batch
+        all_ways = {
+            BULK: partial(schedule_jobs_calls, bulk),
+            RAW_BULK: partial(raw_bulk_calls, record_schedule_jobs(harness.JOB_NAME, bulk), bulk),
+        }
+    else:
+        all_ways = {**WAYS, RAW: partial(raw_insert_calls, record_schedule_job(atomic))}
+        bulk = 10
     times: Times = {label: [] for label in all_ways}
     for way in all_ways.values():
-        way(10)  # warm up: imports, prepared statements
+        way(bulk)  # warm up: imports, prepared statements
     for number in range(options.rounds):
         ways = list(all_ways.items())
         for label, way in ways if number % 2 == 0 else reversed(ways):  # each goes first alike
@@ -186,12 +222,17 @@ def table_row(label: str, figures: list[tuple[float, float]], base: float) -> li
 
 
 def table(times: Times, title: str) -> list[str]:
-    base = statistics.median(wall for wall, _ in times["schedule_job()"])
+    way, raw_way = (BULK, RAW_BULK) if BULK in times else ("schedule_job()", RAW)
+    base = statistics.median(wall for wall, _ in times[way])
     rows = [table_row(label, figures, base) for label, figures in times.items()]
-    lines = [title, *harness.format_table(COLUMNS, rows).splitlines()]
-    if times.get(RAW):
-        raw = statistics.median(wall for wall, _ in times[RAW])
-        lines.append(f"schedule_job(): {base / raw:.2f}x the raw INSERT's time per call")
+    columns = BULK_COLUMNS if way == BULK else COLUMNS
+    lines = [title, *harness.format_table(columns, rows).splitlines()]
+    if times.get(raw_way):
+        raw = statistics.median(wall for wall, _ in times[raw_way])
+        if way == BULK:
+            lines.append(f"{way}: {raw / base:.2f} of the raw rate")
+        else:
+            lines.append(f"{way}: {base / raw:.2f}x the raw INSERT's time per call")
     return lines
 
 
@@ -201,8 +242,17 @@ def main(argv: list[str] | None = None) -> int:
     with harness.work_directory() as work_dir:
         setup_django(harness.temporary_sqlite_url(os.environ.get("DATABASE_URL", ""), work_dir))
         print(describe())
-        for atomic, how in ((False, "each call its own transaction"), (True, "one transaction")):
-            print(*table(measure(options, atomic), f"{how}: {rounds}"), sep="\n")
+        if options.batch:
+            rounds = f"{options.rounds} rounds x {options.jobs:,} jobs in calls of {options.batch}"
+            print(
+                *table(measure(options, False), f"{rounds}, alternating; median per job"), sep="\n"
+            )
+        else:
+            for atomic, how in (
+                (False, "each call its own transaction"),
+                (True, "one transaction"),
+            ):
+                print(*table(measure(options, atomic), f"{how}: {rounds}"), sep="\n")
         from django.db import connections
 
         connections.close_all()

@@ -338,6 +338,8 @@ def database_version() -> str:
 
     if connection.vendor == "sqlite":
         query = "SELECT sqlite_version()"
+    elif connection.vendor == "mysql":
+        query = "SELECT VERSION()"
     else:
         query = "SELECT current_setting('server_version')"
     with connection.cursor() as cursor:

@@ -131,3 +131,44 @@ def copy_of(sql: str, rows: list[Any]) -> Statement:
     statement :meth:`Sender.send` replays: ``rows`` are its rows without their ids, which
     the statement before it returned."""
     return Statement(sql, rows)
+
+
+@contextmanager
+def copying() -> Iterator[list[tuple[str, list[Any]]]]:
+    """The ``COPY`` statements the PostgreSQL driver sends meanwhile, each with its rows'
+    values but their ids (``execute_wrapper`` does not see them): the same rows, for the
+    raw loop to copy again."""
+    from django.db import connection
+
+    from django_jobs.db import get_driver
+    from django_jobs.db.inserts import copied_values
+
+    copied: list[tuple[str, list[Any]]] = []
+    driver = get_driver()
+    if connection.vendor != "postgresql":
+        yield copied
+        return
+    original = driver.copy_jobs
+
+    def copy_jobs(rows: Any, now: Any) -> Any:
+        copied.append((driver.copy_text(), [copied_values(0, row)[1:] for row in rows]))
+        return original(rows, now)
+
+    driver.copy_jobs = copy_jobs
+    try:
+        yield copied
+    finally:
+        del driver.copy_jobs
+
+
+def record_schedule_jobs(name: str, size: int) -> list[Statement]:
+    """What one ``schedule_jobs()`` of ``size`` no-op jobs of ``name`` sends, with its
+    ``COPY`` (:func:`copy_of`) after the ids' statement where the driver copies."""
+    from django_jobs.scheduling import JobSpec, schedule_jobs
+
+    with recording() as statements, copying() as copied:
+        schedule_jobs([JobSpec(name, {"n": number}) for number in range(size)])
+    if copied:  # PostgreSQL's bulk path: the COPY goes after the ids' statement
+        [(sql, rows)] = copied
+        statements.insert(1, copy_of(sql, rows))
+    return statements

@@ -57,7 +57,7 @@ from typing import Any
 import common
 import harness  # bench/harness.py, on the path once common is imported
 from harness import JOB_NAME, QUEUE, BenchError
-from raw_statements import Sender, Statement, copy_of, only, recording
+from raw_statements import Sender, Statement, only, record_schedule_jobs, recording
 
 #: The owner of the statements sent only to record them.
 RECORDING_OWNER = "raw-recording"
@@ -83,34 +83,6 @@ class Span:
 
 
 # -- the databases ---------------------------------------------------------------------
-
-
-@contextmanager
-def copying() -> Iterator[list[tuple[str, list[Any]]]]:
-    """The ``COPY`` statements the PostgreSQL driver sends meanwhile, each with its rows'
-    values but their ids (``execute_wrapper`` does not see them): the same rows, for the
-    raw loop to copy again."""
-    from django.db import connection
-
-    from django_jobs.db import get_driver
-    from django_jobs.db.inserts import copied_values
-
-    copied: list[tuple[str, list[Any]]] = []
-    driver = get_driver()
-    if connection.vendor != "postgresql":
-        yield copied
-        return
-    original = driver.copy_jobs
-
-    def copy_jobs(rows: Any, now: Any) -> Any:
-        copied.append((driver.copy_text(), [copied_values(0, row)[1:] for row in rows]))
-        return original(rows, now)
-
-    driver.copy_jobs = copy_jobs
-    try:
-        yield copied
-    finally:
-        del driver.copy_jobs
 
 
 class PostgresLimit:
@@ -382,18 +354,13 @@ class Raw(common.System):
         from django.db import connection
 
         from django_jobs import schedule_job
-        from django_jobs.scheduling import JobSpec, schedule_jobs
 
         connection.ensure_connection()  # not its set-up statements among schedule_job()'s
         with recording() as self.one:
             schedule_job(JOB_NAME, {"n": 0})
         sizes = {min(options.batch, options.jobs), options.jobs % options.batch} - {0}
         for size in sizes:
-            with recording() as self.many[size], copying() as copied:
-                schedule_jobs([JobSpec(JOB_NAME, {"n": number}) for number in range(size)])
-            if copied:  # PostgreSQL's bulk path: the COPY goes after the ids' statement
-                [(sql, rows)] = copied
-                self.many[size].insert(1, copy_of(sql, rows))
+            self.many[size] = record_schedule_jobs(JOB_NAME, size)
         self.delete_jobs()
         self.limit.record(self.request(RECORDING_OWNER))
 

@@ -22,7 +22,7 @@ def test_bench_enqueue_table_gives_each_way_its_ratio_to_schedule_job():
 def test_bench_enqueue_refuses_no_rounds():
     with pytest.raises(SystemExit):
         enqueue.parse_options(["--rounds", "0"])
-    assert enqueue.parse_options([]) == enqueue.Options(jobs=2000, rounds=5)
+    assert enqueue.parse_options([]) == enqueue.Options(jobs=2000, rounds=5, batch=0)
 
 
 def test_bench_enqueue_table_gives_schedule_job_against_the_raw_insert():
@@ -33,3 +33,17 @@ def test_bench_enqueue_table_gives_schedule_job_against_the_raw_insert():
     *_, raw, line = enqueue.table(times, "title")
     assert raw.split()[-4:] == ["1000", "1,000", "0.77", "200"]
     assert line == "schedule_job(): 1.30x the raw INSERT's time per call"
+
+
+def test_bench_enqueue_table_gives_the_bulk_way_as_a_share_of_the_raw_rate():
+    times = {enqueue.BULK: [(20e-6, 11e-6)], enqueue.RAW_BULK: [(15e-6, 6e-6)]}
+    title, header, bulk, raw, line = enqueue.table(times, "title")
+    assert header.split() == ["way", "us/job", "jobs/s", "ratio", "CPU", "us/job"]
+    assert bulk.split()[-4:] == ["20", "50,000", "1.00", "11"]
+    assert line == "schedule_jobs(): 0.75 of the raw rate"
+
+
+def test_bench_enqueue_refuses_a_batch_that_does_not_divide_the_jobs():
+    with pytest.raises(SystemExit):
+        enqueue.parse_options(["--jobs", "1000", "--batch", "300"])
+    assert enqueue.parse_options(["--batch", "500"]).batch == 500

@@ -166,3 +166,15 @@ def test_bench_enqueue_raw_insert_enqueues_as_schedule_job_does(atomic: bool) ->
     assert "schedule_job(unique_key=)" in times
     assert all(len(figures) == 2 for figures in times.values())
     assert Job.objects.count() == 0
+
+
+def test_bench_enqueue_in_bulk_sends_again_what_a_bulk_call_sends() -> None:
+    """schedule_jobs() in calls of 100 (on PostgreSQL, a COPY) beside the same calls sent
+    again past Django; each round of each counts its jobs."""
+    enqueue = load_bench_module("enqueue")
+
+    times = enqueue.measure(enqueue.Options(jobs=200, rounds=2, batch=100), atomic=False)
+
+    assert list(times) == [enqueue.BULK, enqueue.RAW_BULK]
+    assert all(len(figures) == 2 for figures in times.values())
+    assert Job.objects.count() == 0
