@@ -205,11 +205,12 @@ class Driver(Statements):
         wrote; the id of each row, None for one passed over."""
         ids: list[int | None] = []
         size = len(rows) if len(rows) == 1 else self.insert_batch
+        adapt = self.adapter()
         for start in range(0, len(rows), size):
             batch = rows[start : start + size]
             text = partial(self.insert_text, len(batch))
             sql = self.text("insert_jobs", text) if len(batch) == 1 else text()
-            params = [value for row in batch for value in inserted_values(row, self.adapt)]
+            params = [value for row in batch for value in inserted_values(row, adapt)]
             with self.hot_cursor() as cursor:
                 cursor.execute(sql, params)
                 ids += written_ids(batch, cursor.fetchall())

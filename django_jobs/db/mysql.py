@@ -363,7 +363,8 @@ class MySQLDriver(Driver):
         )
         values = ", ".join([one] * len(rows))
         sql = f"INSERT{ignore} INTO {self.job_table} ({columns}) VALUES {values}"
-        params = [value for row in rows for value in inserted_values(row, self.adapt)]
+        adapt = self.adapter()
+        params = [value for row in rows for value in inserted_values(row, adapt)]
         with self.cursor() as cursor:
             if len(rows) == 1:
                 cursor.execute(sql, params)

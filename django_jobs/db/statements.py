@@ -86,6 +86,23 @@ class Statements:
     def adapt(self, value: datetime | None) -> Any:
         return None if value is None else self.connection.ops.adapt_datetimefield_value(value)
 
+    def adapter(self) -> Callable[[datetime | None], Any]:
+        """:meth:`adapt` for the rows of one insert, each time adapted once: the rows of a
+        bulk call mostly share their times, and each adaptation looks the connection up
+        and converts the time (equal times adapt alike, whatever their zone)."""
+        adapt = self.connection.ops.adapt_datetimefield_value
+        adapted: dict[datetime, Any] = {}
+
+        def adapt_once(value: datetime | None) -> Any:
+            if value is None:
+                return None
+            found = adapted.get(value)
+            if found is None:
+                found = adapted[value] = adapt(value)
+            return found
+
+        return adapt_once
+
     @contextmanager
     def write_transaction(self) -> Iterator[None]:
         """A transaction for a group of writes on the jobs tables."""
