@@ -6,7 +6,7 @@ from contextlib import ExitStack
 from datetime import timedelta
 
 import pytest
-from django.db import connection, connections
+from django.db import connection
 from django.test.utils import CaptureQueriesContext, override_settings
 
 from django_jobs import schedule_job
@@ -15,6 +15,7 @@ from django_jobs.db.records import LANE_WINDOW, QueueLimits
 from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import START
 from tests.support.plans import explain, scans, sorts
+from tests.support.racing import race
 from tests.support.triggers import refusing
 
 pytestmark = pytest.mark.django_db
@@ -99,32 +100,19 @@ def test_claim_query_count_does_not_grow_with_the_batch(make_job, django_assert_
 def test_claim_concurrent_claimers_never_take_one_job_twice(make_job):
     jobs = [make_job() for _ in range(60)]
     claimed: list[int] = []
-    errors: list[BaseException] = []
     lock = threading.Lock()
-    barrier = threading.Barrier(4)
 
     def run(owner: str) -> None:
-        try:
-            barrier.wait()
-            while True:
-                got = claim(limit=3, owner=owner)
-                if not got:
-                    if not Job.objects.filter(status=JobStatus.PENDING).exists():
-                        return
-                    continue
-                with lock:
-                    claimed.extend(c.id for c in got)
-        except BaseException as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-        finally:
-            connections.close_all()
+        while True:
+            got = claim(limit=3, owner=owner)
+            if not got:
+                if not Job.objects.filter(status=JobStatus.PENDING).exists():
+                    return
+                continue
+            with lock:
+                claimed.extend(c.id for c in got)
 
-    threads = [threading.Thread(target=run, args=(f"w{i}",)) for i in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    assert not errors
+    assert race([f"w{i}" for i in range(4)], run) == []
     assert sorted(claimed) == sorted(job.pk for job in jobs)
     assert Attempt.objects.count() == 60
 

@@ -20,6 +20,7 @@ from django_jobs.db.records import QueueLimits, Rate, Settlement
 from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Queue
 from django_jobs.registry import queue_limits
 from tests.conftest import START
+from tests.support.racing import race
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -50,28 +51,6 @@ def success(job_id: int, owner: str = "w1", at=START) -> Settlement:
 
 def settle(*job_ids: int) -> None:
     assert get_driver().settle([success(job_id) for job_id in job_ids]).lost == []
-
-
-def race(owners: list[str], work: Callable[[str], object]) -> list[BaseException]:
-    """``work(owner)`` on a thread of each owner, started at once; what they raised."""
-    errors: list[BaseException] = []
-    start = threading.Barrier(len(owners))
-
-    def run(owner: str) -> None:
-        try:
-            start.wait()
-            work(owner)
-        except BaseException as exc:  # noqa: BLE001 - the caller asserts on them
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=run, args=(owner,)) for owner in owners]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(60)
-    return errors
 
 
 @contextmanager

@@ -7,7 +7,6 @@ import threading
 from datetime import timedelta
 
 import pytest
-from django.db import connections
 
 from django_jobs.db import get_driver
 from django_jobs.models import Job, JobStatus, Leader, RecurringJob
@@ -17,6 +16,7 @@ from django_jobs.worker.clock import SystemClock
 from django_jobs.worker.leader.leadership import NAME, Leadership
 from tests.conftest import START, wait_until
 from tests.support.leaders import believing_it_leads
+from tests.support.racing import race
 
 LEASE = 30
 
@@ -72,28 +72,15 @@ def test_a_row_written_by_hand_with_no_expiry_is_free():
     assert (row.owner, row.epoch) == ("a", 8)
 
 
-def race(owners: list[str], when) -> dict[str, str]:
+def race_for_the_lease(owners: list[str], when) -> dict[str, str]:
     """Each owner asks for the lease on a thread and a connection of its own, all at
     once; what each was told holds it."""
-    barrier = threading.Barrier(len(owners))
     seen: dict[str, str] = {}
-    errors: list[BaseException] = []
 
     def ask(owner: str) -> None:
-        try:
-            barrier.wait(5)
-            seen[owner] = get_driver().leader.lead(NAME, owner, when, LEASE).owner
-        except BaseException as error:  # noqa: BLE001 - reported below
-            errors.append(error)
-        finally:
-            connections.close_all()
+        seen[owner] = get_driver().leader.lead(NAME, owner, when, LEASE).owner
 
-    threads = [threading.Thread(target=ask, args=(owner,)) for owner in owners]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(20)
-    assert errors == []
+    assert race(owners, ask) == []
     return seen
 
 
@@ -103,7 +90,7 @@ def test_processes_racing_for_an_empty_table_elect_exactly_one():
     # every round has one leader, and all agree on it.
     for round_ in range(20):
         Leader.objects.all().delete()
-        seen = race([f"w{n}" for n in range(8)], START + timedelta(minutes=round_))
+        seen = race_for_the_lease([f"w{n}" for n in range(8)], START + timedelta(minutes=round_))
         assert len(set(seen.values())) == 1, seen
         [row] = Leader.objects.all()
         assert (row.owner, row.epoch) == (next(iter(seen.values())), 1)
@@ -115,7 +102,7 @@ def test_processes_racing_for_a_lapsed_lease_elect_exactly_one():
     for round_ in range(1, 11):
         when = START + timedelta(seconds=LEASE * 2 * round_)  # the last lease has lapsed
         # New names each round: the last holder, asking again, would renew its own epoch.
-        seen = race([f"r{round_}w{n}" for n in range(8)], when)
+        seen = race_for_the_lease([f"r{round_}w{n}" for n in range(8)], when)
         assert len(set(seen.values())) == 1, seen
         assert Leader.objects.get().epoch == round_ + 1
 
