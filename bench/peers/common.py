@@ -175,6 +175,16 @@ def wait_until(
 # -- phases -------------------------------------------------------------------
 
 
+def warm_up(system: System, options: Options) -> None:
+    """One untimed call of each way the system enqueues, its jobs deleted: a process's
+    first call pays what no later call does (imports, statements prepared), about 40 ms
+    of django-jobs' first bulk call, a fifth of the bulk phase of 5,000 jobs."""
+    if system.bulk_api:
+        system.enqueue_many(range(min(options.batch, options.jobs)))
+    system.enqueue_one(0)
+    system.delete_jobs()
+
+
 def enqueue_in_bulk(system: System, options: Options) -> float:
     start = time.perf_counter()
     for first in range(0, options.jobs, options.batch):
@@ -272,6 +282,7 @@ def run(system: System, options: Options) -> Result:
     system.prepare()
     result.database = system.describe_database()
     system.delete_jobs()
+    warm_up(system, options)
     if system.bulk_api:
         result.bulk_rate = enqueue_in_bulk(system, options)
         system.delete_jobs()

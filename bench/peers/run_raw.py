@@ -479,6 +479,7 @@ def run(system: Raw, options: common.Options) -> common.Result:
     result.database = system.describe_database()
     system.record(options)
     with system.limit.replayer() as system.send:
+        common.warm_up(system, options)
         result.bulk_rate = common.enqueue_in_bulk(system, options)
         system.delete_jobs()
         result.one_by_one_rate = common.enqueue_one_by_one(system, options)

@@ -189,6 +189,35 @@ def test_peers_drivers_take_their_own_options_beside_the_shared_ones(tmp_path: P
         common.parse_options([*shared, "--workers", "4"])
 
 
+@pytest.mark.parametrize("bulk_api", ["schedule_jobs()", ""], ids=["bulk", "no bulk call"])
+def test_peers_warm_each_way_of_enqueuing_up_untimed_and_leave_no_job(
+    tmp_path: Path, bulk_api: str
+) -> None:
+    common = load_bench_module("peers/common")
+    calls: list[tuple[str, Any]] = []
+
+    class System:
+        def __init__(self) -> None:
+            self.bulk_api = bulk_api
+
+        def enqueue_many(self, numbers: range) -> None:
+            calls.append(("many", numbers))
+
+        def enqueue_one(self, number: int) -> None:
+            calls.append(("one", number))
+
+        def delete_jobs(self) -> None:
+            calls.append(("delete", None))
+
+    system = System()
+    options = common.Options(1200, 0, 500, 9.0, tmp_path, tmp_path / "r.json")
+
+    common.warm_up(system, options)
+
+    bulk = [("many", range(500))] if bulk_api else []
+    assert calls == [*bulk, ("one", 0), ("delete", None)]
+
+
 def test_peers_drivers_common_part_needs_nothing_beyond_the_standard_library() -> None:
     """A peer's virtualenv has no django_jobs (nor this Django): common and the harness it
     imports must load without any site-packages."""
