@@ -480,8 +480,7 @@ def run(system: Raw, options: common.Options) -> common.Result:
     system.record(options)
     with system.limit.replayer() as system.send:
         common.warm_up(system, options)
-        result.bulk_rate = common.enqueue_in_bulk(system, options)
-        system.delete_jobs()
+        result.bulk_rate = common.bulk_rate(system, options)
         result.one_by_one_rate = common.enqueue_one_by_one(system, options)
         for number, connections in enumerate(system.connections):
             if number:

@@ -218,6 +218,28 @@ def test_peers_warm_each_way_of_enqueuing_up_untimed_and_leave_no_job(
     assert calls == [*bulk, ("one", 0), ("delete", None)]
 
 
+def test_peers_report_the_median_of_the_bulk_enqueues_each_on_an_empty_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    common = load_bench_module("peers/common")
+    rates = iter([30_000.0, 10_000.0, 20_000.0])
+    events: list[str] = []
+
+    def enqueue_in_bulk(system: Any, options: Any) -> float:
+        events.append("bulk")
+        return next(rates)
+
+    class System:
+        def delete_jobs(self) -> None:
+            events.append("delete")
+
+    monkeypatch.setattr(common, "enqueue_in_bulk", enqueue_in_bulk)
+    options = common.Options(1000, 0, 500, 9.0, tmp_path, tmp_path / "r.json")
+
+    assert common.bulk_rate(System(), options) == 20_000.0
+    assert events == ["bulk", "delete"] * common.BULK_ROUNDS
+
+
 def test_peers_drivers_common_part_needs_nothing_beyond_the_standard_library() -> None:
     """A peer's virtualenv has no django_jobs (nor this Django): common and the harness it
     imports must load without any site-packages."""
