@@ -2,6 +2,7 @@
 loop; the names each lane claims; a CancelledError of the handler's own is a failure."""
 
 import threading
+from functools import partial
 
 import pytest
 
@@ -12,6 +13,7 @@ from django_jobs.worker import Worker, serve
 from django_jobs.worker.clock import SystemClock
 from django_jobs.worker.dispatcher import Dispatcher
 from tests.conftest import START, wait_until
+from tests.support.threads import in_a_thread
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -56,14 +58,8 @@ def test_the_server_runs_async_handlers_on_its_loop_and_sync_ones_on_threads(set
         "QUEUES": {"default": {"workers": 1, "async_concurrency": 5}},
     }
     jobs = schedule_jobs([{"job": "tests.async_where"}] * 10 + [{"job": "tests.ok"}] * 3)
-    stop = threading.Event()
-    thread = threading.Thread(target=serve, args=(Worker(clock=SystemClock()), stop))
-    thread.start()
-    try:
+    with in_a_thread(partial(serve, Worker(clock=SystemClock()))) as thread:
         wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 13, timeout=20)
-    finally:
-        stop.set()
-        thread.join(10)
     assert not thread.is_alive()
     results = {job.result for job in Job.objects.filter(pk__in=[j.pk for j in jobs[:10]])}
     assert results == {"django-jobs-loop"}

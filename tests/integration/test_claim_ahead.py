@@ -11,6 +11,7 @@ from django_jobs.worker.ahead import MOST_AHEAD
 from django_jobs.worker.clock import SystemClock
 from tests.conftest import wait_until
 from tests.support.jobs import SLEPT
+from tests.support.threads import in_a_thread
 
 FAST = {"POLL_SECONDS": 0.02, "MAINTENANCE_SECONDS": 0.1, "RETRY_BASE_SECONDS": 0}
 THREADS = 2
@@ -150,13 +151,7 @@ def test_a_dispatcher_times_its_claims_to_know_how_many_jobs_to_hold_ahead(setti
     schedule_jobs([{"job": "tests.sleepy", "payload": {"seconds": 0}}] * 30)
     server = Server(Worker(clock=SystemClock()).parts())
     [state] = [d.state for d in server.dispatchers if type(d) is Dispatcher]  # the threads' lane
-    stop = threading.Event()
-    thread = threading.Thread(target=server.run, args=(stop,))
-    thread.start()
-    try:
+    with in_a_thread(server.run):
         wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 30, timeout=20)
-    finally:
-        stop.set()
-        thread.join(10)
     assert state.pace.claim_average is not None and state.pace.claim_average > 0
     assert state.pace.ahead >= 1  # short jobs: held ahead

@@ -1,4 +1,5 @@
 import threading
+from functools import partial
 
 import pytest
 
@@ -10,6 +11,7 @@ from django_jobs.worker.clock import DatabaseClock, SystemClock
 from django_jobs.worker.connections import guarded
 from tests.conftest import wait_until
 from tests.support.jobs import ok
+from tests.support.threads import in_a_thread
 
 FAST = {"POLL_SECONDS": 0.02, "MAINTENANCE_SECONDS": 0.1, "RETRY_BASE_SECONDS": 0}
 
@@ -20,16 +22,10 @@ def test_worker_run_serves_on_threads_until_stopped(settings):
     schedule_jobs([{"job": ok, "payload": n} for n in range(30)] + [{"job": "tests.emails"}] * 3)
     worker = Worker(clock=SystemClock())
     assert worker.queues == {"default": 3, "emails": 1}
-    stop = threading.Event()
-    thread = threading.Thread(target=serve, args=(worker, stop))
-    thread.start()
-    try:
+    with in_a_thread(partial(serve, worker)) as thread:
         wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 33)
         schedule_job(ok, "late")  # a job enqueued while the worker idles is picked up
         wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 34)
-    finally:
-        stop.set()
-        thread.join(10)
     assert not thread.is_alive()
 
 
@@ -80,10 +76,7 @@ def test_worker_timed_out_handler_that_ignores_ctx_is_not_a_success(settings, ca
     settings.DJANGO_JOBS = {**FAST, "QUEUES": {"default": {"workers": 2}}}
     stubborn = schedule_job("tests.stubborn", 4.0)  # keeps its thread for 4 s, timeout 0.3 s
     worker = Worker(clock=SystemClock())
-    stop = threading.Event()
-    thread = threading.Thread(target=serve, args=(worker, stop))
-    thread.start()
-    try:
+    with in_a_thread(partial(serve, worker)):
         wait_until(lambda: Job.objects.get(pk=stubborn.pk).status == JobStatus.DEAD_LETTERED)
         others = schedule_jobs([{"job": ok}] * 5)
         wait_until(
@@ -93,9 +86,6 @@ def test_worker_timed_out_handler_that_ignores_ctx_is_not_a_success(settings, ca
         )
         assert "result dropped" not in caplog.text  # the other thread served them meanwhile
         wait_until(lambda: "result dropped" in caplog.text, timeout=8)
-    finally:
-        stop.set()
-        thread.join(10)
     stubborn.refresh_from_db()
     assert stubborn.status == JobStatus.DEAD_LETTERED  # the late return changed nothing
     assert stubborn.last_error.startswith("TimedOut")

@@ -15,7 +15,7 @@ from django_jobs.db.records import LANE_WINDOW, QueueLimits
 from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import START
 from tests.support.plans import explain, scans, sorts
-from tests.support.racing import race
+from tests.support.threads import race
 from tests.support.triggers import refusing
 
 pytestmark = pytest.mark.django_db

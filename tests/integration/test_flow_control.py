@@ -20,7 +20,7 @@ from django_jobs.db.records import QueueLimits, Rate, Settlement
 from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Queue
 from django_jobs.registry import queue_limits
 from tests.conftest import START
-from tests.support.racing import race
+from tests.support.threads import race
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -5,6 +5,7 @@ chores to the leader."""
 import logging
 import threading
 from datetime import timedelta
+from functools import partial
 
 import pytest
 
@@ -16,7 +17,7 @@ from django_jobs.worker.clock import SystemClock
 from django_jobs.worker.leader.leadership import NAME, Leadership
 from tests.conftest import START, wait_until
 from tests.support.leaders import believing_it_leads
-from tests.support.racing import race
+from tests.support.threads import in_a_thread, race
 
 LEASE = 30
 
@@ -215,10 +216,7 @@ def test_a_follower_runs_no_chore_until_the_leader_lease_lapses_then_takes_it_ov
         name="yearly", cron="0 0 1 1 *", job_name="tests.ok", next_run_at=now
     )
     worker = Worker(clock=SystemClock())
-    stop = threading.Event()
-    thread = threading.Thread(target=serve, args=(worker, stop))
-    thread.start()
-    try:
+    with in_a_thread(partial(serve, worker)) as thread:
         threading.Event().wait(0.8)  # many maintenance passes: none ran a chore
         assert Job.objects.get(pk=lost.pk).status == JobStatus.RUNNING
         assert not Job.objects.filter(schedule="yearly").exists()
@@ -229,9 +227,6 @@ def test_a_follower_runs_no_chore_until_the_leader_lease_lapses_then_takes_it_ov
         assert Job.objects.filter(schedule="yearly").count() == 1
         assert Leader.objects.get().owner == worker.owner
         assert Leader.objects.get().epoch == 2
-    finally:
-        stop.set()
-        thread.join(10)
     assert not thread.is_alive()
     # At its stop it handed the lease over.
     assert Leader.objects.get().expires_at <= SystemClock().now()

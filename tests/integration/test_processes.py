@@ -1,5 +1,5 @@
-import threading
 from datetime import timedelta
+from functools import partial
 
 import pytest
 
@@ -9,6 +9,7 @@ from django_jobs.worker import Worker, serve
 from django_jobs.worker.clock import DatabaseClock, SystemClock
 from django_jobs.worker.processes import refresh_worker, register_worker
 from tests.conftest import START, wait_until
+from tests.support.threads import in_a_thread
 
 
 @pytest.mark.django_db
@@ -37,14 +38,8 @@ def test_maintenance_sweeps_long_gone_workers(worker, clock):
 def test_running_worker_is_registered_until_it_stops(settings):
     settings.DJANGO_JOBS = {"POLL_SECONDS": 0.02}
     w = Worker(["default"], clock=SystemClock())
-    stop = threading.Event()
-    thread = threading.Thread(target=serve, args=(w, stop))
-    thread.start()
-    try:
+    with in_a_thread(partial(serve, w)):
         wait_until(lambda: WorkerProcess.objects.filter(id=w.owner).exists())
-    finally:
-        stop.set()
-        thread.join(10)
     assert not WorkerProcess.objects.exists()
 
 
@@ -54,14 +49,8 @@ def test_running_worker_reports_the_jobs_it_ran_with_its_heartbeat(settings, mak
     for _ in range(3):
         make_job()
     w = Worker(["default"], clock=SystemClock())
-    stop = threading.Event()
-    thread = threading.Thread(target=serve, args=(w, stop))
-    thread.start()
-    try:
+    with in_a_thread(partial(serve, w)):
         wait_until(lambda: WorkerProcess.objects.filter(id=w.owner, jobs_run=3).exists(), timeout=5)
-    finally:
-        stop.set()
-        thread.join(10)
 
 
 class SkewedHostClock:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -29,6 +29,7 @@ from django_jobs.worker import Worker, serve  # noqa: E402
 from django_jobs.worker.clock import SystemClock  # noqa: E402
 from tests.conftest import wait_until  # noqa: E402
 from tests.support import tasks  # noqa: E402
+from tests.support.threads import in_a_thread
 
 pytestmark = pytest.mark.django_db
 
@@ -207,14 +208,8 @@ def test_task_failures_finished_from_the_settler_thread_carries_the_error(settin
     one_attempt(settings)
     queued = tasks.fail.enqueue("served")
     worker = Worker(clock=SystemClock())
-    stop = threading.Event()
-    thread = threading.Thread(target=serve, args=(worker, stop))
-    thread.start()
-    try:
+    with in_a_thread(partial(serve, worker)):
         wait_until(lambda: finished, timeout=10)
-    finally:
-        stop.set()
-        thread.join(10)
     [(result, error)] = finished
     assert (result.id, result.status) == (queued.id, TaskResultStatus.FAILED)
     assert isinstance(error, ValueError) and str(error) == "served"

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import logging
 import sys
-import threading
 from datetime import timedelta
+from functools import partial
 from io import StringIO
 from typing import Any
 
@@ -30,6 +30,7 @@ from django_jobs.worker import Worker, serve  # noqa: E402
 from django_jobs.worker.clock import SystemClock  # noqa: E402
 from tests.conftest import wait_until  # noqa: E402
 from tests.support import tasks  # noqa: E402
+from tests.support.threads import in_a_thread
 
 pytestmark = pytest.mark.django_db
 
@@ -103,10 +104,7 @@ def test_task_names_timeout_of_job_options_ends_the_attempt(settings):
     queued = tasks.slow.enqueue(1.0)
     quick = tasks.slow.enqueue(0)
     worker = Worker(clock=SystemClock())
-    stop = threading.Event()
-    thread = threading.Thread(target=serve, args=(worker, stop))
-    thread.start()
-    try:
+    with in_a_thread(partial(serve, worker)):
         wait_until(
             lambda: (
                 set(Job.objects.values_list("status", flat=True))
@@ -114,9 +112,6 @@ def test_task_names_timeout_of_job_options_ends_the_attempt(settings):
             ),
             timeout=10,
         )
-    finally:
-        stop.set()
-        thread.join(10)
     result = backend().get_result(queued.id)
     assert result.status == TaskResultStatus.FAILED
     assert [e.exception_class for e in result.errors] == [TaskTimedOut]

@@ -1,4 +1,4 @@
-"""Threads that race: each runs its part on a connection of its own, all let go at once.
+"""Threads in tests: racers let go at once, and a worker served for the length of a block.
 
 What the database must keep apart when callers meet (claims, leases, limits) is tried
 by starting them together at a barrier; each thread closes its connections when done.
@@ -7,7 +7,8 @@ by starting them together at a barrier; each thread closes its connections when 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 from django.db import connections
 
@@ -39,3 +40,17 @@ def race(owners: Iterable[str], work: Callable[[str], object]) -> list[BaseExcep
     if stuck:
         errors.append(TimeoutError(f"racers still running after {END_SECONDS} s: {stuck}"))
     return errors
+
+
+@contextmanager
+def in_a_thread(run: Callable[[threading.Event], object]) -> Iterator[threading.Thread]:
+    """``run(stop)`` on a thread for the block (a worker's ``serve``, a server's ``run``);
+    when the block ends, however it ends, ``stop`` set and the thread joined."""
+    stop = threading.Event()
+    thread = threading.Thread(target=run, args=(stop,))
+    thread.start()
+    try:
+        yield thread
+    finally:
+        stop.set()
+        thread.join(10)
