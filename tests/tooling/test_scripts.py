@@ -50,6 +50,21 @@ def test_scripts_test_without_python_312_says_what_is_missing(scripts_copy, tmp_
     assert not (scripts_copy.parent / ".venv").exists()
 
 
+@pytest.mark.parametrize("databases", ["sqlite,mariadb", "mysql"])
+def test_scripts_test_refuses_a_database_it_does_not_know(scripts_copy, databases):
+    """Else it would run no suite and pass."""
+    result = subprocess.run(
+        ["bash", str(scripts_copy / "test")],
+        env={"PATH": "/usr/bin:/bin", "JOBS_TEST_DATABASES": databases},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"unknown database {databases} (known, space-separated:")
+    assert not (scripts_copy.parent / ".venv").exists()
+
+
 # Stands in for Python 3.12 on PATH (find_python's probe, `--version`) and for the virtualenvs'
 # pythons, which record how bench/peers.py was started instead of running it.
 FAKE_PYTHON_312 = """#!/bin/sh
