@@ -218,26 +218,33 @@ def test_peers_warm_each_way_of_enqueuing_up_untimed_and_leave_no_job(
     assert calls == [*bulk, ("one", 0), ("delete", None)]
 
 
-def test_peers_report_the_median_of_the_bulk_enqueues_each_on_an_empty_table(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(("jobs", "rounds"), [(1000, 20), (5000, 4), (20_000, 3), (50_000, 3)])
+def test_peers_report_the_bulk_enqueue_over_rounds_of_20000_jobs_each_on_an_empty_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int, rounds: int
 ) -> None:
+    """All the rounds' jobs over all their time: a round that a full garbage collection
+    fell in counts as much as its jobs do, no more and no less."""
     common = load_bench_module("peers/common")
-    rates = iter([30_000.0, 10_000.0, 20_000.0])
+    seconds = iter([0.5, 0.1, 0.3] + [0.2] * 17)
     events: list[str] = []
+    timed: list[float] = []
 
     def enqueue_in_bulk(system: Any, options: Any) -> float:
         events.append("bulk")
-        return next(rates)
+        timed.append(next(seconds))
+        return timed[-1]
 
     class System:
         def delete_jobs(self) -> None:
             events.append("delete")
 
     monkeypatch.setattr(common, "enqueue_in_bulk", enqueue_in_bulk)
-    options = common.Options(1000, 0, 500, 9.0, tmp_path, tmp_path / "r.json")
+    options = common.Options(jobs, 0, 500, 9.0, tmp_path, tmp_path / "r.json")
 
-    assert common.bulk_rate(System(), options) == 20_000.0
-    assert events == ["bulk", "delete"] * common.BULK_ROUNDS
+    rate = common.bulk_rate(System(), options)
+
+    assert events == ["bulk", "delete"] * rounds
+    assert rate == pytest.approx(rounds * jobs / sum(timed))
 
 
 def test_peers_drivers_common_part_needs_nothing_beyond_the_standard_library() -> None:
