@@ -34,7 +34,9 @@ the claim reads more of them.
 PostgreSQL only (the horizon it shows is PostgreSQL's). The jobs tables are emptied
 first: do not point it at a database whose jobs you want to keep. The jobs tables keep
 their own autovacuum settings (migration 0019); ``--server-autovacuum`` resets them to the
-server's for the run (the comparison in the performance page).
+server's for the run (the comparison in the performance page). The report names the
+server's ``autovacuum_naptime``, how often autovacuum visits the database at most (a
+server setting: ``ALTER SYSTEM SET autovacuum_naptime = '10s'``, then a reload).
 """
 
 from __future__ import annotations
@@ -127,6 +129,9 @@ class Run:
     #: The shares of the load enqueued with a unique key, and as keyed jobs (their own queue).
     unique: float = 0.0
     keyed: float = 0.0
+    #: The server's ``autovacuum_naptime``: how often autovacuum visits each database, at
+    #: most (60 s by default), whatever the tables' own settings.
+    naptime: str = ""
 
 
 def parse(argv: list[str] | None) -> Any:
@@ -196,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         own = not args.server_autovacuum
         run = Run(rate, calibrated, args.minutes, args.hold_at, args.hold, own)
         run.retention_seconds, run.unique, run.keyed = args.retention, args.unique, args.keyed
+        run.naptime = server_setting("autovacuum_naptime")
         try:
             soak(run, args, work)
         finally:
@@ -216,7 +222,9 @@ def load(path: Path) -> Run:
     data = json.loads(path.read_text())
     fields = {name: data[name] for name in ("rate", "calibrated", "minutes", "hold_at", "hold")}
     samples = [Sample(**sample) for sample in data["samples"]]
-    return Run(**fields, autovacuum=data["autovacuum"], samples=samples)
+    return Run(
+        **fields, autovacuum=data["autovacuum"], samples=samples, naptime=data.get("naptime", "")
+    )
 
 
 def autovacuum(own: bool) -> None:
@@ -544,7 +552,16 @@ def report(run: Run) -> None:
 
 
 def autovacuum_label(run: Run) -> str:
-    return "the tables' own (migration 0019)" if run.autovacuum else "the server's defaults"
+    label = "the tables' own (migration 0019)" if run.autovacuum else "the server's defaults"
+    return f"{label}, naptime {run.naptime}" if run.naptime else label
+
+
+def server_setting(name: str) -> str:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT current_setting(%s)", [name])
+        return str(cursor.fetchone()[0])
 
 
 def database() -> dict[str, Any]:
