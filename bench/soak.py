@@ -557,11 +557,11 @@ def autovacuum_label(run: Run) -> str:
 
 
 def server_setting(name: str) -> str:
+    """One of the server's settings, through Django's connection."""
     from django.db import connection
 
     with connection.cursor() as cursor:
-        cursor.execute("SELECT current_setting(%s)", [name])
-        return str(cursor.fetchone()[0])
+        return harness.server_settings(cursor, (name,))[name]
 
 
 def database() -> dict[str, Any]:
