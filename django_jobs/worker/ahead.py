@@ -8,7 +8,8 @@ worth of room is free: the next batch is claimed while the current one
 runs. It holds one per thread, or as many as the threads run while a claim
 takes its round trip and commit (the claims' running average against the
 jobs'), at most :data:`MOST_AHEAD`: jobs that take a tenth of a claim keep
-their threads busy through it. Bounded both ways:
+their threads busy through it, and the claims are deep enough that their
+round trips and commits are not what the jobs wait for. Bounded both ways:
 
 - a waiting job is held no longer than :data:`HOLD_SECONDS` (and half a
   heartbeat): a job that waited longer is handed back (pending, the attempt
@@ -33,8 +34,10 @@ from ..db import ClaimedJob
 HOLD_SECONDS = 0.25
 #: The weight of the latest job in the running average of a queue's run times.
 WEIGHT = 0.2
-#: The most jobs per thread a dispatcher holds waiting for a thread.
-MOST_AHEAD = 3
+#: The most jobs per thread a dispatcher holds waiting for a thread. With three, two
+#: threads of no-op jobs waited on every claim of eight; with eight, their drain doubled
+#: on PostgreSQL (docs/performance.md, "Claims eight deep").
+MOST_AHEAD = 8
 
 
 class Waiting(NamedTuple):
