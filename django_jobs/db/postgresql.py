@@ -5,7 +5,8 @@
   ``WITH`` queries. It commits on its own (autocommit), so no transaction is
   ever left open between two round trips: a worker cut off mid-claim leaves
   nothing locked on the server.
-- A settle batch is one ``UPDATE ... FROM unnest(...)`` over the job rows,
+- A settle batch is one ``UPDATE ... FROM`` the settlements (one JSON array, one row
+  each) over the job rows,
   fenced on id, owner and attempt, that closes the attempt rows of the jobs
   it matched in the same statement. The lease renewal is one fenced UPDATE.
 - The statements' texts do not depend on how many rows they carry (arrays,
@@ -24,6 +25,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
@@ -69,6 +71,28 @@ T = TypeVar("T")
 CLAIMED_COLUMNS = (*CANDIDATE_COLUMNS, "priority")
 #: From this many new jobs with no unique key, the insert is a ``COPY``.
 COPY_ROWS = 100
+
+
+#: How the settle's statement reads each of :data:`SETTLED_COLUMNS` from its row of the
+#: JSON it binds (``->>`` gives text): the settlements of a claim or a batch go as one
+#: parameter, which psycopg sends as it is, where an array per column took it longer to
+#: adapt, value by value, than the server took to run the statement.
+SETTLED_CASTS = {
+    "id": "::bigint",
+    "attempt": "::integer",
+    "give_back": "::integer",
+    "run_at": "::timestamptz",
+    "finished_at": "::timestamptz",
+    "ended_at": "::timestamptz",
+}
+
+
+def iso_text(value: Any) -> str:
+    """A settlement's datetime as JSON holds it: ISO 8601, to the microsecond, with its
+    offset (the database's timestamptz reads it as it is)."""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    raise TypeError(f"a settlement holds a {type(value).__name__}, which JSON cannot")
 
 
 class ClaimedRow(NamedTuple):
@@ -564,11 +588,12 @@ class PostgresDriver(Driver):
 
     def settle_ctes_text(self) -> str:
         qn, job, attempts = self.qn, self.job_table, self.attempt_table
+        fields = ", ".join(
+            f"(e->>{i}){SETTLED_CASTS.get(column, '')} AS {column}"
+            for i, column in enumerate(SETTLED_COLUMNS)
+        )
         return (
-            "v AS (SELECT * FROM unnest(%s::bigint[], %s::text[], %s::integer[],"
-            " %s::text[], %s::timestamptz[], %s::timestamptz[], %s::text[], %s::integer[],"
-            " %s::text[], %s::text[], %s::timestamptz[], %s::text[], %s::text[])"
-            f" AS v({', '.join(SETTLED_COLUMNS)})),"
+            f"v AS (SELECT {fields} FROM jsonb_array_elements(%s::jsonb) AS e),"
             f" settled AS (UPDATE {job} j SET {self.settled_columns_sql('j', 'v')},"
             f" {qn('attempts_used')} = j.{qn('attempts_used')} - v.give_back,"
             f" {qn('result')} = COALESCE(v.result::jsonb, j.{qn('result')}),"
@@ -584,10 +609,11 @@ class PostgresDriver(Driver):
             f" AND a.{qn('number')} = settled.attempt AND a.{qn('outcome')} IS NULL)"
         )
 
-    def settle_params(self, settlements: Sequence[Settlement]) -> list[list[Any]]:
-        """The settlements as one array per column of :data:`SETTLED_COLUMNS`."""
+    def settle_params(self, settlements: Sequence[Settlement]) -> list[str]:
+        """The settlements as one JSON array of rows, each the values of
+        :data:`SETTLED_COLUMNS` in order (:data:`SETTLED_CASTS`)."""
         rows = settlement_values(settlements, SETTLED_COLUMNS)
-        return [[row[i] for row in rows] for i in range(len(SETTLED_COLUMNS))]
+        return [json.dumps(rows, ensure_ascii=False, separators=(",", ":"), default=iso_text)]
 
     def renew_sql(self, renewal: Renewal) -> tuple[str, list[Any]]:
         rows = renewal.values()

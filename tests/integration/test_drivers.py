@@ -1,6 +1,7 @@
 """One conformance suite for the driver of the database under test: claim, settle, renew."""
 
 import dataclasses
+import json
 import threading
 from contextlib import ExitStack
 from datetime import timedelta
@@ -470,6 +471,49 @@ def test_driver_settle_writes_each_attempts_traceback_and_none_for_a_success(mak
         get_driver().claim_and_settle(request(1), settlements)
     traces = dict(Attempt.objects.values_list("job_id", "traceback"))
     assert traces == {failing.id: trace, passing.id: ""}
+
+
+# Text a settle must write as it is given: quotes, backslashes, braces and commas (an
+# array's syntax), JSON's own escapes, a word that reads as NULL, lines, non-ASCII.
+AWKWARD = 'RuntimeError: "q" \\ \\" {a,b} [1] NULL \\u0041 \t\n\u00e9\u65e5\U0001f600 \''
+
+
+@pytest.mark.parametrize("way", ["settle", "claim_and_settle"])
+def test_driver_settle_writes_every_value_as_given_to_the_microsecond(make_job, way):
+    from datetime import timezone as tz
+
+    from django_jobs.models import AttemptOutcome
+    from django_jobs.outcomes import HandlerResult, decide
+    from django_jobs.retry_policy import RetryPolicy
+
+    make_job(max_attempts=3)
+    make_job(max_attempts=3)
+    failing, passing = claim(limit=2)
+    ended_at = (START + timedelta(microseconds=123457)).astimezone(tz(timedelta(hours=-7)))
+    run_at = START + timedelta(minutes=5, microseconds=999999)
+    result = HandlerResult(AttemptOutcome.FAILED, AWKWARD, AWKWARD * 2)
+    retried = dataclasses.replace(
+        decide(failing, result, START, RetryPolicy()), run_at=run_at, ended_at=ended_at
+    )
+    stored = json.dumps({"text": AWKWARD, "n": [1, 2.5, None]})
+    done = dataclasses.replace(
+        succeeded(passing), result=stored, ended_at=ended_at, finished_at=ended_at
+    )
+    assert retried.status == JobStatus.PENDING and retried.error == AWKWARD
+    if way == "settle":
+        settled = get_driver().settle([retried, done])
+    else:
+        _, settled = get_driver().claim_and_settle(request(1), [retried, done])
+    assert settled.lost == []
+    jobs = {job.id: job for job in Job.objects.all()}
+    assert (jobs[failing.id].status, jobs[failing.id].run_at) == (JobStatus.PENDING, run_at)
+    assert jobs[failing.id].last_error == AWKWARD
+    assert jobs[passing.id].finished_at == ended_at
+    assert jobs[passing.id].result == {"text": AWKWARD, "n": [1, 2.5, None]}
+    attempts = {a.job_id: a for a in Attempt.objects.all()}
+    assert (attempts[failing.id].error, attempts[failing.id].traceback) == (AWKWARD, AWKWARD * 2)
+    assert attempts[failing.id].finished_at == ended_at
+    assert (attempts[passing.id].outcome, attempts[passing.id].error) == ("succeeded", "")
 
 
 def test_driver_settle_a_success_after_a_cancel_request_stays_a_success(make_job):
