@@ -387,6 +387,15 @@ class PostgresDriver(Driver):
 
         The statement answers both the jobs it claimed and the settlements it
         wrote, in rows of one shape (:class:`ClaimedOrSettledRow`).
+
+        It settles first: its ``UNION ALL`` reads ``settled`` before ``marked``, and so
+        runs them in that order. The claim may lock rows it does not take: its
+        snapshot, older than another claim's commit, still shows a row that claim took
+        as pending; it locks the row's newest version, and READ COMMITTED's recheck
+        passes over it but keeps the lock to the end of the statement. Settling after
+        that, two workers' statements could each wait on a row the other locked so: a
+        deadlock, which the server breaks after ``deadlock_timeout`` by failing one.
+        Settling first, a statement waits only on claims that wait on nothing.
         """
         if not settlements:
             return self.claim(request), Settled([])
@@ -398,9 +407,9 @@ class PostgresDriver(Driver):
             "claim_and_settle" + self.claim_key(request),
             lambda: (
                 f"WITH {settle_ctes}, {claim_ctes}"
-                f" SELECT TRUE, {self.claimed_columns}, NULL, NULL FROM marked"
-                f" UNION ALL SELECT FALSE, {self.settled_as_claimed}, new_status, workflow_pending"
-                " FROM settled"
+                f" SELECT FALSE, {self.settled_as_claimed}, new_status, workflow_pending"
+                f" FROM settled UNION ALL SELECT TRUE, {self.claimed_columns}, NULL, NULL"
+                " FROM marked"
             ),
         )
         rows = [

@@ -247,14 +247,14 @@ class PostgresFlowControl(FlowControl):
             f" picked AS (SELECT j.{qn('id')} {rows.source}{rows.order}"
             " LIMIT (SELECT CASE WHEN open THEN %s::integer ELSE 0 END FROM room)"
             " FOR UPDATE OF j SKIP LOCKED),"
-            f" {driver.take_ctes_text()}"
-            f" SELECT 0, {driver.claimed_columns}, NULL, NULL FROM marked"
+            f" {driver.take_ctes_text()} "
         )
-        if settle:
+        if settle:  # settled first, as PostgresDriver.claim_and_settle says why
             sql += (
-                f" UNION ALL SELECT 1, {driver.settled_as_claimed}, new_status,"
-                " workflow_pending FROM settled"
+                f"SELECT 1, {driver.settled_as_claimed}, new_status,"
+                " workflow_pending FROM settled UNION ALL "
             )
+        sql += f"SELECT 0, {driver.claimed_columns}, NULL, NULL FROM marked"
         return sql + f" UNION ALL SELECT 2, {driver.nothing_claimed}, NULL, open FROM room"
 
     # -- claims under the lock ----------------------------------------------------------

@@ -17,7 +17,7 @@ from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import START
 from tests.support.plans import explain, scans, sorts
 from tests.support.threads import race
-from tests.support.triggers import refusing
+from tests.support.triggers import ordered_status_writes, refusing
 
 pytestmark = pytest.mark.django_db
 
@@ -393,6 +393,26 @@ def test_driver_claim_and_settle_writes_both_in_one_statement_on_postgresql(
     assert {c.id for c in claimed}.isdisjoint(s.job_id for s in done)
     assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 3
     assert Job.objects.filter(status=JobStatus.RUNNING).count() == 3
+
+
+@pytest.mark.django_db(transaction=True)  # a trigger on MariaDB commits the transaction
+def test_driver_claim_and_settle_settles_before_it_claims(make_job):
+    """A claim may lock a row it does not take. Reading through a snapshot older than
+    another claim's commit, it finds a row that claim just took as still pending, and
+    locks its newest version before its recheck passes over it (PostgreSQL's READ
+    COMMITTED keeps that lock to the end of the statement). Had the claim settled after
+    it locked, that other worker's next claim, settling the row, would wait on it while
+    this one's settle waited on a row the other locked the same way: a deadlock, seen in
+    two loops of the driver's statement (bench/peers/run_raw.py, one run in three at
+    20,000 jobs). So each way of settling and claiming at once settles first: every
+    job row it settles is written before any it claims."""
+    for _ in range(4):
+        make_job()
+    done = [succeeded(job) for job in claim(limit=2)]
+    with ordered_status_writes() as written:
+        claimed, settled = get_driver().claim_and_settle(request(2), done)
+        assert written() == ["succeeded", "succeeded", "running", "running"]
+    assert settled.lost == [] and len(claimed) == 2
 
 
 def test_driver_claim_and_settle_returns_the_settlements_fenced_out(make_job):

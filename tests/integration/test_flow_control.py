@@ -21,6 +21,7 @@ from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Queue
 from django_jobs.registry import queue_limits
 from tests.conftest import START
 from tests.support.threads import race
+from tests.support.triggers import ordered_status_writes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -923,6 +924,23 @@ def test_a_queue_whose_worker_waits_for_a_slot_is_claimed_under_the_lock(make_jo
     get_driver().flow.locked_until.clear()
     get_driver().claim_and_settle(request(limits=FAR, limit=1), [success(first.pk)])
     assert not slot_wanted("default")
+
+
+@on_postgresql
+def test_a_claim_that_skips_the_lock_settles_before_it_claims(make_job) -> None:
+    """As a claim of a queue without limits does, for the same reason (a claim may lock a
+    row it does not take: settling after it, two claims could deadlock; test_drivers'
+    ``test_driver_claim_and_settle_settles_before_it_claims``)."""
+    for _ in range(4):
+        make_job()
+    serving("w1", 4)
+    first, second = claim(limit=2, limits=FAR)
+    done = [success(first), success(second)]
+    # Another claim that skips the lock under way: a claim under the lock would wait for it.
+    with ordered_status_writes() as written, queue_row_locked("KEY SHARE"):
+        claimed, settled = get_driver().claim_and_settle(request(limits=FAR, limit=2), done)
+        assert written() == ["succeeded", "succeeded", "running", "running"]
+    assert settled.lost == [] and len(claimed) == 2
 
 
 @on_postgresql

@@ -1,8 +1,9 @@
-"""Triggers that make the database refuse a write, as a sick database or a bad row would."""
+"""Triggers that make the database refuse a write, as a sick database or a bad row would,
+and one that logs the order of a statement's writes."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from django.db import connection
@@ -53,3 +54,59 @@ def refusing(name: str, event: str, table: str, condition: str = "1 = 1") -> Ite
                 cursor.execute(f"DROP FUNCTION IF EXISTS {name}()")
             else:  # SQLite, MariaDB and MySQL
                 cursor.execute(f"DROP TRIGGER IF EXISTS {name}")
+
+
+@contextmanager
+def ordered_status_writes() -> Iterator[Callable[[], list[str]]]:
+    """While open, each change of a job row's status is logged in order: the new statuses,
+    as ``written()`` reads them (inside the block: the log goes with it). On MariaDB and
+    MySQL, CREATE TRIGGER commits: a test needs ``django_db(transaction=True)`` there."""
+    from django_jobs.models import Job
+
+    table = Job._meta.db_table
+    vendor = connection.vendor
+    with connection.cursor() as cursor:
+        if vendor == "postgresql":
+            cursor.execute("CREATE TABLE written_statuses (n serial PRIMARY KEY, status text)")
+            cursor.execute(
+                "CREATE FUNCTION log_status() RETURNS trigger AS $$ BEGIN"
+                " INSERT INTO written_statuses (status) VALUES (NEW.status); RETURN NEW;"
+                " END $$ LANGUAGE plpgsql"
+            )
+            cursor.execute(
+                f"CREATE TRIGGER log_status BEFORE UPDATE OF status ON {table}"
+                " FOR EACH ROW WHEN (NEW.status IS DISTINCT FROM OLD.status)"
+                " EXECUTE FUNCTION log_status()"
+            )
+        elif vendor == "mysql":
+            cursor.execute(
+                "CREATE TABLE written_statuses (n integer AUTO_INCREMENT PRIMARY KEY, status text)"
+            )
+            cursor.execute(
+                f"CREATE TRIGGER log_status BEFORE UPDATE ON {table} FOR EACH ROW BEGIN"
+                " IF NOT (NEW.status <=> OLD.status) THEN"
+                " INSERT INTO written_statuses (status) VALUES (NEW.status); END IF; END"
+            )
+        else:
+            cursor.execute("CREATE TABLE written_statuses (n integer PRIMARY KEY, status text)")
+            cursor.execute(
+                f"CREATE TRIGGER log_status BEFORE UPDATE OF status ON {table}"
+                " WHEN NEW.status IS NOT OLD.status"
+                " BEGIN INSERT INTO written_statuses (status) VALUES (NEW.status); END"
+            )
+
+    def written() -> list[str]:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT status FROM written_statuses ORDER BY n")
+            return [status for (status,) in cursor.fetchall()]
+
+    try:
+        yield written
+    finally:
+        with connection.cursor() as cursor:
+            if vendor == "postgresql":
+                cursor.execute(f"DROP TRIGGER IF EXISTS log_status ON {table}")
+                cursor.execute("DROP FUNCTION IF EXISTS log_status()")
+            else:
+                cursor.execute("DROP TRIGGER IF EXISTS log_status")
+            cursor.execute("DROP TABLE IF EXISTS written_statuses")
