@@ -9,8 +9,8 @@
   each) over the job rows,
   fenced on id, owner and attempt, that closes the attempt rows of the jobs
   it matched in the same statement. The lease renewal is one fenced UPDATE.
-- The statements' texts do not depend on how many rows they carry (arrays,
-  not lists of placeholders), so the server plans them alike.
+- The statements' texts do not depend on how many rows they carry (arrays, or
+  one JSON array, not lists of placeholders), so the server plans them alike.
 - The hot-path statements are prepared on the server once per connection
   (``DJANGO_JOBS["PREPARED_STATEMENTS"]``, on by default): planning them
   costs more than running them. Django leaves its own statements

@@ -35,8 +35,8 @@ HOLD_SECONDS = 0.25
 #: The weight of the latest job in the running average of a queue's run times.
 WEIGHT = 0.2
 #: The most jobs per thread a dispatcher holds waiting for a thread. With three, two
-#: threads of no-op jobs waited on every claim of eight; with eight, their drain doubled
-#: on PostgreSQL (docs/performance.md, "Claims eight deep").
+#: threads of no-op jobs ran each claim's eight after its round trip; with eight, their
+#: drain rose by half or more on PostgreSQL (docs/performance.md, "Claims eight deep").
 MOST_AHEAD = 8
 
 
