@@ -403,7 +403,7 @@ def test_driver_claim_and_settle_settles_before_it_claims(make_job):
     COMMITTED keeps that lock to the end of the statement). Had the claim settled after
     it locked, that other worker's next claim, settling the row, would wait on it while
     this one's settle waited on a row the other locked the same way: a deadlock, seen in
-    two loops of the driver's statement (bench/peers/run_raw.py, one run in three at
+    two loops of the driver's statement (bench/peers/run_raw.py, three runs of six at
     20,000 jobs). So each way of settling and claiming at once settles first: every
     job row it settles is written before any it claims."""
     for _ in range(4):
