@@ -139,6 +139,53 @@ def test_reclaim_is_fenced_by_the_state_it_read(read, change):
     assert job.status == change.get("status", "running")
 
 
+@pytest.mark.parametrize(
+    ("change", "taken"),
+    [
+        ({"lease_owner": "w2", "lease_expires_at": START + timedelta(hours=1)}, False),
+        ({"lease_expires_at": START + timedelta(minutes=5)}, False),
+        ({"status": JobStatus.SUCCEEDED, "lease_owner": None}, False),
+        ({"attempt": 2, "attempts_used": 2}, True),
+    ],
+    ids=["claimed-again", "renewed", "settled", "next-attempt-lapsed-too"],
+)
+def test_reclaim_batch_decides_from_the_state_under_its_lock(change, taken):
+    from django_jobs.maintenance.rescuer import reclaim_rows, unleased_rows
+
+    job = running(lease_owner="w1", lease_expires_at=LONG_AGO)
+    Attempt.objects.create(job=job, number=2, owner="w1", started_at=LONG_AGO)
+    [row] = unleased_rows(get_driver(), START, 10)
+    Job.objects.filter(pk=job.pk).update(**change)
+    assert reclaim_rows(get_driver(), [row], START) == ({job.pk} if taken else set())
+    job.refresh_from_db()
+    if not taken:
+        assert job.status == change.get("status", "running")
+        return
+    # The end written is the second attempt's, as read under the lock, not the first's.
+    assert (job.status, job.last_error) == (
+        "pending",
+        "LeaseExpired: worker w1 lost its lease on attempt 2",
+    )
+    assert Attempt.objects.get(job=job, number=2).outcome == "lease_expired"
+
+
+def test_reclaim_takes_back_a_dead_workers_jobs_in_a_handful_of_statements(
+    django_assert_max_num_queries,
+):
+    """One transaction for a batch, one UPDATE per set of columns: a killed worker's jobs
+    come back within the maintenance pass's deadline on a busy server, not a transaction
+    of six statements per job."""
+    jobs = [running(lease_owner="gone", lease_expires_at=LONG_AGO) for _ in range(60)]
+    for job in jobs:
+        Attempt.objects.create(job=job, number=1, owner="gone", started_at=LONG_AGO)
+    jobs.append(running(lease_owner=None, lease_expires_at=None, attempt=2, attempts_used=3))
+    with django_assert_max_num_queries(12):
+        assert reclaim() == len(jobs)
+    assert Job.objects.filter(status=JobStatus.PENDING).count() == 60
+    assert Job.objects.get(pk=jobs[-1].pk).status == JobStatus.DEAD_LETTERED
+    assert set(Attempt.objects.values_list("outcome", flat=True)) == {"lease_expired"}
+
+
 @pytest.fixture
 def refuse_updates_of():
     """Make the database refuse updates of one job row, as a bad row might."""
