@@ -39,6 +39,13 @@ measures, with the same shape for every system (see bench/peers/common.py):
 django-jobs runs ``runjobs --workers 2`` by default; ``--django-jobs-processes N
 --django-jobs-workers T`` run ``runjobs --processes N --workers T`` instead
 (``--processes`` is passed only when N > 1).
+
+``--rounds N`` runs the sitting N times, each round's order turned by one
+system (the first runs last in the second round, ...), so that neither its
+place in the order nor the machine's drift over the sitting favours a system:
+each round's table, then each system's drains round by round with their
+median, and each limited variant's drain as a fraction of the plain drain of
+its own round.
 """
 
 from __future__ import annotations
@@ -51,6 +58,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from statistics import median
 from typing import Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
@@ -189,6 +197,7 @@ class Options:
     django_jobs_workers: int
     limits: bool = False
     peer_defaults: bool = False
+    rounds: int = 1
 
     @property
     def sqlite(self) -> bool:
@@ -232,9 +241,15 @@ def parse_options(argv: list[str] | None = None) -> Options:
     parser.add_argument(
         "--django-jobs-workers", type=int, default=2, help="runjobs --workers (default 2)"
     )
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="run the sitting this many times, the order turned by one system each round",
+    )
     args = parser.parse_args(argv)
-    if min(args.jobs, args.batch) < 1 or args.pickups < 0:
-        parser.error("--jobs and --batch must be at least 1, --pickups at least 0")
+    if min(args.jobs, args.batch, args.rounds) < 1 or args.pickups < 0:
+        parser.error("--jobs, --batch and --rounds must be at least 1, --pickups at least 0")
     if min(args.django_jobs_processes, args.django_jobs_workers) < 1:
         parser.error("--django-jobs-processes and --django-jobs-workers must be at least 1")
     options = Options(**vars(args))
@@ -535,6 +550,39 @@ def print_report(
         print(skipped_line(peer))
 
 
+def round_order(peers: list[Peer], index: int) -> list[Peer]:
+    """The order of round ``index`` (from 0): the systems turned by one each round."""
+    turn = index % len(peers) if peers else 0
+    return peers[turn:] + peers[:turn]
+
+
+def rounds_lines(rounds: list[list[dict[str, Any]]]) -> list[str]:
+    """Each system's drain round by round with the median; each limited variant's as a
+    fraction of the plain drain of its own round, with the median."""
+    drains: dict[str, list[float | None]] = {}
+    for index, results in enumerate(rounds):
+        for result in results:
+            drains.setdefault(result["system"], [None] * len(rounds))[index] = result["drain_rate"]
+    lines = [f"drain jobs/s over {len(rounds)} rounds (median):"]
+    for system, values in drains.items():
+        known = [value for value in values if value is not None]
+        each = ", ".join(rate(value) for value in values)
+        lines.append(f"  {system}: {each} ({rate(median(known)) if known else 'none'})")
+    plain = drains.get("django-jobs", [])
+    for system in (name for name in VARIANTS if name in drains):
+        fractions = [
+            limited / base
+            for limited, base in zip(drains[system], plain, strict=False)
+            if limited is not None and base
+        ]
+        if fractions:
+            each = ", ".join(f"{fraction:.2f}" for fraction in fractions)
+            lines.append(
+                f"  {system} / django-jobs, round by round: {each} (median {median(fractions):.2f})"
+            )
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
     options = parse_options(argv)
     harness.raise_on_sigterm()
@@ -542,19 +590,33 @@ def main(argv: list[str] | None = None) -> int:
     peers, skipped = choose_peers(options)
     for peer in skipped:
         print(skipped_line(peer), file=sys.stderr)
-    results = []
-    with harness.work_directory("django-jobs-peers.") as work_dir:
-        for peer in peers:
-            try:
-                result = run_peer(peer, options, server, work_dir)
-            except BenchError as exc:
-                print(f"{peer.name}: {exc}", file=sys.stderr)
-                result = None
-            if result is not None:
-                results.append(result)
-    description = sqlite_description(results) if server is None else server_description(server)
-    print_report(results, description, options, skipped)
-    return 0 if len(results) == len(peers) else 1
+    rounds: list[list[dict[str, Any]]] = []
+    failed = 0
+    for index in range(options.rounds):
+        finished: dict[str, dict[str, Any]] = {}
+        if options.rounds > 1:
+            harness.heading(f"round {index + 1} of {options.rounds}")
+        with harness.work_directory("django-jobs-peers.") as work_dir:
+            for peer in round_order(peers, index):
+                try:
+                    result = run_peer(peer, options, server, work_dir)
+                except BenchError as exc:
+                    print(f"{peer.name}: {exc}", file=sys.stderr)
+                    result = None
+                if result is None:
+                    failed += 1
+                else:
+                    finished[peer.name] = result
+        # Reported in the systems' own order, whatever order they ran in.
+        rounds.append([finished[peer.name] for peer in peers if peer.name in finished])
+    for results in rounds:
+        description = sqlite_description(results) if server is None else server_description(server)
+        print_report(results, description, options, skipped)
+    if options.rounds > 1:
+        print()
+        for line in rounds_lines(rounds):
+            print(line)
+    return 0 if not failed else 1
 
 
 if __name__ == "__main__":

@@ -531,3 +531,37 @@ def test_the_keyed_variant_enqueues_keyed_jobs_on_their_queue_and_serves_the_pic
     plain = run_django_jobs.DjangoJobs()
     assert plain.key(3) is None
     assert plain.runjobs().count("--queue") == 1
+
+
+def test_peers_rounds_turn_the_order_by_one_system_each_round() -> None:
+    chosen, _ = peers.choose_peers(peers.parse_options(["--only", "django-jobs", "--limits"]))
+    orders = [names(peers.round_order(chosen, index)) for index in range(len(chosen) + 1)]
+    assert orders[0] == names(chosen)
+    assert orders[1] == [*names(chosen)[1:], "django-jobs"]
+    assert [order[0] for order in orders[: len(chosen)]] == names(chosen)  # each leads once
+    assert orders[len(chosen)] == orders[0]
+
+
+def test_peers_refuse_no_rounds(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        peers.parse_options(["--rounds", "0"])
+    assert "--rounds" in capsys.readouterr().err
+
+
+def test_peers_rounds_give_each_limit_against_the_plain_drain_of_its_own_round() -> None:
+    def result(system: str, drain: float) -> dict[str, Any]:
+        return {"system": system, "drain_rate": drain}
+
+    rounds = [
+        [result("django-jobs", 1000), result("django-jobs+keyed", 900), result("raw", 2000)],
+        [result("django-jobs", 2000), result("django-jobs+keyed", 1000), result("raw", 2100)],
+        [result("django-jobs", 1500), result("raw", 1900)],  # the keyed run failed
+    ]
+    lines = peers.rounds_lines(rounds)
+    assert lines[0] == "drain jobs/s over 3 rounds (median):"
+    assert "  django-jobs: 1,000, 2,000, 1,500 (1,500)" in lines
+    assert "  django-jobs+keyed: 900, 1,000, none (950)" in lines
+    assert "  raw: 2,000, 2,100, 1,900 (2,000)" in lines
+    assert (
+        lines[-1] == "  django-jobs+keyed / django-jobs, round by round: 0.90, 0.50 (median 0.70)"
+    )
