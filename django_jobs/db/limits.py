@@ -208,7 +208,19 @@ class FlowControl:
         Under a rate limit alone, starts counted for this process already are claimed as a
         queue without limits is (:meth:`take_reserved`)."""
         if reserved := self.take_reserved(request):
-            return self.claim_reserved(request, settlements, reserved)
+            jobs, settled = self.claim_reserved(request, settlements, reserved)
+            if reserved >= request.limit or len(jobs) < reserved:
+                return jobs, settled  # all it asked for, or the queue ran dry
+            # The starts counted ahead ran out short of the claim: the rest under the lock.
+            # Returned short, the claim would read as a queue run dry, and its worker would
+            # sleep until the next window opens with jobs due and the window far from full.
+            rest = replace(
+                request,
+                limit=request.limit - len(jobs),
+                ahead=min(request.ahead, request.limit - len(jobs)),
+            )
+            more, _ = self.claim_limited(rest, freed=freed or bool(settlements))
+            return jobs + more, settled
         if request.queue not in self.queue_rows:
             self.make_queue_row(request.queue)
         settled = Settled([])

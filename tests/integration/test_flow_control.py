@@ -406,6 +406,26 @@ def test_a_claim_that_takes_all_it_asks_under_a_rate_far_from_full_counts_starts
     assert window_count() == counted
 
 
+def test_a_claim_whose_starts_counted_ahead_run_out_takes_the_rest_under_the_lock() -> None:
+    """Starts counted ahead for claims of 2 leave two for a claim of 3: it takes those,
+    and one more under the lock. Returned short, it would read as a queue run dry, and the
+    worker would sleep until the next window with jobs due (a drain at a tenth)."""
+    from django_jobs.db.limits import RESERVED_CLAIMS
+
+    limits = QueueLimits(rate=Rate(1000, 60))
+    at = Rate(1000, 60).window_start(START) + timedelta(seconds=1)
+    for _ in range(40):
+        schedule_job("tests.ok", {}, run_at=START)
+    assert len(claim(limits=limits, limit=2, now=at)) == 2
+    counted = window_count()
+    for _ in range(RESERVED_CLAIMS - 1):
+        assert len(claim(limits=limits, limit=2, now=at)) == 2
+    assert get_driver().flow.reserved["default"].starts == 2  # two left, asked for three
+    assert len(claim(limits=limits, limit=3, now=at)) == 3
+    assert window_count() > counted  # the third under the lock, counted there
+    assert Attempt.objects.count() <= window_count()
+
+
 @pytest.mark.parametrize(
     ("rate", "asked", "due", "ahead"),
     [(Rate(5, 60), 2, 10, False), (Rate(1000, 60), 4, 3, False), (Rate(1000, 60), 2, 9, True)],
