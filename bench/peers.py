@@ -310,6 +310,20 @@ def create_database(url: str, database: str) -> None:
         connection.execute("CHECKPOINT")
 
 
+def vacuum_database(url: str) -> None:
+    """VACUUM a PostgreSQL database a system has finished with, then checkpoint.
+
+    Its drain and its deletes leave tens of thousands of dead rows; left to
+    autovacuum, they are cleaned up while the next system runs, on the same cores
+    and the same WAL, and the system that runs after a fast drain pays for it.
+    """
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        connection.execute("VACUUM")
+        connection.execute("CHECKPOINT")
+
+
 def server_description(url: str) -> str:
     if urlsplit(url).scheme in ("mysql", "mariadb"):
         return mariadb_description(url)
@@ -450,6 +464,8 @@ def run_peer(
         code = None
     finally:
         harness.stop_processes([process], STOP_GRACE_SECONDS)  # it stops its own workers
+    if options.postgresql:
+        vacuum_database(url)  # before the next system starts, not during its run
     if code != 0 or not result.exists():
         print(f"{peer.name}: the driver failed (exit code {code})", file=sys.stderr)
         return None
