@@ -44,11 +44,16 @@ def pause_holding_no_lock(process: subprocess.Popen) -> None:
     raise AssertionError("the worker always held the write lock")
 
 
-def test_fault_paused_worker_past_its_lease_writes_nothing_and_serves_on(runjobs_process, wal):
-    job = schedule_job("example.record", {"sleep": 2.0}, max_attempts=5)
+def test_fault_paused_worker_past_its_lease_writes_nothing_and_serves_on(
+    runjobs_process, wal, tmp_path
+):
+    mark = tmp_path / "started"
+    job = schedule_job("example.record", {"sleep": 2.0, "mark": str(mark)}, max_attempts=5)
     short = {"JOBS_LEASE_SECONDS": "1.5"}
     paused = runjobs_process.start("--queue", "default", "--workers", "2", env=short)
-    wait_until(lambda: Attempt.objects.filter(job=job).exists(), timeout=20)
+    # Paused once its handler runs: paused between the claim and the handler's start, it
+    # hands the job back on waking (fenced out), and no handler of it runs there at all.
+    wait_until(lambda: mark.exists() and f"{job.pk}:1" in mark.read_text(), timeout=20)
     pause_holding_no_lock(paused)
     try:
         rescuer = runjobs_process.start("--queue", "default", env=short)
