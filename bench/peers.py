@@ -46,6 +46,14 @@ place in the order nor the machine's drift over the sitting favours a system:
 each round's table, then each system's drains round by round with their
 median, and each limited variant's drain as a fraction of the plain drain of
 its own round.
+
+``--keep DIR`` keeps each round's logs (the drivers' and their workers', each
+system's ``result.json``) under ``DIR/round-N/SYSTEM/``, where they would go
+with the temporary folder: a round that falls out of line can be read
+afterwards. On a PostgreSQL server that loads ``pg_stat_statements``
+(``PGSERVER_PRELOAD=pg_stat_statements bash scripts/bench-peers ...``), each
+system's directory also gets ``statements.tsv``: the statements its run sent
+to its database, the costliest first.
 """
 
 from __future__ import annotations
@@ -198,6 +206,7 @@ class Options:
     limits: bool = False
     peer_defaults: bool = False
     rounds: int = 1
+    keep: Path | None = None
 
     @property
     def sqlite(self) -> bool:
@@ -246,6 +255,13 @@ def parse_options(argv: list[str] | None = None) -> Options:
         type=int,
         default=1,
         help="run the sitting this many times, the order turned by one system each round",
+    )
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="keep each round's logs under DIR/round-N/ (and per-system statements, where"
+        " the server has pg_stat_statements)",
     )
     args = parser.parse_args(argv)
     if min(args.jobs, args.batch, args.rounds) < 1 or args.pickups < 0:
@@ -322,6 +338,56 @@ def vacuum_database(url: str) -> None:
     with psycopg.connect(url, autocommit=True) as connection:
         connection.execute("VACUUM")
         connection.execute("CHECKPOINT")
+
+
+#: The columns of ``statements.tsv``: a statement's calls, its time on the server (total
+#: and mean, ms), its rows, its WAL records and bytes, and the text's start.
+STATEMENT_COLUMNS = ("calls", "total_ms", "mean_ms", "rows", "wal_records", "wal_bytes", "query")
+
+
+def statements_reset(url: str) -> bool:
+    """Forget ``pg_stat_statements``' counts of the database ``url`` names, before a system
+    runs on it; False (nothing done) where the server does not load the module."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        loaded = connection.execute("SHOW shared_preload_libraries").fetchone()
+        if loaded is None or "pg_stat_statements" not in loaded[0]:
+            return False
+        connection.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        connection.execute(
+            "SELECT pg_stat_statements_reset(0, d.oid, 0) FROM pg_database d"
+            " WHERE d.datname = current_database()"
+        )
+    return True
+
+
+def statements_write(url: str, path: Path, most: int = 40) -> None:
+    """The ``most`` statements a system sent to its database, the costliest first, as
+    tab-separated lines under a header (:data:`STATEMENT_COLUMNS`)."""
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        rows = connection.execute(
+            "SELECT s.calls, round(s.total_exec_time::numeric, 1),"
+            " round(s.mean_exec_time::numeric, 3), s.rows, s.wal_records, s.wal_bytes,"
+            " left(regexp_replace(s.query, '\\s+', ' ', 'g'), 200)"
+            " FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid"
+            " WHERE d.datname = current_database() ORDER BY s.total_exec_time DESC LIMIT %s",
+            [most],
+        ).fetchall()
+    lines = ["\t".join(STATEMENT_COLUMNS)]
+    lines += ["\t".join(str(value) for value in row) for row in rows]
+    path.write_text("\n".join(lines) + "\n")
+
+
+def keep_round(work_dir: Path, keep: Path, index: int) -> Path:
+    """Copy a round's folder, but its SQLite files, to ``keep/round-N``; that path."""
+    import shutil
+
+    kept = keep / f"round-{index + 1}"
+    shutil.copytree(work_dir, kept, ignore=shutil.ignore_patterns("*.sqlite3*"))
+    return kept
 
 
 def server_description(url: str) -> str:
@@ -455,6 +521,7 @@ def run_peer(
     command += ["--result", str(result), *peer.arguments(options)]
     env = {**os.environ, "DATABASE_URL": url, "PYTHONUNBUFFERED": "1"}
     harness.heading(peer.name)
+    counting = options.postgresql and statements_reset(url)
     process = subprocess.Popen(command, cwd=ROOT, env=env)
     try:
         # Enqueues and pickups take far less than a drain; the drain has its own timeout.
@@ -464,6 +531,8 @@ def run_peer(
         code = None
     finally:
         harness.stop_processes([process], STOP_GRACE_SECONDS)  # it stops its own workers
+    if counting:
+        statements_write(url, log_dir / "statements.tsv")
     if options.postgresql:
         vacuum_database(url)  # before the next system starts, not during its run
     if code != 0 or not result.exists():
@@ -623,6 +692,9 @@ def main(argv: list[str] | None = None) -> int:
                     failed += 1
                 else:
                     finished[peer.name] = result
+            if options.keep is not None:
+                kept = keep_round(work_dir, options.keep, index)
+                print(f"logs of round {index + 1}: {kept}", file=sys.stderr)
         # Reported in the systems' own order, whatever order they ran in.
         rounds.append([finished[peer.name] for peer in peers if peer.name in finished])
     for results in rounds:

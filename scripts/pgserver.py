@@ -9,7 +9,8 @@ The cluster lives in DIR (created if needed) and listens on a free port of
 side of network namespaces a test made); started again after a stop, it keeps
 its port and data (the fault tests stop and start it under running workers).
 As root, the server runs as the ``postgres`` system user, since PostgreSQL
-refuses to run as root.
+refuses to run as root. ``PGSERVER_DURABLE=1`` keeps PostgreSQL's durability
+(benchmarks); ``PGSERVER_PRELOAD=pg_stat_statements`` loads that module.
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ def start(root: Path) -> str:
     if os.environ.get("PGSERVER_DURABLE") != "1":
         # Tests need no crash safety; benchmarks set PGSERVER_DURABLE=1 to keep it.
         options += " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+    preload = os.environ.get("PGSERVER_PRELOAD")
+    if preload:  # e.g. pg_stat_statements, for a benchmark that reads what was sent
+        options += f" -c shared_preload_libraries={preload}"
     subprocess.run(
         as_server_user(
             [

@@ -565,3 +565,41 @@ def test_peers_rounds_give_each_limit_against_the_plain_drain_of_its_own_round()
     assert (
         lines[-1] == "  django-jobs+keyed / django-jobs, round by round: 0.90, 0.50 (median 0.70)"
     )
+
+
+def test_peers_keep_takes_a_directory_and_copies_each_round_but_its_sqlite_files(
+    tmp_path: Path,
+) -> None:
+    assert peers.parse_options([]).keep is None
+    keep = tmp_path / "kept"
+    assert peers.parse_options(["--keep", str(keep)]).keep == keep
+    work = tmp_path / "work"
+    (work / "django-jobs").mkdir(parents=True)
+    (work / "django-jobs" / "worker.log").write_text("serving")
+    (work / "django-jobs" / "django-jobs.sqlite3").write_text("data")
+    (work / "django-jobs" / "django-jobs.sqlite3-wal").write_text("data")
+
+    kept = peers.keep_round(work, keep, 1)
+
+    assert kept == keep / "round-2"
+    assert sorted(path.name for path in (kept / "django-jobs").iterdir()) == ["worker.log"]
+
+
+def test_peers_count_statements_only_where_the_server_loads_pg_stat_statements(
+    tmp_path: Path,
+) -> None:
+    import os
+
+    url = os.environ.get("DATABASE_URL", "")
+    if not url.startswith("postgres"):
+        pytest.skip("needs a PostgreSQL server")
+    import psycopg
+
+    with psycopg.connect(url, autocommit=True) as connection:
+        loaded = connection.execute("SHOW shared_preload_libraries").fetchone()[0]
+    counting = peers.statements_reset(url)
+    assert counting == ("pg_stat_statements" in loaded)
+    if counting:
+        out = tmp_path / "statements.tsv"
+        peers.statements_write(url, out)
+        assert out.read_text().split("\n")[0].split("\t") == list(peers.STATEMENT_COLUMNS)
