@@ -20,6 +20,7 @@ from django.db.models import Q
 
 from ..db import ROW_ERRORS, Driver, get_driver
 from ..db.records import ExhaustedRow, Settlement, UnleasedRow
+from ..db.workflows import Followed
 from ..events import report_exhausted, report_followed, report_lapsed, report_lease
 from ..models import FINISHED_STATUSES, Attempt, Job
 from ..outcomes import error_text, exhausted, lapsed
@@ -122,19 +123,34 @@ def reclaim_rows(driver: Driver, rows: list[UnleasedRow], now: datetime) -> set[
                 Attempt.objects.using(driver.using).filter(which, outcome__isnull=True).update(
                     **columns
                 )
-            in_workflows = [
-                row.id
-                for row, settled in ends
-                if row.workflow_pending is not None and settled.status in FINISHED_STATUSES
-            ]
-            followed = driver.workflows.ended(in_workflows, now) if in_workflows else None
+            followed = _follow(driver, ends, now)
     except ROW_ERRORS:
         return None
+    _report(driver, ends, followed)
+    return {row.id for row in locked}
+
+
+def _follow(
+    driver: Driver, ends: list[tuple[UnleasedRow, Settlement]], now: datetime
+) -> Followed | None:
+    """Inside the transaction that wrote ``ends``: the workflow steps that follow from the
+    jobs they finished (:meth:`~django_jobs.db.workflows.Workflows.ended`), or None."""
+    in_workflows = [
+        row.id
+        for row, settled in ends
+        if row.workflow_pending is not None and settled.status in FINISHED_STATUSES
+    ]
+    return driver.workflows.ended(in_workflows, now) if in_workflows else None
+
+
+def _report(
+    driver: Driver, ends: list[tuple[UnleasedRow, Settlement]], followed: Followed | None
+) -> None:
+    """Once the transaction that wrote ``ends`` has committed: each end, and what followed."""
     for row, settled in ends:
         report_lapsed(row, settled)
     if followed:
         report_followed(followed, driver.using)
-    return {row.id for row in locked}
 
 
 def _attempt_columns(settled: Settlement) -> dict[str, Any]:
@@ -176,18 +192,14 @@ def reclaim_row(driver: Driver, row: UnleasedRow, now: datetime) -> bool:
                 fenced.select_for_update(skip_locked=True).exists()
             )
             changed = locked and fenced.update(**_job_columns(settled))
-            followed = None
+            ends = [(row, settled)] if changed else []
             if changed:
                 _close_attempt(driver, settled)
-                if row.workflow_pending is not None and settled.status in FINISHED_STATUSES:
-                    followed = driver.workflows.ended([row.id], now)
+            followed = _follow(driver, ends, now)
     except ROW_ERRORS as exc:
         report_lease("job_reclaim_failed", row.id, row.attempt, error=error_text(exc))
         return False
-    if changed:
-        report_lapsed(row, settled)
-    if followed:
-        report_followed(followed, driver.using)
+    _report(driver, ends, followed)
     return bool(changed)
 
 
