@@ -7,12 +7,6 @@
   queue's jobs are short it claims the next batch as the current one runs,
   holding at most a few jobs per thread waiting, never for long
   (:mod:`.ahead`); otherwise it never holds more jobs than it has threads.
-  Where claims of a queue may overlap (PostgreSQL's) and it has
-  :data:`CLAIMS_BESIDE_THREADS` threads or more, a second claim is under way
-  on a second thread and connection while the queue is busy and its jobs are
-  short: the claims' round trips and commits no longer run one after
-  another. The room a claim asks for is reserved until its jobs are handed
-  over, so the two never hold more than the one would.
   It sleeps until a thread frees up, the waker says its queue has new jobs,
   or the poll interval passes.
 - Handler threads run the jobs and hand their results to the settler, which
@@ -57,17 +51,6 @@ T = TypeVar("T")
 
 # How long a dispatcher waits for more of its busy threads to free up before it claims.
 GATHER_SECONDS = 0.002
-#: The fewest handler threads of a queue for which a second claim is under way beside the
-#: dispatcher's, where claims may overlap. Measured on PostgreSQL with no-op jobs, the two
-#: claims drained 10-20 % faster at 8 and 16 threads, and 5-10 % slower at 2 and 4: there
-#: a claim of half the room carries too few jobs for its commit (docs/performance.md).
-CLAIMS_BESIDE_THREADS = 8
-
-
-def claims_overlap(driver_overlaps: bool, threads: int) -> bool:
-    """Whether a queue of ``threads`` handler threads has claims under way at once: on a
-    driver whose claims may overlap, and with :data:`CLAIMS_BESIDE_THREADS` or more."""
-    return driver_overlaps and threads >= CLAIMS_BESIDE_THREADS
 
 
 @dataclass
@@ -78,7 +61,6 @@ class QueueState:
     threads: int
     pace: Pace
     busy: int = 0  # jobs handed over and not done: running, or waiting in the inbox
-    reserved: int = 0  # the room of the claims under way, until their jobs are handed over
     inbox: deque[Waiting] = field(default_factory=deque)  # oldest first
     changed: threading.Condition = field(default_factory=threading.Condition)
     # Rung by the waker (new jobs) and the outcome writer (a slot freed, a job due again).
@@ -92,11 +74,6 @@ class QueueState:
     #: a locking read locks the rows it passes over for a moment, so two lanes claiming at
     #: once could each skip the other's jobs, due, until a poll.
     claiming: threading.Lock = field(default_factory=threading.Lock)
-    #: Claims of it may be under way at once (:func:`claims_overlap`): a second claimer
-    #: runs while it is busy, and no claim takes :attr:`claiming`.
-    overlapping: bool = False
-    #: Its last claim took all the room it asked for: the second claimer may claim.
-    saturated: bool = False
 
     def wake(self) -> None:
         self.woken.set()
@@ -109,22 +86,8 @@ class QueueState:
         return self.threads * (1 + self.pace.ahead)
 
     def ahead(self, room: int) -> int:
-        """Of a claim of ``room`` jobs (reserved), how many would wait for a thread: the
-        jobs of the other claim under way take the free threads first."""
-        others = max(0, self.reserved - room)
-        return max(0, room - max(0, self.threads - self.busy - others))
-
-    @property
-    def held(self) -> int:
-        """The jobs it holds and the room of the claims under way."""
-        return self.busy + self.reserved
-
-    @property
-    def second_claim_wanted(self) -> bool:
-        """Whether a second claim is worth having under way: the queue is busy and its
-        jobs are short (claiming ahead), so a claim's round trip is what its threads wait
-        for."""
-        return self.saturated and self.capacity > self.threads
+        """Of a claim of ``room`` jobs, how many would wait for a thread."""
+        return max(0, room - max(0, self.threads - self.busy))
 
     @property
     def largest_claim(self) -> int:
@@ -134,10 +97,6 @@ class QueueState:
 
 class Dispatcher:
     """One queue's claim-ahead loop (the dispatcher thread) and its handler threads."""
-
-    #: Where the queue's claims may overlap, a second claimer runs beside the dispatcher
-    #: while the queue is busy (:meth:`claim_beside`).
-    claims_beside = True
 
     def __init__(
         self,
@@ -183,9 +142,8 @@ class Dispatcher:
         return self.state.largest_claim
 
     def is_busy(self) -> bool:
-        """A handler holds a job, one waits for a handler, or a claim is under way."""
-        state = self.state
-        return bool(state.busy or state.inbox or state.reserved)
+        """A handler holds a job, or one waits for a handler."""
+        return bool(self.state.busy or self.state.inbox)
 
     def guarded(self, step: Callable[[], T]) -> T | None:
         return guarded(step, self.using)
@@ -193,13 +151,8 @@ class Dispatcher:
     def dispatch(self, stop_event: threading.Event) -> None:
         """A queue's dispatcher: claim as many jobs as there is room for, and hand them over."""
         state = self.state
+        claimer = self.claimer
         poll = float(settings.POLL_SECONDS)
-        ended = threading.Event()
-        beside = (
-            start_thread(f"claim-{state.name}-beside", self.claim_beside, stop_event, ended)
-            if state.overlapping and self.claims_beside
-            else None
-        )
         failed = False
         # A lane whose last claim took nothing leaves the outcomes waiting in the settler to
         # a lane that claims (the queue's other lane), or to the settler: carried by its
@@ -209,15 +162,25 @@ class Dispatcher:
             while not stop_event.is_set():
                 room = self.wait_for_room(stop_event, poll)
                 if stop_event.is_set():
-                    self.took(room, [])
                     break
                 state.woken.clear()
                 names = None if state.names is None else state.names()
                 if names == ():  # no handler of this lane: nothing to claim
-                    self.took(room, [])
                     self.sleep_dry(stop_event, poll)
                     continue
-                claimed = self.claim(room, names, carry)
+                with state.claiming:
+                    claim = partial(
+                        claimer.claim_and_settle,
+                        state.name,
+                        room,
+                        names,
+                        state.ahead(room),
+                        carry,
+                    )
+                    began = time.monotonic()
+                    claimed = self.guarded(claim)
+                    if claimed:
+                        state.pace.claimed(time.monotonic() - began)
                 if claimed is None and not failed:
                     # The first failure after a success is most often a connection the
                     # server dropped (a restart, pg_terminate_backend): guarded() closed
@@ -227,13 +190,10 @@ class Dispatcher:
                 failed = claimed is None
                 jobs = claimed or []
                 carry = bool(jobs)
+                self.hand_over(jobs)
                 if len(jobs) < room:  # the queue ran dry: sleep until woken or the next poll
                     self.sleep_dry(stop_event, self.dry_wait(poll))
         finally:
-            ended.set()
-            if beside is not None:  # its claim under way hands its jobs over first
-                self.rouse()
-                beside.join()
             with state.changed:
                 waiting = list(state.inbox)
                 state.inbox.clear()
@@ -244,95 +204,12 @@ class Dispatcher:
             self.wait_for_running()
             connections.close_all()
 
-    def claim_beside(self, stop_event: threading.Event, ended: threading.Event) -> None:
-        """The second claimer of a queue whose claims may overlap: while the queue is busy
-        and its jobs are short (:attr:`QueueState.second_claim_wanted`), a claim of its own
-        under way beside the dispatcher's, on its own connection, once a thread's worth of
-        room is free. The dispatcher ends it before it hands back what waits."""
-        state = self.state
-        poll = float(settings.POLL_SECONDS)
-        try:
-            while not (stop_event.is_set() or ended.is_set()):
-                with state.changed:
-                    room = self.room_beside()
-                    if not room:
-                        state.changed.wait(poll)
-                        continue
-                names = None if state.names is None else state.names()
-                if names == ():
-                    self.took(room, [])
-                    continue
-                claimed = self.claim(room, names, True)
-                if claimed is not None and len(claimed) >= room:
-                    state.wake()  # more are due: the dispatcher may be asleep after a dry claim
-        finally:
-            connections.close_all()
-
-    def room_beside(self) -> int:
-        """With ``state.changed`` held: the room a claim beside the dispatcher's reserves
-        (a thread's worth at least), or 0 while none is wanted."""
-        state = self.state
-        room = state.capacity - state.held
-        if not state.second_claim_wanted or room < state.threads:
-            return 0
-        return self.reserve(room)
-
-    def claim(
-        self, room: int, names: tuple[str, ...] | None, carry: bool
-    ) -> list[ClaimedJob] | None:
-        """Claim ``room`` jobs (reserved) of ``names``, carrying the waiting outcomes if
-        ``carry``, and hand them over; None if the claim failed."""
-        state = self.state
-        claim = partial(
-            self.claimer.claim_and_settle, state.name, room, names, state.ahead(room), carry
-        )
-        claimed = None
-        try:
-            began = time.monotonic()
-            if state.overlapping:
-                claimed = self.guarded(claim)
-            else:
-                with state.claiming:
-                    claimed = self.guarded(claim)
-            if claimed:
-                state.pace.claimed(time.monotonic() - began)
-        finally:
-            self.took(room, claimed or [])
-        if claimed:
-            self.hand_over(claimed)
-        return claimed
-
-    def reserve(self, room: int) -> int:
-        """With ``state.changed`` held: reserve ``room`` for a claim (as much of it as one
-        claim takes); the room reserved."""
-        room = self.claim_room(room)
-        self.state.reserved += room
-        return room
-
-    def claim_room(self, room: int) -> int:
-        """How much of ``room`` one claim takes: all of it; where claims overlap, half the
-        capacity at most (a thread's worth at least), so that a claim that waits leaves the
-        other room to take and run jobs meanwhile."""
-        state = self.state
-        if not state.overlapping:
-            return room
-        return min(room, max(state.threads, state.capacity // 2))
-
-    def took(self, room: int, jobs: list[ClaimedJob]) -> None:
-        """A claim of ``room`` (reserved) took ``jobs``: they count as held, in the same
-        moment as its reservation ends, so that no other claim sees their room free."""
-        state = self.state
-        with state.changed:
-            state.reserved -= room
-            state.busy += len(jobs)
-            state.saturated = room > 0 and len(jobs) >= room
-            state.changed.notify_all()
-
     def hand_over(self, jobs: list[ClaimedJob]) -> None:
-        """Put claimed jobs (counted by :meth:`took`) in the inbox for the handler threads."""
+        """Put claimed jobs in the inbox for the handler threads."""
         state = self.state
         with state.changed:
             since = time.monotonic()
+            state.busy += len(jobs)
             state.inbox.extend(Waiting(since, job) for job in jobs)
             state.changed.notify_all()
 
@@ -340,8 +217,7 @@ class Dispatcher:
         """At a stop, once nothing waits: the handler threads end by themselves."""
 
     def wait_for_room(self, stop_event: threading.Event, poll: float) -> int:
-        """Wait until there is room for a claim; reserve it and return how many jobs to
-        claim (none once ``stop_event`` is set).
+        """Wait until there is room for a claim; return how many jobs to claim.
 
         Without claiming ahead: once a thread is free, gathering more for a
         moment. Claiming ahead: once a thread's worth of room is free, while
@@ -354,14 +230,11 @@ class Dispatcher:
                 if stop_event.is_set():
                     return 0
                 capacity = state.capacity
-                room = capacity - state.held
+                room = capacity - state.busy
                 if capacity > state.threads and room >= state.threads:
-                    return self.reserve(room)
+                    return room
                 if capacity == state.threads and room > 0:
-                    room = self.gather(stop_event)
-                    if room > 0:
-                        return self.reserve(room)
-                    continue
+                    return self.gather(stop_event)
                 state.changed.wait(self.hold if state.inbox else poll)
 
     def gather(self, stop_event: threading.Event) -> int:
@@ -374,7 +247,7 @@ class Dispatcher:
             if left <= 0:
                 break
             state.changed.wait(left)
-        return state.threads - state.held
+        return state.threads - state.busy
 
     def dry_wait(self, poll: float) -> float:
         """How long a claim that took less than its room sleeps: the poll interval, or under

@@ -1,8 +1,5 @@
 """When a dispatcher claims ahead, and how long a claimed job may wait for a thread."""
 
-import threading
-from typing import Any
-
 from django_jobs.worker.ahead import (
     HOLD_SECONDS,
     MOST_AHEAD,
@@ -80,35 +77,3 @@ def test_a_limited_queue_claims_ahead_too_and_says_how_many_of_a_claim_would_wai
     assert state.ahead(2) == 2  # both threads busy: both wait
     state.busy = 1
     assert state.ahead(3) == 2
-
-
-def test_two_claims_under_way_reserve_no_more_room_than_the_threads_may_hold():
-    from django_jobs.worker.dispatcher import Dispatcher, QueueState
-
-    pace = Pace(0.01)
-    pace.add(0.001)
-    pace.claimed(0.01)  # a claim takes ten jobs' time: as many ahead as it may hold
-    state = QueueState("busy", 2, pace, overlapping=True)
-    capacity = 2 * (1 + MOST_AHEAD)
-    assert state.capacity == capacity
-    half = capacity // 2
-    parts: dict[str, Any] = dict.fromkeys(("claimer", "executor", "writer", "clock"))
-    dispatcher = Dispatcher(state, **parts, using="default", hold=0.25)
-
-    first = dispatcher.wait_for_room(threading.Event(), 1.0)
-    assert first == half  # half the capacity: the other claim has the rest
-    assert state.ahead(first) == half - 2  # two start at once, the others wait
-    with state.changed:
-        assert dispatcher.room_beside() == 0  # the queue is not known to be busy yet
-        state.saturated = True
-        second = dispatcher.room_beside()
-        assert second == capacity - half
-        assert dispatcher.room_beside() == 0  # no room left to reserve
-    assert state.ahead(second) == second  # the first claim's jobs take the free threads
-
-    dispatcher.took(first, [None] * first)  # type: ignore[list-item]
-    assert (state.busy, state.reserved, state.held) == (first, second, capacity)
-    with state.changed:
-        assert dispatcher.room_beside() == 0
-    dispatcher.took(second, [])  # the second claim found nothing
-    assert (state.busy, state.reserved, state.saturated) == (first, 0, False)
