@@ -267,3 +267,21 @@ def test_signals_of_the_maintenance_pass_come_once_its_write_has_committed(worke
     finally:
         job_dead_lettered.disconnect(look, sender=Job)
     assert seen == [JobStatus.DEAD_LETTERED, JobStatus.DEAD_LETTERED]
+
+
+def test_a_receiver_connected_after_a_send_hears_the_next_and_none_once_disconnected():
+    """The signals keep the receivers they found for a sender (``use_caching``): one
+    connected after a send that found none hears the next, and a disconnected one none."""
+    schedule_job("tests.ok")  # sent with no receiver: none is what the signal keeps
+    got: list[int] = []
+
+    def receiver(sender: Any, job_id: int, **details: Any) -> None:
+        got.append(job_id)
+
+    job_enqueued.connect(receiver, sender=Job)
+    try:
+        job = schedule_job("tests.ok")
+    finally:
+        job_enqueued.disconnect(receiver, sender=Job)
+    schedule_job("tests.ok")
+    assert got == [job.pk]
