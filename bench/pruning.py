@@ -4,6 +4,7 @@
     bash scripts/bench-pruning                                   # sets up the venv and the server
     DATABASE_URL=postgres://... python bench/pruning.py --jobs 20000 --expired 200000
     DATABASE_URL=postgres://... python bench/pruning.py --rounds 2 --json .tmp/pruning.json
+    DATABASE_URL=postgres://... python bench/pruning.py --cleaner --expired 100000 --rounds 3
 
 Each round drains ``--jobs`` fresh ``demo.noop`` jobs twice, on the PostgreSQL
 database ``DATABASE_URL`` names (migrated, its django_jobs tables emptied: never
@@ -28,11 +29,19 @@ so that pruning overlaps the drain, and waits for it to exit. It reports:
   the worker's ``jobs_pruned`` log lines: one a pass, giving its count; a pass
   works in batches of the cleaner's ``PRUNE_BATCH``, all full but its last, since
   the expired jobs share one status).
+
+``--cleaner`` times the cleaner alone instead, in this process and with no worker, on
+any database ``DATABASE_URL`` names: each round inserts ``--expired`` rows and prunes them
+all (``prune_finished``), twice, as the driver deletes a batch (PostgreSQL in one
+statement, SQLite and MariaDB a delete a table) and by Django's cascade (as where a delete
+receiver asks for it: here the cleaner is told so); it reports the rows a second and the
+CPU time this process spent a row, which a worker that leads spends beside its jobs.
 """
 
 from __future__ import annotations
 
 import math
+import os
 import re
 import statistics
 import sys
@@ -63,6 +72,7 @@ class Options:
     maintenance_seconds: float
     timeout: float
     json: Path | None
+    cleaner: bool = False
 
 
 @dataclass(frozen=True)
@@ -110,6 +120,9 @@ def parse_options(argv: list[str] | None = None) -> Options:
         help="the worker's MAINTENANCE_SECONDS (how often it prunes)",
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="per drain (seconds)")
+    parser.add_argument(
+        "--cleaner", action="store_true", help="time the cleaner alone, both ways (no drain)"
+    )
     harness.add_json_option(parser)
     args = parser.parse_args(argv)
     harness.require_at_least_one(parser, args, "jobs", "expired", "rounds", "batch")
@@ -123,6 +136,7 @@ def parse_options(argv: list[str] | None = None) -> Options:
         args.maintenance_seconds,
         args.timeout,
         args.json,
+        args.cleaner,
     )
 
 
@@ -207,6 +221,59 @@ def drain(label: str, options: Options, expired: int, log_dir: Path) -> DrainRes
     return result
 
 
+@dataclass
+class CleanerResult:
+    """The cleaner alone: ``rows`` pruned in ``seconds``, this process's CPU meanwhile."""
+
+    label: str
+    rows: int
+    seconds: float
+    cpu_seconds: float
+
+
+#: The ways the cleaner prunes (``--cleaner``), and whether Django's cascade is forced.
+CLEANER_WAYS = (("the driver's", False), ("Django's cascade", True))
+
+
+def time_cleaner(label: str, expired: int, cascade: bool) -> CleanerResult:
+    """Insert ``expired`` rows and prune them all, by Django's cascade if ``cascade``."""
+    import time
+
+    from django.db import connection
+    from django.utils import timezone
+
+    from django_jobs.maintenance import cleaner
+
+    harness.empty_tables()
+    if connection.vendor == "postgresql":
+        pruning_data.insert_expired(expired, timezone.now())
+    else:
+        pruning_data.insert_expired_rows(expired, timezone.now())
+    harness.settle_database()
+    original = cleaner.cascades
+    if cascade:
+        cleaner.cascades = lambda using: None  # type: ignore[assignment]
+    try:
+        began, cpu = time.perf_counter(), time.process_time()
+        rows = cleaner.prune_finished(timezone.now(), using="default")
+        seconds, cpu = time.perf_counter() - began, time.process_time() - cpu
+    finally:
+        cleaner.cascades = original  # type: ignore[assignment]
+    return CleanerResult(label, rows, seconds, cpu)
+
+
+def cleaner_table(results: list[CleanerResult]) -> str:
+    """Each timing as a line: rows, seconds, rows a second, this process's CPU a row."""
+    lines = [f"{'cleaner':<18}{'rows':>10}{'seconds':>10}{'rows/s':>10}{'CPU us a row':>15}"]
+    for result in results:
+        lines.append(
+            f"{result.label:<18}{result.rows:>10,}{result.seconds:>10.2f}"
+            f"{result.rows / result.seconds:>10,.0f}"
+            f"{1e6 * result.cpu_seconds / max(1, result.rows):>15,.1f}"
+        )
+    return "\n".join(lines)
+
+
 # -- the report -------------------------------------------------------------------
 
 COLUMNS = [
@@ -262,10 +329,13 @@ def summary(results: list[DrainResult]) -> str:
 
 
 def run_info(options: Options) -> dict[str, Any]:
+    from django.db import connection
+
     from django_jobs.maintenance.cleaner import PRUNE_BATCH
     from django_jobs.worker.leader.maintainer import PRUNE_BATCHES
 
-    database = {"database": harness.database_version(), "database_settings": harness.durability()}
+    durability = harness.durability() if connection.vendor == "postgresql" else {}
+    database = {"database": harness.database_version(), "database_settings": durability}
     details = {
         "jobs": options.jobs,
         "expired": options.expired,
@@ -293,9 +363,13 @@ def print_report(info: dict[str, Any], results: list[DrainResult]) -> None:
 # -- main -------------------------------------------------------------------------
 
 
-def run(options: Options, work_dir: Path) -> tuple[dict[str, Any], list[DrainResult]]:
+def run(options: Options, work_dir: Path) -> tuple[dict[str, Any], list[Any]]:
+    if options.cleaner and os.environ.get("DATABASE_URL"):  # the cleaner alone: any database
+        url = os.environ["DATABASE_URL"]
+    else:  # the drains, and their expired rows' inserts, are PostgreSQL's
+        url = harness.postgresql_url("scripts/bench-pruning")
     harness.configure_environment(
-        harness.postgresql_url("scripts/bench-pruning"),
+        url,
         JOBS_MAINTENANCE_SECONDS=str(options.maintenance_seconds),
         PYTHONUNBUFFERED="1",
     )
@@ -303,7 +377,14 @@ def run(options: Options, work_dir: Path) -> tuple[dict[str, Any], list[DrainRes
     harness.migrate()
     info = run_info(options)
     print(info["database"], file=sys.stderr)
-    results = []
+    results: list[Any] = []
+    if options.cleaner:
+        for number in range(1, options.rounds + 1):
+            for label, cascade in CLEANER_WAYS:
+                harness.heading(f"round {number}: the cleaner, {label}")
+                results.append(time_cleaner(label, options.expired, cascade))
+        harness.empty_tables()
+        return info, results
     for number in range(1, options.rounds + 1):
         for label, expired in (("without", 0), ("with", options.expired)):
             harness.heading(f"round {number}: {label} expired rows")
@@ -320,6 +401,14 @@ def main(argv: list[str] | None = None) -> int:
             info, results = run(options, work_dir)
         except BenchError as exc:
             return harness.failed(exc)
+    if options.cleaner:
+        settings = info["database_settings"]  # PostgreSQL's durability; none elsewhere
+        shown = f" ({harness.format_settings(settings)})" if settings else ""
+        print(f"\n{info['database']}{shown}")
+        print(cleaner_table(results))
+        if options.json:
+            harness.write_json(options.json, {**info, "cleaner": [asdict(r) for r in results]})
+        return 0
     print_report(info, results)
     if options.json:
         data = {

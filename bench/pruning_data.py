@@ -87,6 +87,46 @@ def insert_expired(count: int, now: datetime) -> None:
     execute(expired_attempts_sql(job, attempt), params)
 
 
+def insert_expired_rows(count: int, now: datetime) -> None:
+    """:func:`insert_expired` on any database, through the ORM (``bulk_create``): the same
+    succeeded jobs, each with one attempt, finished past every default retention."""
+    from django_jobs.models import Attempt, Job
+
+    newest, oldest = (now - timedelta(days=days) for days in EXPIRED_AGE_DAYS)
+    step = (newest - oldest) / max(1, count)
+    jobs = [
+        Job(
+            name=EXPIRED_NAME,
+            queue=QUEUE,
+            payload={"n": n},
+            status="succeeded",
+            run_at=oldest + n * step,
+            created_at=oldest + n * step,
+            started_at=oldest + n * step,
+            finished_at=oldest + n * step,
+            attempt=1,
+            attempts_used=1,
+        )
+        for n in range(count)
+    ]
+    Job.objects.bulk_create(jobs, batch_size=2000)
+    ids = Job.objects.filter(name=EXPIRED_NAME).values_list("id", "finished_at")
+    Attempt.objects.bulk_create(
+        (
+            Attempt(
+                job_id=job_id,
+                number=1,
+                owner="bench-host:1:expired",
+                started_at=at,
+                finished_at=at,
+                outcome="succeeded",
+            )
+            for job_id, at in ids.iterator()
+        ),
+        batch_size=2000,
+    )
+
+
 def count_expired(now: datetime) -> int:
     job, _ = tables()
     cutoff = now - timedelta(days=min(EXPIRED_AGE_DAYS))

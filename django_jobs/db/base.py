@@ -47,6 +47,7 @@ from .records import (
     ROW_ERRORS,
     SETTLED_JOB_COLUMNS,
     Candidate,
+    Cascade,
     ClaimedJob,
     ClaimRequest,
     Health,
@@ -103,6 +104,9 @@ class Driver(Statements):
     #: An UPDATE of a join names each column it assigns with its table (MariaDB's: the
     #: other table may have a column of the same name); SQLite's and PostgreSQL's may not.
     assigns_qualified = False
+    #: Expired jobs and the rows that go with them are deleted in one statement
+    #: (:meth:`delete_expired`): PostgreSQL's data-modifying ``WITH``.
+    deletes_in_one_statement = False
 
     #: The parts a driver builds, as ``BaseDatabaseWrapper`` builds its ``features_class``.
     leader_class = LeaderLease
@@ -119,6 +123,27 @@ class Driver(Statements):
         self.flow = self.flow_class(self, self)
         #: Workflows: the links of a new job, the steps of a job's end.
         self.workflows = self.workflows_class(self, self)
+
+    def delete_expired(self, picked: Any, cascades: Sequence[Cascade]) -> tuple[int, int]:
+        """Where :attr:`deletes_in_one_statement`: lock the jobs ``picked`` (a query of
+        their ids, read without a lock; the rows another session holds are passed) and
+        delete them, with the rows of ``cascades`` that refer to them, in one statement of
+        its own; (ids picked, jobs deleted)."""
+        raise NotImplementedError
+
+    def delete_jobs(self, ids: Sequence[int], cascades: Sequence[Cascade]) -> int:
+        """Inside the caller's transaction, which holds them: delete the jobs ``ids``, after
+        the rows of ``cascades`` that refer to them (a foreign key checked at once, as
+        InnoDB's, then finds none), a statement a table and column; how many jobs went."""
+        qn, params = self.qn, list(ids)
+        marks = self.placeholders(len(params))
+        with self.connection.cursor() as cursor:
+            for cascade in cascades:
+                table = qn(cascade.table)
+                for column in cascade.columns:
+                    cursor.execute(f"DELETE FROM {table} WHERE {qn(column)} IN ({marks})", params)
+            cursor.execute(f"DELETE FROM {self.job_table} WHERE {qn('id')} IN ({marks})", params)
+            return int(cursor.rowcount)
 
     def bound_session(self, seconds: float) -> None:
         """On a connection a worker's calls run on under a deadline of ``seconds``: have the

@@ -51,6 +51,7 @@ from .records import (
     RENEW_FIELDS,
     SETTLED_COLUMNS,
     Candidate,
+    Cascade,
     ClaimedJob,
     ClaimRequest,
     DueRows,
@@ -146,6 +147,7 @@ class PostgresDriver(Driver):
     prepares_statements = True
     lock_suffix = " FOR UPDATE SKIP LOCKED"
     flow_class = PostgresFlowControl
+    deletes_in_one_statement = True
 
     def __init__(self, using: str = "default") -> None:
         super().__init__(using)
@@ -623,6 +625,27 @@ class PostgresDriver(Driver):
         :data:`SETTLED_COLUMNS` in order (:data:`SETTLED_CASTS`)."""
         rows = settlement_values(settlements, SETTLED_COLUMNS)
         return [json.dumps(rows, ensure_ascii=False, separators=(",", ":"), default=iso_text)]
+
+    def delete_expired(self, picked: Any, cascades: Sequence[Cascade]) -> tuple[int, int]:
+        """The jobs ``picked`` locked (``FOR UPDATE SKIP LOCKED``) and deleted with the rows
+        of ``cascades`` in one statement, its own transaction: where Django's cascade sends
+        a statement for the pick, the lock, the read it collects by, each table and each
+        hundred jobs, and builds a model instance and a literal per job. The foreign keys
+        are checked as the statement ends, by which time the rows referring to the jobs
+        are gone with them."""
+        qn = self.qn
+        pick, params = picked.query.get_compiler(self.using).as_sql()
+        ids = "ARRAY(SELECT id FROM picked)"  # one array: each delete seeks its index by it
+        ctes = [f"picked(id) AS MATERIALIZED ({pick}{self.lock_suffix})"]
+        for number, cascade in enumerate(cascades):
+            refers = " OR ".join(f"{qn(column)} = ANY({ids})" for column in cascade.columns)
+            ctes.append(f"cascade{number} AS (DELETE FROM {qn(cascade.table)} WHERE {refers})")
+        ctes.append(
+            f"gone AS (DELETE FROM {self.job_table} WHERE {qn('id')} = ANY({ids}) RETURNING 1)"
+        )
+        sql = f"WITH {', '.join(ctes)} SELECT (SELECT count(*) FROM picked), count(*) FROM gone"
+        [(count, deleted)] = self.execute(sql, list(params))
+        return count, deleted
 
     def renew_sql(self, renewal: Renewal) -> tuple[str, list[Any]]:
         rows = renewal.values()

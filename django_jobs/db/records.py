@@ -306,6 +306,14 @@ class UnleasedRow(NamedTuple):
     workflow_pending: bool | None = None
 
 
+class Cascade(NamedTuple):
+    """A table whose rows are deleted with the jobs they refer to (by any of ``columns``),
+    as the cleaner deletes expired jobs."""
+
+    table: str
+    columns: tuple[str, ...]
+
+
 class ExhaustedRow(NamedTuple):
     """A pending row with no attempt left, as the maintenance pass read it."""
 

@@ -7,7 +7,9 @@ long lock nor an unbounded transaction: each batch is one short transaction
 that picks up to ``batch`` expired ids through the finished index (on
 PostgreSQL ``FOR UPDATE SKIP LOCKED``, so it never waits for a row another
 session holds), deletes their attempts, then the jobs. Off the hot path:
-ORM code, on the maintenance interval.
+ORM code, on the maintenance interval, but for the deletes: the
+driver's (on PostgreSQL the whole batch is one statement), unless
+Django's cascade is asked for (:func:`cascades`).
 """
 
 from __future__ import annotations
@@ -20,10 +22,13 @@ from datetime import datetime, timedelta
 from datetime import timezone as dt_timezone
 from typing import Any
 
-from django.db.models import Exists, F, Lookup, OuterRef
+from django.db.models import DO_NOTHING, Exists, F, Lookup, OuterRef
+from django.db.models.deletion import Collector, get_candidate_relations_to_delete
+from django.db.models.signals import post_delete, pre_delete
 
 from ..conf import settings
 from ..db import Driver, get_driver
+from ..db.records import Cascade
 from ..models import FINISHED_STATUSES, Batch, Job, JobStatus
 
 logger = logging.getLogger(__name__)
@@ -189,18 +194,51 @@ def locked(driver: Driver, ids: list[int], status: JobStatus, cutoff: datetime) 
     return list(rows.select_for_update(skip_locked=True).values_list("id", flat=True))
 
 
+def cascades(using: str) -> list[Cascade] | None:
+    """What deleting jobs deletes with them, where the database may do it in the jobs'
+    statement: each table whose rows refer to jobs ``on_delete=CASCADE`` and which Django
+    itself would delete in one query (no rows of its own cascade from them, no receiver of
+    their delete signals). None where Django's cascade must do it: a receiver of a job's
+    ``pre_delete`` or ``post_delete``, or a relation it must follow row by row (a project's
+    model referring to jobs with ``SET_NULL``, say). Read at each batch: a receiver may be
+    connected at any time."""
+    if pre_delete.has_listeners(Job) or post_delete.has_listeners(Job):
+        return None
+    collector: Any = Collector(using)  # its stubs take no model class, as it does
+    meta: Any = Job._meta
+    tables: dict[str, list[str]] = {}
+    relations: list[Any] = list(get_candidate_relations_to_delete(meta))
+    for related in relations:
+        field, model = related.field, related.related_model
+        if field.remote_field.on_delete is DO_NOTHING:
+            continue
+        if not collector.can_fast_delete(model, from_field=field):
+            return None
+        tables.setdefault(model._meta.db_table, []).append(field.column)
+    return [Cascade(table, tuple(columns)) for table, columns in tables.items()]
+
+
 def prune_batch(driver: Driver, status: JobStatus, cutoff: datetime, batch: int) -> tuple[int, int]:
     """Delete one batch, in one transaction: (ids picked, jobs deleted).
 
     Nothing can change the picked rows before they are deleted: PostgreSQL and
     MariaDB hold their row locks, SQLite's write transaction the database's lock.
+    On PostgreSQL the batch is one statement (:meth:`~django_jobs.db.base.Driver.
+    delete_expired`), elsewhere a delete a table after the pick
+    (:meth:`~django_jobs.db.base.Driver.delete_jobs`), unless Django's cascade must delete
+    it (:func:`cascades`).
     """
+    tables = cascades(driver.using)
+    if driver.deletes_in_one_statement and tables is not None:
+        return driver.delete_expired(expired_ids(driver, status, cutoff, batch), tables)
     with driver.write_transaction():
         ids = list(expired_ids(driver, status, cutoff, batch))
         if ids and driver.supports_skip_locked:
             ids = locked(driver, ids, status, cutoff)
         if not ids:
             return 0, 0
+        if tables is not None:
+            return len(ids), driver.delete_jobs(ids, tables)
         # The cascade deletes the attempts first, then the jobs.
         _, counts = Job.objects.using(driver.using).filter(pk__in=ids).only("pk").delete()
     return len(ids), counts.get(Job._meta.label, 0)

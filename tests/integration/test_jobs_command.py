@@ -630,7 +630,7 @@ def test_jobs_prune_works_in_bounded_batches(make_job: MakeJob) -> None:
     picks: list[str] = []
 
     def record(execute: Any, sql: str, params: Any, many: bool, context: Any) -> Any:
-        if sql.startswith(f"SELECT {table}.") and "ORDER BY" in sql and "LIMIT" in sql.upper():
+        if f"SELECT {table}." in sql and "ORDER BY" in sql and "LIMIT" in sql.upper():
             picks.append(sql)
         return execute(sql, params, many, context)
 

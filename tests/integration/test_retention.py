@@ -9,11 +9,13 @@ from typing import Any
 
 import pytest
 from django.db import connection, connections
+from django.db.models.signals import post_delete
 from django.test import override_settings
 
 from django_jobs.db import ClaimRequest, get_driver
-from django_jobs.maintenance.cleaner import expired_ids, prune_finished
-from django_jobs.models import Attempt, Job, JobStatus
+from django_jobs.db.records import Cascade
+from django_jobs.maintenance.cleaner import cascades, expired_ids, prune_finished
+from django_jobs.models import Attempt, Job, JobDependency, JobStatus
 from tests.conftest import START
 from tests.support.plans import explain, scans, sorts
 
@@ -58,13 +60,14 @@ def statements_sent(target: Any = None) -> Iterator[list[tuple[str, Any]]]:
 
 
 def picks(sent: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
-    """The statements that pick a batch of expired ids: one per batch, each its own transaction."""
+    """The statements that pick a batch of expired ids: one per batch, each its own
+    transaction (on PostgreSQL the batch's one statement, which deletes them too)."""
     table = connection.ops.quote_name(Job._meta.db_table)
     column = connection.ops.quote_name("finished_at")
     return [
         (sql, params)
         for sql, params in sent
-        if sql.startswith(f"SELECT {table}.") and f"ORDER BY {table}.{column}" in sql
+        if f"SELECT {table}." in sql and f"ORDER BY {table}.{column}" in sql
     ]
 
 
@@ -253,11 +256,67 @@ def test_prune_pick_seeks_the_finished_index_without_a_sort(make_job):
         assert prune(batch=5, max_batches=1) == 5
     [(sql, params)] = picks(sent)
     planned = expired_ids(get_driver(), JobStatus.SUCCEEDED, START, 5)
-    assert sql == planned.query.sql_with_params()[0]
-    plan = explain(sql, params)
+    assert planned.query.sql_with_params()[0] in sql
+    plan = explain(sql, params)  # on PostgreSQL the whole batch: the pick and the deletes
     assert "django_jobs_finished_idx" in plan, plan
     assert not sorts(plan), plan
     assert not scans(plan, "django_jobs_job"), plan
+
+
+# -- one statement a batch, where nothing asks for Django's cascade ----------------------
+
+
+def test_a_batch_deletes_what_refers_to_its_jobs_and_nothing_else(make_job):
+    """The attempts of the pruned jobs and the dependency links from and to them go; a
+    young job's, and the links between jobs that stay, do not. Not by Django's cascade: on
+    PostgreSQL in one statement, elsewhere a delete a table after the pick."""
+    old = finished(JobStatus.SUCCEEDED, 10 * DAY, count=3)
+    [young] = finished(JobStatus.SUCCEEDED, DAY)
+    waiting = [make_job(), make_job()]
+    for job in (*old, young):
+        Attempt.objects.create(job=job, number=1, owner="w1", started_at=START - 10 * DAY)
+    JobDependency.objects.bulk_create(
+        [
+            JobDependency(job=old[0], depends_on=old[1]),  # both pruned
+            JobDependency(job=waiting[0], depends_on=old[2]),  # to a pruned job
+            JobDependency(job=old[2], depends_on=young),  # from a pruned job
+            JobDependency(job=waiting[1], depends_on=young),  # neither pruned
+        ]
+    )
+    with statements_sent() as sent:
+        assert prune(max_batches=1) == 3
+    driver = get_driver()
+    if driver.deletes_in_one_statement:  # (a savepoint around it: the test's transaction)
+        assert len([sql for sql, _ in sent if "SAVEPOINT" not in sql]) == 1, sent
+    else:  # the pick and, on MariaDB, the lock; no read of the jobs by id to delete them by
+        selects = [sql for sql, _ in sent if sql.startswith("SELECT")]
+        assert len(selects) == 1 + driver.supports_skip_locked, selects
+    assert left(*old, young, *waiting) == {young.pk, *(job.pk for job in waiting)}
+    assert list(Attempt.objects.values_list("job_id", flat=True)) == [young.pk]
+    links = JobDependency.objects.values_list("job_id", "depends_on_id")
+    assert list(links) == [(waiting[1].pk, young.pk)]
+
+
+def test_a_receiver_of_a_jobs_delete_hears_each_pruned_job():
+    """Django's cascade sends the delete signals, one statement a batch would not: with a
+    receiver connected, the batch is deleted Django's way."""
+    pruned = finished(JobStatus.SUCCEEDED, 10 * DAY, count=3)
+    heard: list[int] = []
+
+    def receiver(sender: Any, instance: Job, **kwargs: Any) -> None:
+        heard.append(instance.pk)
+
+    post_delete.connect(receiver, sender=Job)
+    try:
+        assert cascades("default") is None
+        assert prune() == 3
+    finally:
+        post_delete.disconnect(receiver, sender=Job)
+    assert sorted(heard) == sorted(job.pk for job in pruned)
+    assert cascades("default") == [
+        Cascade(JobDependency._meta.db_table, ("job_id", "depends_on_id")),
+        Cascade(Attempt._meta.db_table, ("job_id",)),
+    ]
 
 
 def test_the_leaders_pruning_pass_says_when_it_used_its_whole_budget(worker, monkeypatch):
