@@ -6,6 +6,7 @@ import io
 import json
 import os
 import random
+import re
 import secrets
 import signal
 import subprocess
@@ -256,22 +257,28 @@ class StillRunning(subprocess.TimeoutExpired):
 
 
 class LoggedProcess(subprocess.Popen[bytes]):
-    """A subprocess whose output goes to ``log_path``, shown when ``wait()`` times out."""
+    """A subprocess whose output goes to ``log_path``, shown with its threads' stacks when
+    ``wait()`` times out."""
 
     log_path: Path
 
     def wait(self, timeout: float | None = None) -> int:
+        """As Popen's; when ``timeout`` runs out, the process is aborted and the error says
+        what each of its threads was doing (:meth:`stacks`): a test waits for a process
+        that should end, and a hang seen once in CI must be readable from its report."""
         try:
             return super().wait(timeout)
         except subprocess.TimeoutExpired as expired:
-            log = self.log_path.read_text(errors="replace")
-            raise StillRunning(expired.cmd, expired.timeout, output=log) from None
+            raise StillRunning(expired.cmd, expired.timeout, output=self.stacks()) from None
 
-    def stacks(self, tail: int = 25) -> str:
-        """What a process that should have exited was doing: it is aborted (SIGABRT), and
-        Python's faulthandler (on in every process a test starts) writes every thread's
-        stack to its output. The stacks come first, then the last ``tail`` lines of its
-        log before them, so that a report which keeps only part of a failure keeps them."""
+    def stacks(self, tail: int = 15) -> str:
+        """What a process that should have exited was doing: what the database says its
+        sessions wait for (:func:`database_waits`), then the process is aborted (SIGABRT)
+        and Python's faulthandler (on in every process a test starts) writes every
+        thread's stack to its output. The last ``tail`` lines of its log come first, then
+        the stacks (:func:`thread_stacks`): a report which keeps only the first part of a
+        failure keeps what matters."""
+        waits = database_waits() if self.poll() is None else ""
         if self.poll() is None:
             os.kill(self.pid, signal.SIGABRT)
             with contextlib.suppress(subprocess.TimeoutExpired):
@@ -282,9 +289,89 @@ class LoggedProcess(subprocess.Popen[bytes]):
             return f"(no stacks written: exit status {self.returncode})\n{log}"
         before = log[:start].splitlines()[-tail:]
         return (
-            f"its threads' stacks:\n{log[start:]}\n"
-            f"the last {len(before)} lines of its log before them:\n" + "\n".join(before)
+            f"the last {len(before)} lines of its log:\n"
+            + "\n".join(before)
+            + f"\n{waits}its threads' stacks:\n"
+            + thread_stacks(log[start:])
         )
+
+
+#: threading's frames under every thread's own: left out of the stacks.
+THREADING_FRAME = re.compile(r"threading\.py\", line \d+ in (run|_bootstrap|_bootstrap_inner)$")
+#: A thread whose innermost frame is in one of these waits for work: its stack is one line.
+IDLE_FRAME = re.compile(r"(threading|selectors|queue)\.py\", line \d+ in \w+$")
+
+
+def thread_stacks(written: str) -> str:
+    """faulthandler's stacks (``written``) made short: the thread that took the signal (the
+    main one) first, then every thread busy elsewhere, whole; a thread that waits for work
+    is one line, named by its innermost frame of the app's code. threading's own
+    frames go, and the repo's paths are made relative."""
+    blocks = re.split(r"\n(?=(?:Current thread|Thread) 0x)", written.strip())
+    current: list[str] = []
+    busy: list[str] = []
+    idle: list[str] = []
+    for block in blocks[1:]:  # blocks[0]: "Fatal Python error: Aborted"
+        header, *frames = block.strip().splitlines()
+        frames = [
+            frame.replace(str(ROOT) + os.sep, "")
+            for frame in frames
+            if not THREADING_FRAME.search(frame)
+        ]
+        if header.startswith("Current thread"):
+            current.append("\n".join([header, *frames]))
+        elif frames and IDLE_FRAME.search(frames[0]):
+            own = next((frame for frame in frames if "django_jobs" + os.sep in frame), frames[0])
+            where = own.strip().removeprefix("File ")
+            idle.append(f"{header.split(' (')[0]} waits for work, in {where}")
+        else:
+            busy.append("\n".join([header, *frames]))
+    return "\n\n".join([*current, *busy, "\n".join(idle)])
+
+
+def database_waits() -> str:
+    """What the test database's server says its other sessions are doing, for the report
+    of a process that hangs: on PostgreSQL each session's wait and the sessions that block
+    it; on MariaDB each open transaction and the transactions it waits for, and the
+    sessions at work outside a transaction. Empty where
+    the test cannot ask (SQLite, or a test without database access)."""
+    from django.db import connection
+
+    queries = {
+        "postgresql": (
+            "SELECT pid, state, wait_event_type, wait_event, pg_blocking_pids(pid),"
+            " round(extract(epoch FROM now() - xact_start)::numeric, 1), left(query, 300)"
+            " FROM pg_stat_activity WHERE datname = current_database()"
+            " AND pid <> pg_backend_pid()"
+        ),
+        # Each open transaction, with those it waits for; then each other session at work
+        # outside one (waiting for a table's metadata lock, say).
+        "mysql": (
+            "SELECT t.trx_mysql_thread_id, t.trx_state, t.trx_started, t.trx_rows_locked,"
+            " (SELECT GROUP_CONCAT(b.trx_mysql_thread_id) FROM"
+            " information_schema.INNODB_LOCK_WAITS w JOIN information_schema.INNODB_TRX b"
+            " ON b.trx_id = w.blocking_trx_id WHERE w.requesting_trx_id = t.trx_id),"
+            " p.COMMAND, p.TIME, LEFT(COALESCE(t.trx_query, p.INFO), 300)"
+            " FROM information_schema.INNODB_TRX t LEFT JOIN information_schema.PROCESSLIST p"
+            " ON p.ID = t.trx_mysql_thread_id WHERE t.trx_mysql_thread_id <> CONNECTION_ID()"
+            " UNION ALL SELECT p.ID, p.STATE, NULL, NULL, NULL, p.COMMAND, p.TIME,"
+            " LEFT(p.INFO, 300) FROM information_schema.PROCESSLIST p"
+            " WHERE p.COMMAND NOT IN ('Sleep', 'Daemon') AND p.ID <> CONNECTION_ID()"
+            " AND p.ID NOT IN (SELECT trx_mysql_thread_id FROM information_schema.INNODB_TRX)"
+        ),
+    }
+    sql = queries.get(connection.vendor)
+    if sql is None:
+        return ""
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute(sql)
+            rows = cursor.fetchall()
+    except Exception as exc:  # noqa: BLE001 -- a report of a failure must not fail
+        return f"the database's sessions: not read ({type(exc).__name__}: {exc})\n"
+    listed = "\n".join("  " + " | ".join(str(value) for value in row) for row in rows)
+    what = "sessions" if connection.vendor == "postgresql" else "transactions and sessions"
+    return f"the database's {what} (the test's own left out):\n{listed or '  none'}\n"
 
 
 class RunjobsProcesses:
@@ -336,14 +423,18 @@ class RunjobsProcesses:
         self.processes.append(process)
         return process
 
+    def finish(self, processes: Sequence[subprocess.Popen[bytes]], timeout: float) -> None:
+        """Wait for ``processes`` to exit, all within ``timeout`` seconds together (below
+        the test's own timeout, so that a hang is reported by :meth:`LoggedProcess.stacks`
+        rather than cut off by pytest-timeout), and assert that each exited with 0."""
+        deadline = time.monotonic() + timeout
+        for process in processes:
+            process.wait(max(0.1, deadline - time.monotonic()))
+            assert process.returncode == 0, self.log(process)
+
     def log(self, process: subprocess.Popen[bytes]) -> str:
         index = self.processes.index(process)
         return (self.tmp_path / f"runjobs-{index}.log").read_text(errors="replace")
-
-    def stacks(self, process: subprocess.Popen[bytes]) -> str:
-        """The log of a process that should have exited, ended with its threads' stacks."""
-        assert isinstance(process, LoggedProcess)
-        return process.stacks()
 
     def stop_all(self) -> None:
         for process in self.processes:

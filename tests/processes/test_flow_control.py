@@ -54,8 +54,7 @@ def test_four_processes_never_run_two_jobs_of_one_key_at_once_and_run_every_job(
         runjobs_process.start("--burst", "--queue", "keyed", "--workers", "4", env=QUICK_POLL)
         for _ in range(4)
     ]
-    for process in workers:
-        assert process.wait(240) == 0, runjobs_process.log(process)
+    runjobs_process.finish(workers, 150)
     assert Job.objects.filter(pk__in=key_of, status=JobStatus.SUCCEEDED).count() == 200
     runs = runs_of(key_of)
     assert Counter(run.job_id for run in runs) == Counter(dict.fromkeys(key_of, 1))
@@ -75,8 +74,7 @@ def test_a_global_limit_holds_across_processes_and_their_threads(runjobs_process
     )
     env = {**QUICK_POLL, "JOBS_GLOBAL_LIMIT": "2"}
     workers = [runjobs_process.start("--burst", "--queue", "limited", env=env) for _ in range(3)]
-    for process in workers:
-        assert process.wait(240) == 0, runjobs_process.log(process)
+    runjobs_process.finish(workers, 150)
     runs = runs_of(job.pk for job in jobs)
     assert len(runs) == 60
     assert most_at_once((run.started_at, run.finished_at) for run in runs) == 2
@@ -107,8 +105,7 @@ def test_a_rate_limit_holds_in_every_window_across_processes(runjobs_process) ->
         runjobs_process.start("--burst", "--queue", "default", "--workers", "4", env=env)
         for _ in range(8)
     ]
-    for process in workers:
-        assert process.wait(240) == 0, runjobs_process.log(process)
+    runjobs_process.finish(workers, 150)
     ids = [job.pk for job in jobs]
     assert Job.objects.filter(pk__in=ids, status=JobStatus.SUCCEEDED).count() == 150
     starts = Attempt.objects.filter(job_id__in=ids).values_list("started_at", flat=True)
@@ -139,8 +136,7 @@ def test_a_global_limit_above_every_workers_claims_is_claimed_without_the_lock(
     )
     env = {**QUICK_POLL, "JOBS_GLOBAL_LIMIT": "1000"}
     workers = [runjobs_process.start("--burst", "--queue", "limited", env=env) for _ in range(3)]
-    for process in workers:
-        assert process.wait(240) == 0, runjobs_process.log(process)
+    runjobs_process.finish(workers, 150)
     runs = runs_of(job.pk for job in jobs)
     assert Counter(run.job_id for run in runs) == Counter({job.pk: 1 for job in jobs})
     assert len({run.pid for run in runs}) > 1

@@ -10,7 +10,6 @@ it saw to a file (see ``example.watchful``).
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import subprocess
@@ -169,13 +168,7 @@ def test_partition_cut_off_worker_stops_on_sigterm_within_a_bounded_time(
     cut(proxy, "blackhole")
     time.sleep(0.5)  # its threads are now inside calls that get no answer
     os.kill(cut_off.pid, signal.SIGTERM)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        cut_off.wait(stops_within)
-    if cut_off.returncode is None:  # outside the except: no chained log in the report
-        pytest.fail(
-            f"the worker did not stop within {stops_within}s of SIGTERM while cut off; "
-            + runjobs_process.stacks(cut_off)
-        )
+    cut_off.wait(stops_within)  # else StillRunning, with its threads' stacks
     output = runjobs_process.log(cut_off)
     assert cut_off.returncode == 0, output
     assert read_runs(log, job.pk)[1].ended_by == "cancelled"
