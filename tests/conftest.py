@@ -76,6 +76,11 @@ CAPABILITY_MARKERS = {
         False,
         "needs a database with a clock of its own, apart from this host's",
     ),
+    "overlapping_claims": (
+        "claims_overlap",
+        True,
+        "needs claims of one queue that may be under way at once (PostgreSQL's)",
+    ),
     "journal_modes": (
         "has_journal_modes",
         True,

@@ -86,6 +86,11 @@ class Driver(Statements):
     supports_skip_locked = False
     #: A claim, and a claim that carries outcomes, is one statement: one round trip.
     claims_in_one_statement = False
+    #: Two claims of one queue from one process may be under way at once: each locks only
+    #: the rows it takes. MariaDB's locking read locks the rows it passes over for a
+    #: moment (two claims would each skip the other's), and SQLite's takes the one write
+    #: lock.
+    claims_overlap = False
     #: A call on the connection can be cut off at its deadline (a network socket; a local
     #: file is bounded by its busy timeout instead).
     cuts_off_calls = False

@@ -141,6 +141,7 @@ class PostgresDriver(Driver):
     supports_listen = True
     supports_skip_locked = True
     claims_in_one_statement = True
+    claims_overlap = True
     cuts_off_calls = True
     has_row_estimates = True
     has_connect_timeout = True

@@ -169,6 +169,8 @@ class EventLoop:
 class AsyncDispatcher(Dispatcher):
     """A queue's async lane: claims its async handlers' jobs, runs them on the loop."""
 
+    claims_beside = False  # it never claims ahead: a task starts as soon as it is claimed
+
     def __init__(self, state: QueueState, *, loop: EventLoop, **parts: Any) -> None:
         super().__init__(state, **parts)
         self.loop = loop
@@ -182,14 +184,11 @@ class AsyncDispatcher(Dispatcher):
         """Its room, at most :data:`ASYNC_CLAIM_BATCH`: it never claims ahead."""
         return min(self.state.threads, ASYNC_CLAIM_BATCH)
 
-    def wait_for_room(self, stop_event: threading.Event, poll: float) -> int:
-        return min(super().wait_for_room(stop_event, poll), ASYNC_CLAIM_BATCH)
+    def claim_room(self, room: int) -> int:
+        return min(room, ASYNC_CLAIM_BATCH)
 
     def hand_over(self, jobs: list[ClaimedJob]) -> None:
-        """Hold and announce each job, and start it as a task."""
-        state = self.state
-        with state.changed:
-            state.busy += len(jobs)
+        """Announce each job (held since the claim), and start it as a task."""
         for claimed in jobs:
             launch = Launch(self.loop.loop)
             started = self.executor.begin(claimed, launch.interrupt)

@@ -42,7 +42,7 @@ from .burst import BurstCheck, job_list
 from .connections import guarded, start_thread
 from .core import Parts, Worker
 from .deadlines import apply_connect_timeout
-from .dispatcher import Dispatcher, QueueState
+from .dispatcher import Dispatcher, QueueState, claims_overlap
 from .eventloop import AsyncDispatcher, EventLoop
 from .leader.chores import Chores
 from .summary import Summary
@@ -62,6 +62,21 @@ def serve(worker: Worker, stop_event: threading.Event) -> None:
     Server(worker.parts()).run(stop_event)
 
 
+def largest_claim(dispatchers: list[Dispatcher]) -> int:
+    """The most jobs a process's claims of one queue take together: a lane's largest claim
+    (the room its claims under way reserve, however many: :mod:`.dispatcher`), and where
+    a queue's lanes claim at once (``QueueState.overlapping``), its lanes' together; where
+    they take turns (``QueueState.claiming``), the largest lane's."""
+    by_queue: dict[str, list[int]] = {}
+    for dispatcher in dispatchers:
+        by_queue.setdefault(dispatcher.state.name, []).append(dispatcher.largest_claim)
+    overlapping = {d.state.name for d in dispatchers if d.state.overlapping}
+    return max(
+        (sum(lanes) if queue in overlapping else max(lanes) for queue, lanes in by_queue.items()),
+        default=0,
+    )
+
+
 class Server:
     def __init__(self, parts: Parts) -> None:
         self.parts = parts
@@ -75,11 +90,9 @@ class Server:
             self.dispatchers += [
                 self.async_dispatcher(lane.state, self.loop) for lane in lanes.values()
             ]
-        # What its row tells other processes claiming under a global limit: the lanes of
-        # a queue claim one at a time (``QueueState.claiming``), so the largest lane's.
-        parts.maintainer.largest_claim = max(
-            (dispatcher.largest_claim for dispatcher in self.dispatchers), default=0
-        )
+        # What its row tells other processes claiming under a global limit: the most its
+        # claims of one queue take together.
+        parts.maintainer.largest_claim = largest_claim(self.dispatchers)
         self.summary = Summary(parts.writer, float(settings.SUMMARY_SECONDS), time.monotonic())
         self.burst = BurstCheck(parts)
 
@@ -93,6 +106,7 @@ class Server:
             woken=p.doorbells[name],
             limited=queue_limits(name) is not None,
             names=None if self.loop is None else sync_names,
+            overlapping=claims_overlap(p.claimer.driver.claims_overlap, threads),
         )
         return Dispatcher(state, hold=self.hold, **self.dispatcher_parts())
 
@@ -108,6 +122,7 @@ class Server:
             limited=queue_limits(name) is not None,
             names=async_names,
             claiming=sync.claiming,
+            overlapping=sync.overlapping,
         )
         return AsyncDispatcher(state, loop=loop, hold=self.hold, **self.dispatcher_parts())
 

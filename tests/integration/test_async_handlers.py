@@ -68,26 +68,37 @@ def test_the_server_runs_async_handlers_on_its_loop_and_sync_ones_on_threads(set
 def test_a_queues_two_lanes_claim_one_at_a_time(settings, worker):
     """On MariaDB a locking read locks, for a moment, the rows it passes over: the async
     lane claiming at the same instant as the sync lane made it skip a due sync job, which
-    then waited a poll. The lanes of a queue share one lock around their claims."""
+    then waited a poll. The lanes of a queue share one lock around their claims, which
+    they take unless claims may overlap (PostgreSQL's, which lock only the rows they take)
+    and the queue has threads enough for a second claim beside its dispatcher's."""
+    from django_jobs.db import driver_class
+    from django_jobs.worker.dispatcher import CLAIMS_BESIDE_THREADS
     from django_jobs.worker.eventloop import AsyncDispatcher
     from django_jobs.worker.server import Server
 
-    settings.DJANGO_JOBS = {"QUEUES": {"default": {"workers": 1}, "other": {"workers": 1}}}
-    server = Server(worker(queues={"default": 1, "other": 1}).parts())
+    many = CLAIMS_BESIDE_THREADS
+    settings.DJANGO_JOBS = {"QUEUES": {"default": {"workers": many}, "other": {"workers": 1}}}
+    server = Server(worker(queues={"default": many, "other": many - 1}).parts())
     lanes = {(type(d) is AsyncDispatcher, d.state.name): d.state for d in server.dispatchers}
     assert set(lanes) == {(False, "default"), (True, "default"), (False, "other"), (True, "other")}
     for queue in ("default", "other"):
         assert lanes[(True, queue)].claiming is lanes[(False, queue)].claiming
     assert lanes[(False, "default")].claiming is not lanes[(False, "other")].claiming
+    overlap = driver_class("default").claims_overlap
+    assert {lanes[(lane, "default")].overlapping for lane in (False, True)} == {overlap}
+    assert {lanes[(lane, "other")].overlapping for lane in (False, True)} == {False}
 
 
 def test_a_workers_row_says_the_most_jobs_one_claim_of_its_lanes_takes(settings, worker):
     """Other processes claim under a global limit without the queue's lock only while it
     leaves room for this one's largest claim: a tick's is a queue's threads; a server's is
     its largest lane's (its threads and as many jobs ahead as it may hold for each; an async
-    lane's concurrency, at most a batch), the lanes of a queue claiming one at a time."""
+    lane's concurrency, at most a batch) where the lanes of a queue claim one at a time, and
+    their sum where they claim at once."""
+    from django_jobs.db import driver_class
     from django_jobs.models import WorkerProcess
     from django_jobs.worker.ahead import MOST_AHEAD
+    from django_jobs.worker.dispatcher import CLAIMS_BESIDE_THREADS
     from django_jobs.worker.eventloop import ASYNC_CLAIM_BATCH
     from django_jobs.worker.server import Server
 
@@ -109,6 +120,14 @@ def test_a_workers_row_says_the_most_jobs_one_claim_of_its_lanes_takes(settings,
     assert server.parts.maintainer.largest_claim == ASYNC_CLAIM_BATCH
     server.parts.maintainer.register(START)
     assert WorkerProcess.objects.get(id=ticking.owner).largest_claim == ASYNC_CLAIM_BATCH
+    # Where a queue's lanes claim at once (PostgreSQL, threads enough), its lanes' together.
+    settings.DJANGO_JOBS["QUEUES"]["other"]["async_concurrency"] = 2
+    many = CLAIMS_BESIDE_THREADS
+    sync_lane = many * (1 + MOST_AHEAD)
+    together = driver_class("default").claims_overlap
+    assert Server(
+        worker(queues={"default": many, "other": 1}).parts()
+    ).parts.maintainer.largest_claim == (sync_lane + 5 if together else sync_lane)
 
 
 def test_a_lane_whose_last_claim_took_nothing_leaves_the_outcomes_to_the_others(settings, worker):

@@ -1,14 +1,20 @@
 """Claiming ahead: the next batch is claimed while the current one runs, bounded both ways."""
 
 import threading
+import time
+from datetime import timedelta
+from functools import partial
+from typing import Any
 
 import pytest
+from django.db import connection
 
-from django_jobs import schedule_jobs
+from django_jobs import schedule_job, schedule_jobs
 from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus
 from django_jobs.worker import Worker, serve
 from django_jobs.worker.ahead import MOST_AHEAD
 from django_jobs.worker.clock import SystemClock
+from django_jobs.worker.dispatcher import CLAIMS_BESIDE_THREADS
 from tests.conftest import wait_until
 from tests.support.jobs import SLEPT
 from tests.support.threads import in_a_thread
@@ -155,3 +161,92 @@ def test_a_dispatcher_times_its_claims_to_know_how_many_jobs_to_hold_ahead(setti
         wait_until(lambda: Job.objects.filter(status=JobStatus.SUCCEEDED).count() == 30, timeout=20)
     assert state.pace.claim_average is not None and state.pace.claim_average > 0
     assert state.pace.ahead >= 1  # short jobs: held ahead
+
+
+def claim_waiting_for(session: Any) -> bool:
+    """Whether a claim waits for ``session``'s transaction (a row lock or a key it holds)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT 1 FROM pg_locks WHERE locktype = 'transactionid' AND NOT granted"
+            " AND transactionid::text = %s",
+            [session.execute("SELECT pg_current_xact_id()::text").fetchone()[0]],
+        )
+        return cursor.fetchone() is not None
+
+
+@pytest.mark.overlapping_claims
+@pytest.mark.django_db(transaction=True)
+def test_a_busy_queue_claims_beside_a_claim_that_waits_where_claims_overlap(settings):
+    """A claim under way need not be the only one: while a claim of a busy queue of short
+    jobs waits (here for another session's key), a second claim takes and runs jobs, where
+    the queue has threads enough (:data:`CLAIMS_BESIDE_THREADS`). Neither takes more than
+    its share of the room, and no job runs twice."""
+    import psycopg
+
+    threads = CLAIMS_BESIDE_THREADS
+    capacity = (1 + MOST_AHEAD) * threads  # the most one claim at a time may hold
+    settings.DJANGO_JOBS = {
+        **FAST,
+        "CLAIM_AHEAD_SECONDS": 0.05,
+        "QUEUES": {"default": {"workers": threads}},
+    }
+    SLEPT.clear()
+    # Short (claimed ahead), yet not so short that the threads run them all out before
+    # the claim that waits has waited: at most 1,600 a second.
+    short = {"job": "tests.sleepy", "payload": {"seconds": 0.005}}
+    ids = [row.pk for row in schedule_jobs([short] * 4000)]
+    params = connection.get_connection_params()
+    params.pop("cursor_factory", None)
+    worker = Worker(queues={"default": threads}, clock=SystemClock())
+    with psycopg.connect(**params) as session, in_a_thread(partial(serve, worker)):
+        wait_until(lambda: succeeded(ids) >= 200, timeout=10)  # its jobs count as short
+        # Due in a moment, ahead of the rest: the claim that takes it inserts its attempt
+        # 1, which this session holds uncommitted: that claim waits for the session's end.
+        delay = timedelta(seconds=0.3)
+        first = schedule_job("tests.sleepy", {"seconds": 0}, priority=9, delay=delay)
+        session.execute(
+            "INSERT INTO django_jobs_attempt (job_id, number, owner, started_at, error)"
+            " VALUES (%s, 1, 'a session of the test', now(), '')",
+            [first.pk],
+        )
+        wait_until(lambda: claim_waiting_for(session), timeout=10, interval=0.005)
+        before = succeeded(ids)
+        most = 0
+        until = time.monotonic() + 0.5
+        while time.monotonic() < until:
+            most = max(most, held())
+        during = succeeded(ids) - before
+        assert claim_waiting_for(session)  # the whole half second
+        session.rollback()
+        wait_until(lambda: succeeded([*ids, first.pk]) == len(ids) + 1, timeout=30)
+    # With one claim at a time, the jobs held when the claim began at most (none, tried).
+    assert during > capacity
+    # The claim that waits holds a thread's worth of room at least, which the other never
+    # takes: what the worker held besides stayed below the most it may hold.
+    assert most <= capacity - threads
+    # Each job ran once; any other attempt is one handed back unstarted (a job that waited
+    # past the hold for a thread, on a slow machine).
+    attempts = Attempt.objects.filter(job_id__in=[*ids, first.pk])
+    assert attempts.filter(outcome=AttemptOutcome.SUCCEEDED).count() == len(ids) + 1
+    assert set(attempts.values_list("outcome", flat=True)) <= {
+        AttemptOutcome.SUCCEEDED,
+        AttemptOutcome.RELEASED,
+    }
+
+
+def test_a_queue_of_few_threads_claims_one_claim_at_a_time_on_every_database(settings, worker):
+    """Below :data:`CLAIMS_BESIDE_THREADS` a second claim drains slower (its claims, of half
+    the room, carry too few jobs for their commits): one claim at a time, whatever the
+    database; at it, a second claimer where claims may overlap."""
+    from django_jobs.db import driver_class
+    from django_jobs.worker.server import Server
+
+    many = CLAIMS_BESIDE_THREADS
+    settings.DJANGO_JOBS = {"QUEUES": {"few": {"workers": many - 1}, "many": {"workers": many}}}
+    server = Server(worker(queues={"few": many - 1, "many": many}).parts())
+    overlapping = {d.state.name: d.state.overlapping for d in server.dispatchers}
+    assert overlapping == {"few": False, "many": driver_class("default").claims_overlap}
+
+
+def succeeded(ids: list[int]) -> int:
+    return Job.objects.filter(id__in=ids, status=JobStatus.SUCCEEDED).count()

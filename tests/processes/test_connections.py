@@ -30,14 +30,19 @@ THREADS_PER_QUEUE = 3
 
 
 def connections_at_most(handler_threads: int, queues: int) -> int:
-    """The most connections one process may hold: the deploying guide's formula.
+    """The most connections one process may hold: the scaling guide's formula.
 
     One per handler thread and per queue's dispatcher, plus the main thread
     (maintenance, schedules, registration), the settler, the lease renewal,
     the LISTEN connection, and for a moment the clock's and the listener's
-    probe.
+    probe; where claims overlap (PostgreSQL), one more per queue of
+    ``CLAIMS_BESIDE_THREADS`` threads or more, for the claim beside the dispatcher's.
     """
-    return handler_threads + queues + 6
+    from django_jobs.db import driver_class
+    from django_jobs.worker.dispatcher import claims_overlap
+
+    beside = claims_overlap(driver_class("default").claims_overlap, THREADS_PER_QUEUE)
+    return handler_threads + (2 if beside else 1) * queues + 6
 
 
 def tagged(application_name: str) -> dict[str, str]:

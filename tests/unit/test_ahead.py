@@ -1,5 +1,8 @@
 """When a dispatcher claims ahead, and how long a claimed job may wait for a thread."""
 
+import threading
+from typing import Any
+
 from django_jobs.worker.ahead import (
     HOLD_SECONDS,
     MOST_AHEAD,
@@ -8,6 +11,7 @@ from django_jobs.worker.ahead import (
     hold_seconds,
     stale,
 )
+from django_jobs.worker.dispatcher import BESIDE, MAIN
 
 
 def test_pace_claims_ahead_only_once_jobs_have_run_and_were_short():
@@ -77,3 +81,77 @@ def test_a_limited_queue_claims_ahead_too_and_says_how_many_of_a_claim_would_wai
     assert state.ahead(2) == 2  # both threads busy: both wait
     state.busy = 1
     assert state.ahead(3) == 2
+
+
+def test_two_claims_under_way_reserve_no_more_room_than_the_threads_may_hold():
+    from django_jobs.worker.dispatcher import Dispatcher, QueueState
+
+    pace = Pace(0.01)
+    pace.add(0.001)
+    pace.claimed(0.01)  # a claim takes ten jobs' time: as many ahead as it may hold
+    state = QueueState("busy", 2, pace, overlapping=True)
+    capacity = 2 * (1 + MOST_AHEAD)
+    assert state.capacity == capacity
+    half = capacity // 2
+    parts: dict[str, Any] = dict.fromkeys(("claimer", "executor", "writer", "clock"))
+    dispatcher = Dispatcher(state, **parts, using="default", hold=0.25)
+
+    first = dispatcher.wait_for_room(threading.Event(), 1.0)
+    assert first == half  # half the capacity: the other claim has the rest
+    assert state.ahead(first, MAIN) == half - 2  # two start at once, the others wait
+    with state.changed:
+        assert dispatcher.room_beside() == 0  # the queue is not known to be busy yet
+        state.saturated = True
+        second = dispatcher.room_beside()
+        assert second == capacity - half
+    assert state.ahead(second, BESIDE) == second  # the first claim's jobs take the threads
+
+    dispatcher.took(MAIN, [None] * first)  # type: ignore[list-item]
+    assert (state.busy, state.reserved) == (first, second)
+    assert state.room(MAIN) == 0  # the second claim's room and the first's jobs: all of it
+    dispatcher.took(BESIDE, [])  # the second claim found nothing
+    assert (state.busy, state.reserved, state.saturated) == (first, 0, False)
+
+
+def test_a_claim_that_waits_holds_at_most_half_the_capacity_as_it_is_now():
+    """The capacity shrinks as the jobs slow down (fewer held ahead) while a claim is under
+    way: that claim, reserved at the capacity of its start, must not take all of the new
+    one, or the other claimer waits for it exactly when a claim is slow."""
+    from django_jobs.worker.dispatcher import Dispatcher, QueueState
+
+    pace = Pace(0.01)
+    pace.add(0.001)
+    pace.claimed(0.01)
+    state = QueueState("busy", 8, pace, overlapping=True, saturated=True)
+    parts: dict[str, Any] = dict.fromkeys(("claimer", "executor", "writer", "clock"))
+    dispatcher = Dispatcher(state, **parts, using="default", hold=0.25)
+    waits = dispatcher.wait_for_room(threading.Event(), 1.0)
+    assert waits == 8 * (1 + MOST_AHEAD) // 2  # half the capacity of its start
+    pace.add(0.012)  # the jobs slow down: fewer held ahead, a smaller capacity
+    assert state.capacity - waits < 8  # counted whole, the claim that waits leaves no room
+    with state.changed:
+        beside = dispatcher.room_beside()
+    assert beside == state.capacity - state.capacity // 2 >= 8
+    assert state.others(BESIDE) == state.capacity // 2 < waits
+
+
+def test_a_queue_of_long_jobs_claims_beside_only_a_claim_that_waited_past_the_hold():
+    """Without claiming ahead (long jobs, or jobs handed back as slow), a second claim
+    would only double the round trips: none while the dispatcher's claim is quick; once it
+    has waited past the hold (a lock, a slow commit), one for the threads that are free."""
+    from django_jobs.worker.dispatcher import Dispatcher, QueueState
+
+    state = QueueState("long", 8, Pace(0.01), overlapping=True, saturated=True)
+    assert state.capacity == 8  # not short: nothing held ahead
+    parts: dict[str, Any] = dict.fromkeys(("claimer", "executor", "writer", "clock"))
+    dispatcher = Dispatcher(state, **parts, using="default", hold=0.25)
+    waits = dispatcher.wait_for_room(threading.Event(), 1.0)
+    assert waits == 8
+    began = state.began[MAIN]
+    with state.changed:
+        assert dispatcher.room_beside(began + 0.2) == 0  # within the hold: a quick claim
+        beside = dispatcher.room_beside(began + 0.3)
+    assert beside == 8 - 8 // 2  # the room the claim that waits leaves, at most half
+    dispatcher.took(BESIDE, [None] * beside)  # type: ignore[list-item]
+    with state.changed:
+        assert dispatcher.room_beside(began + 0.4) == 0  # its jobs hold the free threads
