@@ -107,7 +107,11 @@ def test_a_rate_limit_holds_in_every_window_across_processes(runjobs_process) ->
     ]
     runjobs_process.finish(workers, 150)
     ids = [job.pk for job in jobs]
-    assert Job.objects.filter(pk__in=ids, status=JobStatus.SUCCEEDED).count() == 150
+    statuses = Counter(Job.objects.filter(pk__in=ids).values_list("status", flat=True))
+    assert statuses == {JobStatus.SUCCEEDED: 150}, "\n".join(
+        [str(Job.objects.exclude(status=JobStatus.SUCCEEDED).values()[:3])]
+        + [runjobs_process.log(process) for process in workers]
+    )
     starts = Attempt.objects.filter(job_id__in=ids).values_list("started_at", flat=True)
     per_window = Counter(int(started.timestamp()) for started in starts)
     assert max(per_window.values()) <= 20, sorted(per_window.items())

@@ -272,7 +272,9 @@ def test_hosts_four_hosts_drain_through_a_kill_storm_each_job_succeeding_once(
     runjobs_process: RunjobsProcesses, network: Hosts
 ) -> None:
     rng = random.Random(20261202)
-    total = 20_000
+    # About 25 s of draining on two quiet cores: a kill every two seconds lands a dozen
+    # times, and a loaded machine still drains it well within the deadline below.
+    total = 8_000
     schedule_jobs([{"job": "example.record", "max_attempts": 100}] * total)
     env = {"JOBS_LEASE_SECONDS": "2", "JOBS_MAINTENANCE_SECONDS": "0.2"}
     supervisors = [
@@ -287,9 +289,9 @@ def test_hosts_four_hosts_drain_through_a_kill_storm_each_job_succeeding_once(
         return [pid for pid, supervisor in rows if pid_of(str(supervisor)) in ours]
 
     killed: list[int] = []
-    deadline = time.monotonic() + 240
-    while Job.objects.filter(status=JobStatus.SUCCEEDED).count() < total:
-        assert time.monotonic() < deadline, "the storm did not drain"
+    deadline = time.monotonic() + 140  # below the test's timeout: this says how far it got
+    while (succeeded := Job.objects.filter(status=JobStatus.SUCCEEDED).count()) < total:
+        assert time.monotonic() < deadline, f"the storm did not drain: {succeeded} of {total}"
         time.sleep(2)
         serving = [pid for pid in children() if pid not in killed]
         if serving:
