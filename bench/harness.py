@@ -201,6 +201,17 @@ def status_counts(name: str | None = None) -> dict[str, int]:
     return dict(jobs.order_by().values_list("status").annotate(count=Count("id")))
 
 
+def unfinished() -> bool:
+    """Whether a job is pending or running, each read by its partial index."""
+    from django_jobs.models import Job, JobStatus
+
+    jobs = Job.objects.order_by()
+    return (
+        jobs.filter(status=JobStatus.PENDING).exists()
+        or jobs.filter(status=JobStatus.RUNNING).exists()
+    )
+
+
 def drain_span(total: int) -> tuple[datetime, datetime]:
     """First ``started_at`` and last ``finished_at`` of the no-op jobs, all ``total`` succeeded."""
     from django.db.models import Max, Min

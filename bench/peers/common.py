@@ -126,6 +126,13 @@ class System(ABC):
     def counts(self) -> tuple[int, int, int]:
         """(picked up so far, succeeded, finished otherwise), read from the database."""
 
+    @abstractmethod
+    def unfinished(self) -> bool:
+        """Whether a job waits or runs: the probe polled through the drain, by the system's
+        own index of waiting and running jobs. The counts read every row; polled every
+        50 ms through a drain, they cost the server more than some systems' claims do
+        (10-12 ms a call at 20,000 jobs on PostgreSQL), so they are read once, at the end."""
+
     def describe_database(self) -> str | None:
         """The database in words (a SQLite file's settings), or None to leave it to the report."""
         return None
@@ -223,6 +230,8 @@ def enqueue_one_by_one(system: System, options: Options) -> float:
 
 
 def succeeded_all(system: System, total: int) -> bool:
+    if system.unfinished():
+        return False
     started, succeeded, otherwise = system.counts()
     if otherwise:
         raise BenchError(f"{otherwise} jobs did not succeed")

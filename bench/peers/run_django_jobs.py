@@ -151,6 +151,9 @@ class DjangoJobs(common.System):
         started = int(Attempt.objects.exists())
         return started, succeeded, sum(rows.values())
 
+    def unfinished(self) -> bool:
+        return harness.unfinished()
+
     def describe_database(self) -> str | None:
         from django.db import connection
 

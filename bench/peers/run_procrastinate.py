@@ -83,6 +83,12 @@ class Procrastinate(common.System):
         otherwise = sum(rows.values())
         return succeeded + doing + otherwise, succeeded, otherwise
 
+    def unfinished(self) -> bool:
+        [(waiting,)] = self.execute(
+            "SELECT EXISTS (SELECT 1 FROM procrastinate_jobs WHERE status IN ('todo', 'doing'))"
+        )
+        return bool(waiting)
+
 
 if __name__ == "__main__":
     sys.exit(common.main(Procrastinate))

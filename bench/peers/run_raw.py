@@ -388,6 +388,9 @@ class Raw(common.System):
         counts.pop("running", 0)
         return succeeded, succeeded, sum(counts.values())
 
+    def unfinished(self) -> bool:
+        return harness.unfinished()
+
     def describe_database(self) -> str | None:
         from django.db import connection
 

@@ -104,6 +104,13 @@ class TasksDb(common.System):
         otherwise = sum(rows.values())
         return succeeded + running + otherwise, succeeded, otherwise
 
+    def unfinished(self) -> bool:
+        from django_tasks_db.compat import TaskResultStatus
+        from django_tasks_db.models import DBTaskResult
+
+        waiting = (TaskResultStatus.READY, TaskResultStatus.RUNNING)
+        return DBTaskResult.objects.order_by().filter(status__in=waiting).exists()
+
     def describe_database(self) -> str | None:
         from django.db import connection
 

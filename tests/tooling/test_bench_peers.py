@@ -218,6 +218,30 @@ def test_peers_warm_each_way_of_enqueuing_up_untimed_and_leave_no_job(
     assert calls == [*bulk, ("one", 0), ("delete", None)]
 
 
+def test_peers_poll_a_drain_by_the_cheap_probe_and_count_once_it_says_none_waits() -> None:
+    """The counts read every row: polled through a drain, they competed with the drain
+    they measured."""
+    common = load_bench_module("peers/common")
+    calls: list[str] = []
+    probes = iter([True, True, False, False])
+    counts = iter([(10, 10, 0), (10, 9, 1)])
+
+    class System:
+        def unfinished(self) -> bool:
+            calls.append("probe")
+            return next(probes)
+
+        def counts(self) -> tuple[int, int, int]:
+            calls.append("counts")
+            return next(counts)
+
+    system = System()
+    assert [common.succeeded_all(system, 10) for _ in range(3)] == [False, False, True]
+    assert calls == ["probe", "probe", "probe", "counts"]
+    with pytest.raises(common.BenchError, match="1 jobs did not succeed"):
+        common.succeeded_all(system, 10)
+
+
 @pytest.mark.parametrize(("jobs", "rounds"), [(1000, 20), (5000, 4), (20_000, 3), (50_000, 3)])
 def test_peers_report_the_bulk_enqueue_over_rounds_of_20000_jobs_each_on_an_empty_table(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, jobs: int, rounds: int
