@@ -116,6 +116,8 @@ class Limited(NamedTuple):
 
     jobs: list[ClaimedJob]
     short: bool
+    #: The claim's own statement wrote the queue's row (:attr:`FlowControl.writes_claims`).
+    marked: bool = False
 
 
 class ClaimSteps(Protocol):
@@ -139,9 +141,10 @@ class ClaimSteps(Protocol):
 class FlowControl:
     """Paused queues, and the claims of a queue under its limits."""
 
-    #: A claim under the lock that takes jobs of a queue with a global limit writes the
-    #: queue's row, even with nothing changed: PostgreSQL's claims that skip the lock tell by
-    #: the row's version that one committed since their snapshot (:mod:`.postgresql_limits`).
+    #: A claim under the lock that takes jobs of a queue whose claims may skip the lock
+    #: (:meth:`lock_skippable`) writes the queue's row, even with nothing changed:
+    #: PostgreSQL's claims that skip the lock tell by the row's version that one committed
+    #: since their snapshot (:mod:`.postgresql_limits`).
     writes_claims = False
     #: The lock's statement also counts the queue's running jobs (one round trip less): a
     #: database whose statement reads what committed while it waited for the lock (MariaDB
@@ -374,13 +377,18 @@ class FlowControl:
             changed["window_start"] = self.statements.adapt(window)
             changed["window_count"] = row.used + len(claimed.jobs) + reserved
         wanted = (row.wanted and not freed) or claimed.short
-        # Only a global limit's claims may skip the lock: under another, no row to write.
-        written = self.writes_claims and limits.global_limit is not None
+        # Where no claim skips the lock (a rate limit), no row to write.
+        written = self.writes_claims and self.lock_skippable(limits) and not claimed.marked
         if wanted != row.wanted or (claimed.jobs and written):
             changed["slot_wanted"] = wanted
         if changed:
             self.update_queue_row(request.queue, changed)
         return claimed.jobs
+
+    def lock_skippable(self, limits: QueueLimits) -> bool:
+        """Whether claims of a queue under ``limits`` may skip the queue's lock: none here
+        (:mod:`.postgresql_limits` says where)."""
+        return False
 
     def claim_under(self, request: ClaimRequest, row: QueueRow, one_by_one: bool) -> Limited:
         """The claim itself, the queue's row locked: its jobs, and whether the queue's limit

@@ -71,10 +71,13 @@ MAIN = "main"
 BESIDE = "beside"
 
 
-def claims_overlap(driver_overlaps: bool, threads: int) -> bool:
+def claims_overlap(driver_overlaps: bool, threads: int, keyed: bool = False) -> bool:
     """Whether a queue of ``threads`` handler threads has claims under way at once: on a
-    driver whose claims may overlap, and with :data:`CLAIMS_BESIDE_THREADS` or more."""
-    return driver_overlaps and threads >= CLAIMS_BESIDE_THREADS
+    driver whose claims may overlap, with :data:`CLAIMS_BESIDE_THREADS` or more, and not
+    for a queue with concurrency keys: a process's claims of it may skip the queue's lock
+    (:mod:`~django_jobs.db.postgresql_limits`), each counting its keys' running jobs as
+    the claim before it left them, so they take turns."""
+    return driver_overlaps and threads >= CLAIMS_BESIDE_THREADS and not keyed
 
 
 @dataclass

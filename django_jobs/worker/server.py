@@ -99,14 +99,16 @@ class Server:
     def dispatcher(self, name: str, threads: int, ahead: float) -> Dispatcher:
         """Queue ``name``'s dispatcher: rung by its doorbell, claiming under its limits."""
         p = self.parts
+        limits = queue_limits(name)
+        keyed = limits is not None and limits.keyed
         state = QueueState(
             name,
             threads,
             Pace(ahead),
             woken=p.doorbells[name],
-            limited=queue_limits(name) is not None,
+            limited=limits is not None,
             names=None if self.loop is None else sync_names,
-            overlapping=claims_overlap(p.claimer.driver.claims_overlap, threads),
+            overlapping=claims_overlap(p.claimer.driver.claims_overlap, threads, keyed),
         )
         return Dispatcher(state, hold=self.hold, **self.dispatcher_parts())
 

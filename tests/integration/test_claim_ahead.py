@@ -249,5 +249,17 @@ def test_a_queue_of_few_threads_claims_one_claim_at_a_time_on_every_database(set
     assert overlapping == {"few": False, "many": driver_class("default").claims_overlap}
 
 
+def test_a_queue_with_keyed_jobs_claims_one_claim_at_a_time_whatever_its_threads(settings, worker):
+    """Its claims may skip the queue's lock where one process serves it, each counting its
+    keys' running jobs as the claim before it left them: two under way at once could each
+    take a key's last slot."""
+    from django_jobs.worker.server import Server
+
+    many = CLAIMS_BESIDE_THREADS
+    settings.DJANGO_JOBS = {"QUEUES": {"keyed": {"workers": many}}}  # tests.keyed's queue
+    server = Server(worker(queues={"keyed": many}).parts())
+    assert {d.state.overlapping for d in server.dispatchers} == {False}
+
+
 def succeeded(ids: list[int]) -> int:
     return Job.objects.filter(id__in=ids, status=JobStatus.SUCCEEDED).count()

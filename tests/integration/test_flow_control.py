@@ -815,12 +815,12 @@ def another_session_runs(sql: str, params: list[Any]) -> Iterator[None]:
         yield
 
 
-def queue_row_locked(mode: str) -> Any:
+def queue_row_locked(mode: str, queue: str = "default") -> Any:
     """The queue's row locked by another session: ``FOR KEY SHARE`` as a claim that skips
     the lock holds it until it commits; ``FOR UPDATE`` as a claim under the lock does."""
-    get_driver().flow.make_queue_row("default")
+    get_driver().flow.make_queue_row(queue)
     return another_session_runs(
-        f"SELECT 1 FROM django_jobs_queue WHERE name = %s FOR {mode}", ["default"]
+        f"SELECT 1 FROM django_jobs_queue WHERE name = %s FOR {mode}", [queue]
     )
 
 
@@ -906,29 +906,79 @@ def test_a_claim_under_the_lock_waits_for_claims_that_skip_it_and_they_for_it(ma
         assert claim_at_once(limit=1, limits=FAR) is None  # not skipped: it waits its turn
 
 
+def version(queue: str = "default") -> str:
+    """The queue's row's version (``xmin``): a write of it makes a new one."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT xmin::text FROM django_jobs_queue WHERE name = %s", [queue])
+        return cursor.fetchone()[0]
+
+
 @on_postgresql
-def test_a_claim_under_the_lock_that_takes_jobs_writes_the_queues_row(make_job) -> None:
+@pytest.mark.parametrize("queue", ["default", "keyed"])
+def test_a_claim_under_the_lock_that_takes_jobs_writes_the_queues_row(make_job, queue) -> None:
     """A claim that skips the lock claims only if the queue's row it locks is the version
     its snapshot saw: a claim under the lock that committed since, with jobs the snapshot
-    cannot count, wrote a newer one. Only under a global limit: under no other limit does a
-    claim skip the lock, and the write would cost each claim a round trip."""
+    cannot count, wrote a newer one. Under a global limit and under keys, whose claims may
+    skip the lock; in the claim's own statement, not a round trip of its own."""
+    from django.test.utils import CaptureQueriesContext
 
-    def version(queue: str = "default") -> str:
-        with connections["default"].cursor() as cursor:
-            cursor.execute("SELECT xmin::text FROM django_jobs_queue WHERE name = %s", [queue])
-            return cursor.fetchone()[0]
+    keyed = queue == "keyed"
+    make_job(queue=queue, name="tests.keyed" if keyed else "tests.noop", concurrency_key="a")
+    get_driver().flow.make_queue_row(queue)
+    before = version(queue)
+    with CaptureQueriesContext(connections["default"]) as queries:
+        # No row of its own: the lock.
+        assert len(claim(limit=1, queue=queue, limits=KEYED if keyed else FAR, owner="w2")) == 1
+    assert version(queue) != before
+    assert not [q for q in queries if q["sql"].startswith('UPDATE "django_jobs_queue"')]
 
-    make_job()
-    get_driver().flow.make_queue_row("default")
-    before = version()
-    assert len(claim(limit=1, limits=FAR, owner="w2")) == 1  # no row of its own: the lock
-    assert version() != before
-    # Without a global limit no claim skips the lock: a keyed claim leaves the row alone.
-    make_job(queue="keyed", name="tests.keyed", concurrency_key="a", concurrency_limit=1)
+
+@on_postgresql
+def test_a_keyed_queue_that_one_process_serves_is_claimed_without_the_lock() -> None:
+    """Its claims take turns in the process, each seeing the one before: they need not
+    wait for each other's commits behind the queue's row. Another process serving the
+    queue sends them to the lock: two claims counting a key's running jobs at once could
+    each take its last slot."""
+    for key in "abcd":
+        keyed_job(key)
+    serving("w1", 4, ("keyed",))
+    with queue_row_locked("KEY SHARE", "keyed"):  # a claim that skips the lock, under way
+        assert len(claim_at_once(limit=2, queue="keyed", limits=KEYED) or []) == 2
+        serving("w2", 4, ("keyed",))
+        assert claim_at_once(limit=2, queue="keyed", limits=KEYED) is None  # waits its turn
+
+
+@on_postgresql
+def test_a_keyed_claim_without_the_lock_counts_the_slots_its_own_outcomes_free() -> None:
+    """A statement does not see what its own ``WITH`` queries wrote: the running jobs it
+    counts leave out those whose outcomes it carries, or the key they free reads as full."""
+    first, second = keyed_job("a"), keyed_job("a")
+    serving("w1", 4, ("keyed",))
+    assert claim(queue="keyed", limits=KEYED, limit=1) == [first]
+    freeing = request(queue="keyed", limits=KEYED, limit=1)
+    [taken], _ = get_driver().claim_and_settle(freeing, [success(first)])
+    assert taken.id == second
+    assert "keyed" not in get_driver().flow.locked_until  # it claimed without the lock
+
+
+@on_postgresql
+def test_a_keyed_claim_without_the_lock_that_a_key_keeps_short_says_a_slot_is_wanted() -> None:
+    """So that the outcome that frees the key wakes the queue's workers, and the next
+    claims take the lock until it does (a claim without the lock passes a waiting worker
+    by: it would not wake it)."""
+    first, second = keyed_job("a"), keyed_job("a")
+    serving("w1", 4, ("keyed",))
     get_driver().flow.make_queue_row("keyed")
     before = version("keyed")
-    assert len(claim(limit=1, queue="keyed", limits=KEYED, owner="w2")) == 1
-    assert version("keyed") == before
+    assert claim(queue="keyed", limits=KEYED, limit=1) == [first]
+    assert not slot_wanted("keyed")  # it took all its free threads could start
+    assert version("keyed") == before  # and wrote nothing else
+    assert claim(queue="keyed", limits=KEYED, limit=1) == []
+    assert slot_wanted("keyed")
+    assert "keyed" not in get_driver().flow.locked_until  # it claimed without the lock
+    settle(first)  # written apart, as the settler does: it wakes the workers
+    assert get_driver().flow.wake_freed(["keyed"]) == ["keyed"]
+    assert claim(queue="keyed", limits=KEYED, limit=1) == [second]
 
 
 @on_postgresql

@@ -145,3 +145,30 @@ def test_a_global_limit_above_every_workers_claims_is_claimed_without_the_lock(
     assert Counter(run.job_id for run in runs) == Counter({job.pk: 1 for job in jobs})
     assert len({run.pid for run in runs}) > 1
     assert version() == before
+
+
+@pytest.mark.skipif(
+    connections["default"].vendor != "postgresql", reason="PostgreSQL's claims without the lock"
+)
+def test_a_keyed_queue_one_process_serves_is_claimed_without_the_lock(runjobs_process) -> None:
+    """One process of four threads, keys that never fill (four slots each, one job each):
+    every job runs once, and no claim took the queue's lock (one that takes jobs under it
+    writes the queue's row)."""
+    from django_jobs.models import Queue
+
+    def version() -> str:
+        with connections["default"].cursor() as cursor:
+            cursor.execute("SELECT xmin::text FROM django_jobs_queue WHERE name = 'keyed'")
+            return cursor.fetchone()[0]
+
+    Queue.objects.create(name="keyed")
+    before = version()
+    jobs = schedule_jobs(
+        [{"job": "demo.keyed_noop", "concurrency_key": f"k{n}"} for n in range(90)]
+    )
+    worker = runjobs_process.start("--burst", "--queue", "keyed", "--workers", "4", env=QUICK_POLL)
+    runjobs_process.finish([worker], 150)
+    ids = [job.pk for job in jobs]
+    assert Job.objects.filter(pk__in=ids, status=JobStatus.SUCCEEDED).count() == 90
+    assert Attempt.objects.filter(job_id__in=ids).count() == 90  # each claimed once
+    assert version() == before
