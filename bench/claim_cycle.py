@@ -40,6 +40,7 @@ class Options:
     jobs: int
     workers: int
     claim_ahead: float | None
+    keyed: bool = False
 
 
 @dataclass
@@ -61,9 +62,34 @@ def parse_options(argv: list[str] | None = None) -> Options:
         metavar="SECONDS",
         help="DJANGO_JOBS['CLAIM_AHEAD_SECONDS'] (default: the setting's default)",
     )
+    parser.add_argument(
+        "--keyed",
+        action="store_true",
+        help=f"the jobs are {KEYED_JOB_NAME} on the queue {KEYED_QUEUE!r}, {KEYED_PER_KEY} a key"
+        " (its limit of 4 never binds at 2 threads): a keyed claim's cost",
+    )
     args = parser.parse_args(argv)
     harness.require_at_least_one(parser, args, "jobs", "workers")
-    return Options(args.jobs, args.workers, args.claim_ahead)
+    return Options(args.jobs, args.workers, args.claim_ahead, args.keyed)
+
+
+#: ``--keyed``: as ``bench/peers/run_django_jobs.py --keyed`` schedules them.
+KEYED_JOB_NAME = "demo.keyed_noop"
+KEYED_QUEUE = "keyed"
+KEYED_PER_KEY = 5
+
+
+def schedule_keyed_jobs(count: int) -> None:
+    from django_jobs.scheduling import JobSpec, schedule_jobs
+
+    for first in range(0, count, 500):
+        numbers = range(first, min(first + 500, count))
+        schedule_jobs(
+            [
+                JobSpec(KEYED_JOB_NAME, {}, concurrency_key=f"k{number // KEYED_PER_KEY}")
+                for number in numbers
+            ]
+        )
 
 
 def measure(options: Options) -> tuple[list[Cycle], float, float]:
@@ -74,14 +100,18 @@ def measure(options: Options) -> tuple[list[Cycle], float, float]:
     from django_jobs.worker import Worker, serve
 
     jobs_settings = dict(getattr(django_settings, "DJANGO_JOBS", {}))
-    jobs_settings["QUEUES"] = {harness.QUEUE: {"workers": options.workers}}
+    queue = KEYED_QUEUE if options.keyed else harness.QUEUE
+    jobs_settings["QUEUES"] = {queue: {"workers": options.workers}}
     if options.claim_ahead is not None:
         jobs_settings["CLAIM_AHEAD_SECONDS"] = options.claim_ahead
     django_settings.DJANGO_JOBS = jobs_settings
 
     harness.delete_jobs()
-    harness.schedule_noop_jobs(options.jobs, 500)
-    worker = Worker([harness.QUEUE])
+    if options.keyed:
+        schedule_keyed_jobs(options.jobs)
+    else:
+        harness.schedule_noop_jobs(options.jobs, 500)
+    worker = Worker([queue])
     cycles: list[Cycle] = []
     claim_and_settle = worker.claimer.claim_and_settle
     settler = worker.settler
