@@ -118,23 +118,27 @@ class DatabaseClock:
         self._lock = threading.Lock()
 
     def now(self) -> datetime:
+        # Read by every handler thread several times a job: one taking of the lock each.
+        # Measured at 16 threads of no-op jobs, the second one, for the staleness alone,
+        # was where the threads queued (py-spy: 9 % of the worker's samples on the two).
         if self._anchor is None:
             self.measure()
-        elif self._is_stale():
-            self._remeasure_in_background()
         if self.follows_host is None:
             from ..db import get_driver
 
             self.follows_host = get_driver(self.using).clock_is_hosts
         with self._lock:
+            stale = self._stale()
             assert self._anchor is not None
             now = self._anchor.at(self.monotonic())
             if self.follows_host:
                 now = self.slewed(now)
             if self._latest is not None and now < self._latest:
-                return self._latest
+                now = self._latest
             self._latest = now
-            return now
+        if stale:
+            self._remeasure_in_background()
+        return now
 
     def slewed(self, carried: datetime) -> datetime:
         """The host's wall clock where it runs ahead of ``carried`` by less than
@@ -142,14 +146,14 @@ class DatabaseClock:
         wall = self.host.now()
         return wall if timedelta(0) < wall - carried < SLEW_BOUND else carried
 
-    def _is_stale(self) -> bool:
-        with self._lock:
-            if self._measuring is not None and self._measuring.is_alive():
-                return False
-            return (
-                self._measured_at is None
-                or self.monotonic() - self._measured_at > self.refresh_seconds
-            )
+    def _stale(self) -> bool:
+        """With the lock held: a refresh period has passed since the last measure was
+        tried, and none is under way."""
+        if self._measuring is not None and self._measuring.is_alive():
+            return False
+        return (
+            self._measured_at is None or self.monotonic() - self._measured_at > self.refresh_seconds
+        )
 
     def _remeasure_in_background(self) -> None:
         with self._lock:
