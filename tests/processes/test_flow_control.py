@@ -118,6 +118,14 @@ def test_a_rate_limit_holds_in_every_window_across_processes(runjobs_process) ->
     assert len(per_window) >= 8  # 150 jobs at 20 a second: the claims crossed boundaries
 
 
+def queue_version(queue: str) -> str:
+    """The queue's row's version (``xmin``): a claim under the lock that takes jobs of a
+    queue whose claims may skip it writes a new one."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT xmin::text FROM django_jobs_queue WHERE name = %s", [queue])
+        return cursor.fetchone()[0]
+
+
 @pytest.mark.skipif(
     connections["default"].vendor != "postgresql", reason="PostgreSQL's claims without the lock"
 )
@@ -128,13 +136,8 @@ def test_a_global_limit_above_every_workers_claims_is_claimed_without_the_lock(
     no claim took the queue's lock (one that takes jobs under it writes the queue's row)."""
     from django_jobs.models import Queue
 
-    def version() -> str:
-        with connections["default"].cursor() as cursor:
-            cursor.execute("SELECT xmin::text FROM django_jobs_queue WHERE name = 'limited'")
-            return cursor.fetchone()[0]
-
     Queue.objects.create(name="limited")
-    before = version()
+    before = queue_version("limited")
     jobs = schedule_jobs(
         [{"job": "example.record", "queue": "limited", "payload": {"sleep": 0.01}}] * 90
     )
@@ -144,7 +147,7 @@ def test_a_global_limit_above_every_workers_claims_is_claimed_without_the_lock(
     runs = runs_of(job.pk for job in jobs)
     assert Counter(run.job_id for run in runs) == Counter({job.pk: 1 for job in jobs})
     assert len({run.pid for run in runs}) > 1
-    assert version() == before
+    assert queue_version("limited") == before
 
 
 @pytest.mark.skipif(
@@ -156,13 +159,8 @@ def test_a_keyed_queue_one_process_serves_is_claimed_without_the_lock(runjobs_pr
     writes the queue's row)."""
     from django_jobs.models import Queue
 
-    def version() -> str:
-        with connections["default"].cursor() as cursor:
-            cursor.execute("SELECT xmin::text FROM django_jobs_queue WHERE name = 'keyed'")
-            return cursor.fetchone()[0]
-
     Queue.objects.create(name="keyed")
-    before = version()
+    before = queue_version("keyed")
     jobs = schedule_jobs(
         [{"job": "demo.keyed_noop", "concurrency_key": f"k{n}"} for n in range(90)]
     )
@@ -171,4 +169,4 @@ def test_a_keyed_queue_one_process_serves_is_claimed_without_the_lock(runjobs_pr
     ids = [job.pk for job in jobs]
     assert Job.objects.filter(pk__in=ids, status=JobStatus.SUCCEEDED).count() == 90
     assert Attempt.objects.filter(job_id__in=ids).count() == 90  # each claimed once
-    assert version() == before
+    assert queue_version("keyed") == before
