@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import harness
+from harness import KEYED_JOB_NAME, KEYED_PER_KEY, KEYED_QUEUE, keyed_key
 
 COLUMNS = [("per claim cycle", 34), ("median", 10), ("mean", 10)]
 #: The drain's bound; and with no claim timed after a tenth of it, the worker is stuck.
@@ -73,22 +74,13 @@ def parse_options(argv: list[str] | None = None) -> Options:
     return Options(args.jobs, args.workers, args.claim_ahead, args.keyed)
 
 
-#: ``--keyed``: as ``bench/peers/run_django_jobs.py --keyed`` schedules them.
-KEYED_JOB_NAME = "demo.keyed_noop"
-KEYED_QUEUE = "keyed"
-KEYED_PER_KEY = 5
-
-
 def schedule_keyed_jobs(count: int) -> None:
     from django_jobs.scheduling import JobSpec, schedule_jobs
 
     for first in range(0, count, 500):
         numbers = range(first, min(first + 500, count))
         schedule_jobs(
-            [
-                JobSpec(KEYED_JOB_NAME, {}, concurrency_key=f"k{number // KEYED_PER_KEY}")
-                for number in numbers
-            ]
+            [JobSpec(KEYED_JOB_NAME, {}, concurrency_key=keyed_key(number)) for number in numbers]
         )
 
 

@@ -27,6 +27,19 @@ from urllib.parse import urlsplit
 ROOT = Path(__file__).resolve().parent.parent
 JOB_NAME = "demo.noop"
 QUEUE = "default"
+#: Keyed jobs (``--keyed``): the test project's keyed no-op (``concurrency=4`` a key), on
+#: its queue, with this many jobs a key: a runjobs of two threads never holds four of a
+#: key, so the key's limit never binds and what a drain shows is the keyed claim's cost.
+KEYED_JOB_NAME = "demo.keyed_noop"
+KEYED_QUEUE = "keyed"
+KEYED_PER_KEY = 5
+
+
+def keyed_key(number: int) -> str:
+    """The concurrency key of keyed job ``number``: :data:`KEYED_PER_KEY` jobs a key."""
+    return f"k{number // KEYED_PER_KEY}"
+
+
 DATABASES = ("postgresql", "sqlite-wal")
 #: MariaDB (or MySQL): a server of its own, for the benches that take it (bench/peers.py).
 MARIADB = "mariadb"

@@ -54,13 +54,11 @@ from pathlib import Path
 from typing import Any
 
 import harness
-from harness import JOB_NAME, QUEUE, BenchError
+from harness import JOB_NAME, KEYED_JOB_NAME, KEYED_QUEUE, QUEUE, BenchError
 
 TICK_SECONDS = 0.1
-#: The keyed jobs (``--keyed``): a no-op of the test project under ``concurrency=4``, on a
-#: queue of its own, over this many keys.
-KEYED_JOB = "demo.keyed_noop"
-KEYED_QUEUE = "keyed"
+#: The keyed jobs (``--keyed``: ``harness.KEYED_JOB_NAME`` on its queue) spread over this
+#: many keys.
 KEYS = 64
 #: The jobs tables' own autovacuum settings, as migration 0019 sets them.
 AUTOVACUUM = importlib.import_module("django_jobs.migrations.0019_jobs_tables_autovacuum").SETTINGS
@@ -368,7 +366,7 @@ class Mix:
         self.made += 1
         n = self.made
         if self.keyed and n % round(1 / self.keyed) == 0:
-            return JobSpec(KEYED_JOB, {}, concurrency_key=f"k{n % KEYS}")
+            return JobSpec(KEYED_JOB_NAME, {}, concurrency_key=f"k{n % KEYS}")
         if self.unique and n % round(1 / self.unique) == 1:
             return JobSpec(JOB_NAME, {}, unique_key=f"soak-{n}")
         return JobSpec(JOB_NAME, {})

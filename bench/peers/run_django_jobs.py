@@ -23,15 +23,9 @@ from pathlib import Path
 
 import common
 import harness  # bench/harness.py, on the path once common is imported
-from harness import JOB_NAME, QUEUE
+from harness import JOB_NAME, KEYED_JOB_NAME, KEYED_PER_KEY, KEYED_QUEUE, QUEUE, keyed_key
 
 PICKUP_JOB_NAME = "example.watchful"
-#: ``--keyed``: the test project's keyed no-op (``concurrency=4`` a key), on its queue, with
-#: this many jobs a key: a runjobs of two threads never holds four of a key, so the key's
-#: limit never binds and what the drain shows is the keyed claim's cost.
-KEYED_JOB_NAME = "demo.keyed_noop"
-KEYED_QUEUE = "keyed"
-KEYED_PER_KEY = 5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -120,7 +114,7 @@ class DjangoJobs(common.System):
         )
 
     def key(self, number: int) -> str | None:
-        return f"k{number // KEYED_PER_KEY}" if self.keyed else None
+        return keyed_key(number) if self.keyed else None
 
     def enqueue_pickup(self, log: Path) -> None:
         from django_jobs import schedule_job
