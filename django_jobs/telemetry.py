@@ -139,18 +139,39 @@ class OpenTelemetry:
 _prometheus: Prometheus | None = None
 _otel: OpenTelemetry | None = None
 _otel_looked_at = -math.inf
+# Whether the ``prometheus_client`` instruments record: None until first asked (then, whether
+# ``PROMETHEUS_MULTIPROC_DIR`` names a directory to write them to), True once served.
+_collecting: bool | None = None
 # Handler threads record at once: the instruments are made once, under it.
 _making = threading.Lock()
 
 
 def prometheus() -> Prometheus | None:
-    """The ``prometheus_client`` instruments, made on first use; None without it."""
-    global _prometheus
-    if _prometheus is None and prometheus_client is not None:
+    """The ``prometheus_client`` instruments, made on first use; None without it, and while
+    nothing reads them (:func:`collect_prometheus`)."""
+    global _prometheus, _collecting
+    if _collecting is None:
+        _collecting = bool(os.environ.get(MULTIPROCESS_ENV))
+    if not _collecting or prometheus_client is None:
+        return None
+    if _prometheus is None:
         with _making:
             if _prometheus is None:
                 _prometheus = Prometheus()
     return _prometheus
+
+
+def collect_prometheus(on: bool | None = True) -> None:
+    """Record the worker's metrics in ``prometheus_client``'s instruments from now on (or,
+    ``on=False``, no longer; None: decide at the next record, as a process starts).
+
+    They are recorded only where something reads them: a worker that serves them
+    (``runjobs --metrics-port``, :func:`serve`), and a process whose
+    ``PROMETHEUS_MULTIPROC_DIR`` names a directory for them (a child of ``runjobs
+    --processes --metrics-port``, or a project's own multiprocess set-up). Elsewhere their
+    updates, a lock each, cost a busy worker a tenth of its drain for numbers no one saw."""
+    global _collecting
+    _collecting = on
 
 
 def otel() -> OpenTelemetry | None:
@@ -335,6 +356,7 @@ def require_prometheus() -> Any:
 def serve(port: int, address: str) -> Any:
     """Serve this process's metrics at ``http://address:port/metrics``; the server."""
     client = require_prometheus()
+    collect_prometheus()
     instruments = prometheus()
     assert instruments is not None
     server, _thread = client.start_http_server(port, addr=address, registry=instruments.registry)

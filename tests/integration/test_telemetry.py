@@ -19,6 +19,14 @@ def clock(clock_ahead):
     return clock_ahead
 
 
+@pytest.fixture(autouse=True)
+def collected():
+    """The worker's counters recorded, as ``runjobs --metrics-port`` has them."""
+    telemetry.collect_prometheus()
+    yield
+    telemetry.collect_prometheus(False)
+
+
 @pytest.fixture
 def reader(monkeypatch):
     """A meter provider of the SDK's, as if configured, read in memory."""
@@ -94,6 +102,29 @@ def test_each_end_counts_by_job_queue_and_kind(reader, worker, clock):
     }
     [run] = [p for p in found["django_jobs.run"] if p.attributes["job"] == "tests.ok"]
     assert run.count == 2 and run.sum >= 0
+
+
+def test_a_worker_whose_metrics_no_one_serves_records_none(worker, clock, monkeypatch):
+    """Without ``--metrics-port`` or a multiprocess directory, nothing reads the counters:
+    a job's end does not touch them (each update takes a lock)."""
+    ok = {"job": "tests.ok", "queue": "default", "outcome": "succeeded"}
+    before = sample("django_jobs_outcomes_total", **ok)
+    monkeypatch.delenv(telemetry.MULTIPROCESS_ENV, raising=False)
+    telemetry.collect_prometheus(None)  # as a process starts: decided at its first record
+    schedule_job("tests.ok")
+    assert worker().run_once().succeeded == 1
+    assert telemetry.prometheus() is None
+    telemetry.collect_prometheus()
+    assert sample("django_jobs_outcomes_total", **ok) == before
+    schedule_job("tests.ok")
+    assert worker().run_once().succeeded == 1
+    assert sample("django_jobs_outcomes_total", **ok) == before + 1
+
+
+def test_a_multiprocess_directory_is_read_so_its_process_records(monkeypatch, tmp_path):
+    monkeypatch.setenv(telemetry.MULTIPROCESS_ENV, str(tmp_path))
+    telemetry.collect_prometheus(None)
+    assert telemetry.prometheus() is not None
 
 
 def test_without_a_meter_provider_nothing_goes_to_opentelemetry():
