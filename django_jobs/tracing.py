@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import json
 import logging
+import math
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -45,6 +47,11 @@ logger = logging.getLogger(__name__)
 NAME = "django_jobs"
 #: The stored context's keys: W3C Trace Context's headers.
 CARRIED = ("traceparent", "tracestate")
+#: While no tracer provider is configured, how long before it is looked up again (seconds).
+PROVIDER_SECONDS = 1.0
+
+# Until when (monotonic time) no provider is taken as configured, from the last lookup.
+_unconfigured_until = -math.inf
 
 
 def available() -> bool:
@@ -54,9 +61,18 @@ def available() -> bool:
 
 def get_tracer() -> Any:
     """The tracer of django-jobs' spans, from the global tracer provider; None while none
-    is configured (the API's proxy, or its no-op): then no span is even started."""
+    is configured (the API's proxy, or its no-op): then no span is even started.
+
+    While none is, it is looked up again at most every :data:`PROVIDER_SECONDS`: the API's
+    lookup then reads the environment each time, which cost a busy worker's every job more
+    than the rest of its tracing. A provider configured later is used within a second."""
+    global _unconfigured_until
+    now = time.monotonic()
+    if now < _unconfigured_until:
+        return None
     provider = trace.get_tracer_provider()
     if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        _unconfigured_until = now + PROVIDER_SECONDS
         return None
     from .version import __version__
 

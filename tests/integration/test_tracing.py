@@ -127,6 +127,28 @@ def test_with_no_provider_configured_nothing_is_stored(worker):
     assert not support.TRACED[0].is_valid
 
 
+def test_a_provider_not_configured_is_looked_up_again_once_a_second(monkeypatch):
+    """The API's lookup reads the environment while no provider is set: not at every job."""
+    looked: list[float] = []
+    now = [1000.0]
+    proxy = trace.ProxyTracerProvider()
+    provider = TracerProvider()
+    found = [proxy]
+    monkeypatch.setattr(tracing.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(tracing, "_unconfigured_until", -1.0)
+    monkeypatch.setattr(trace, "get_tracer_provider", lambda: looked.append(now[0]) or found[0])
+    assert tracing.get_tracer() is None
+    found[0] = provider  # configured after the first job
+    now[0] += tracing.PROVIDER_SECONDS - 0.01
+    assert tracing.get_tracer() is None
+    assert looked == [1000.0]
+    now[0] += 0.01
+    assert tracing.get_tracer() is not None
+    assert len(looked) == 2
+    assert tracing.get_tracer() is not None  # a provider once found is asked every time
+    assert len(looked) == 3
+
+
 @pytest.mark.parametrize("written", ["not json", {"traceparent": 5}, ["00-ab"], {"x": "y"}])
 def test_a_stored_context_written_by_hand_is_ignored(exporter, worker, written):
     job = schedule_job("tests.traced")
