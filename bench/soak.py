@@ -7,6 +7,12 @@
     DATABASE_URL=postgres://... python bench/soak.py --minutes 30 --load 0.8 --hold 0 \
         --retention 120 --unique 0.1 --keyed 0.05          # an hour's wear: pruning, keys
 
+``--warmup`` runs the load that many minutes before the measured ones begin: a project's
+table is never empty, and a soak that starts on an empty one measures the table filling
+to what ``--retention`` keeps, not its wear. The warm-up's samples are printed (at
+negative minutes) and kept in the JSON, but the phases, the chart and the comparison with
+the first minute are of the measured minutes alone.
+
 ``--retention`` has the leader prune finished jobs that many seconds after they end;
 ``--unique`` and ``--keyed`` enqueue that share of the load with a ``unique_key`` (one per
 job), and as keyed jobs (``demo.keyed_noop``, 64 keys, 4 at once, on a queue ``keyed`` the
@@ -43,6 +49,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import math
 import os
 import shutil
 import statistics
@@ -130,11 +137,20 @@ class Run:
     #: The server's ``autovacuum_naptime``: how often autovacuum visits each database, at
     #: most (60 s by default), whatever the tables' own settings.
     naptime: str = ""
+    #: Minutes of load before the measured ones (their samples' ``at`` is negative).
+    warmup: float = 0.0
+
+    def measured(self) -> list[Sample]:
+        """The samples of the measured minutes, after any warm-up."""
+        return [sample for sample in self.samples if sample.at >= 0]
 
 
 def parse(argv: list[str] | None) -> Any:
     parser = harness.option_parser(__doc__ or "")
     parser.add_argument("--minutes", type=float, default=20.0, help="how long the load runs")
+    parser.add_argument(
+        "--warmup", type=float, default=0.0, help="minutes of load before the measured ones"
+    )
     parser.add_argument("--rate", type=float, help="jobs/s (default: --load of the drain)")
     parser.add_argument("--load", type=float, default=0.5, help="fraction of the drain")
     parser.add_argument("--calibrate", type=int, default=20_000, help="jobs to calibrate on")
@@ -199,6 +215,7 @@ def main(argv: list[str] | None = None) -> int:
         own = not args.server_autovacuum
         run = Run(rate, calibrated, args.minutes, args.hold_at, args.hold, own)
         run.retention_seconds, run.unique, run.keyed = args.retention, args.unique, args.keyed
+        run.warmup = args.warmup
         run.naptime = server_setting("autovacuum_naptime")
         try:
             soak(run, args, work)
@@ -221,7 +238,11 @@ def load(path: Path) -> Run:
     fields = {name: data[name] for name in ("rate", "calibrated", "minutes", "hold_at", "hold")}
     samples = [Sample(**sample) for sample in data["samples"]]
     return Run(
-        **fields, autovacuum=data["autovacuum"], samples=samples, naptime=data.get("naptime", "")
+        **fields,
+        autovacuum=data["autovacuum"],
+        samples=samples,
+        naptime=data.get("naptime", ""),
+        warmup=data.get("warmup", 0.0),
     )
 
 
@@ -272,8 +293,11 @@ def soak(run: Run, args: Any, work: Path) -> None:
     held = threading.Event()
     mix = Mix(run.unique, run.keyed)
     producer = threading.Thread(target=produce, args=(run.rate, stop, mix), daemon=True)
+    warmup = run.warmup * 60
     holder = threading.Thread(
-        target=hold_snapshot, args=(run.hold_at * 60, run.hold * 60, stop, held), daemon=True
+        target=hold_snapshot,
+        args=(warmup + run.hold_at * 60, run.hold * 60, stop, held),
+        daemon=True,
     )
     processes = workers(args, work, "soak")
     print("  ".join(name.rjust(width) for name, width in COLUMNS))
@@ -284,14 +308,14 @@ def soak(run: Run, args: Any, work: Path) -> None:
             holder.start()
         last_id = newest_attempt()
         counters = Counters.read()
-        end = started + run.minutes * 60
+        end = started + warmup + run.minutes * 60
         next_at = started + args.sample
         while time.monotonic() < end:
             time.sleep(max(0.0, next_at - time.monotonic()))
             for process in processes:
                 if process.poll() is not None:
                     raise BenchError(f"a runjobs process stopped (exit {process.returncode})")
-            at = time.monotonic() - started
+            at = time.monotonic() - started - warmup
             holding = held.is_set()
             sample, last_id = measure(at, last_id, args.sample, holding, args.horizon)
             counters = counters.since(sample)
@@ -519,14 +543,17 @@ def print_row(sample: Sample) -> None:
 
 def report(run: Run) -> None:
     """The phases' medians: before, while and after the snapshot is held."""
-    held = [index for index, sample in enumerate(run.samples) if sample.holding]
-    first, last = (held[0], held[-1] + 1) if held else (len(run.samples), len(run.samples))
+    samples = run.measured()
+    held = [index for index, sample in enumerate(samples) if sample.holding]
+    first, last = (held[0], held[-1] + 1) if held else (len(samples), len(samples))
     phases = {
-        "before": run.samples[:first],
-        "holding": run.samples[first:last],
-        "after": run.samples[last:],
+        "before": samples[:first],
+        "holding": samples[first:last],
+        "after": samples[last:],
     }
     print(f"\nload {run.rate:,.0f} jobs/s for {run.minutes:g} minutes", end="")
+    if run.warmup:
+        print(f" after {run.warmup:g} of warm-up", end="")
     if run.calibrated:
         print(f" ({run.calibrated:,.0f} jobs/s drained when calibrated)", end="")
     print(f"; autovacuum: {autovacuum_label(run)}")
@@ -546,6 +573,47 @@ def report(run: Run) -> None:
             f" scan {median([s.scan_ms for s in samples]):.2f} ms"
             f" / {median([s.scan_buffers for s in samples]):,.0f} buffers,"
             f" warned in {sum(1 for s in samples if s.warning)} of {len(samples)} samples"
+        )
+    report_minutes(samples)
+
+
+def median_of(values: list[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return statistics.median(known) if known else None
+
+
+def by_minute(samples: list[Sample]) -> dict[int, dict[str, float | None]]:
+    """Each measured minute's drain (the mean of its samples' claims/s) and claim latency
+    (the median of its samples' p50, and of their p99)."""
+    minutes: dict[int, list[Sample]] = {}
+    for sample in samples:
+        # A sample covers the interval before it: the one taken at 60.0 s is minute 0's.
+        minutes.setdefault(max(0, math.ceil(sample.at / 60) - 1), []).append(sample)
+    return {
+        minute: {
+            "claims/s": statistics.mean(s.claims_per_second for s in taken),
+            "p50": median_of([s.p50_ms for s in taken]),
+            "p99": median_of([s.p99_ms for s in taken]),
+        }
+        for minute, taken in sorted(minutes.items())
+    }
+
+
+def report_minutes(samples: list[Sample]) -> None:
+    """Each later minute against the first: how many lie within 10 % of it, and the worst."""
+    minutes = by_minute(samples)
+    if len(minutes) < 2:
+        return
+    first, *later = minutes.values()
+    print(f"against minute 0 ({len(later)} later minutes):")
+    for name, value in first.items():
+        if not value:
+            continue
+        ratios = [taken / value for figures in later if (taken := figures[name]) is not None]
+        within = sum(1 for ratio in ratios if abs(ratio - 1) <= 0.10)
+        print(
+            f"  {name:>8}: minute 0 {value:,.1f}; within 10 % in {within} of {len(ratios)},"
+            f" median {statistics.median(ratios):.2f}, from {min(ratios):.2f} to {max(ratios):.2f}"
         )
 
 
@@ -580,7 +648,7 @@ PANELS = [
 def draw_warnings(drawing: Any, run: Run, x_of: Any, top_y: float) -> None:
     """A red strip over the first panel where the health warning was on, and its legend."""
     previous = 0.0
-    for sample in run.samples:
+    for sample in run.measured():
         if sample.warning:
             drawing.add(
                 "rect",
@@ -606,6 +674,8 @@ def draw(run: Run) -> str:
     drawing.root.set("viewBox", f"0 0 {WIDTH} {height}")
     drawing.add("rect", width=WIDTH, height=height, fill="#ffffff")
     title = f"django-jobs soak: {run.rate:,.0f} jobs/s for {run.minutes:g} minutes"
+    if run.warmup:
+        title += f" after {run.warmup:g} of warm-up"
     drawing.text(WIDTH / 2, 28, title, text_anchor="middle", font_size=18)
     subtitle = (
         f"a snapshot held open from minute {run.hold_at:g} to {run.hold_at + run.hold:g}"
@@ -629,7 +699,7 @@ def draw(run: Run) -> str:
             height=PANEL,
             fill="#f3e3d3",
         )
-        values = [(s.at, value_of(s)) for s in run.samples]
+        values = [(s.at, value_of(s)) for s in run.measured()]
         known = [v for _, v in values if v is not None]
         top, step = nice_scale(max(known, default=1.0), ticks=3)
         for tick in range(round(top / step) + 1):

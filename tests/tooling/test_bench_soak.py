@@ -2,6 +2,7 @@
 naptime among them, kept in its JSON and drawn again from it."""
 
 import json
+import re
 from dataclasses import asdict
 from pathlib import Path
 
@@ -43,3 +44,52 @@ def test_the_soak_reads_the_servers_naptime() -> None:
         pytest.skip("the soak runs on PostgreSQL")
     naptime = soak.server_setting("autovacuum_naptime")
     assert naptime.endswith(("s", "min")) and naptime[0].isdigit()
+
+
+def sampled(at: float, claims: float, p50: float | None) -> object:
+    return soak.Sample(
+        at, claims, p50, 2 * p50 if p50 else None, 0, 1, 2, 3, 7.5, 0.05, 12, None, "", False
+    )
+
+
+def test_the_minutes_against_the_first_leave_out_the_warm_up(capsys) -> None:
+    samples = [
+        sampled(-30.0, 900.0, 99.0),  # the warm-up: not the first minute
+        sampled(0.0, 900.0, 99.0),
+        sampled(30.0, 1000.0, 20.0),
+        sampled(60.0, 1000.0, 22.0),  # a sample covers the half minute before it: minute 0's
+        sampled(90.0, 1000.0, 21.0),
+        sampled(120.0, 1000.0, 25.0),
+        sampled(150.0, 1000.0, None),
+        sampled(180.0, 1000.0, 30.0),
+    ]
+    measured = soak.Run(
+        rate=1000.0,
+        calibrated=None,
+        minutes=3,
+        hold_at=5,
+        hold=0,
+        autovacuum=True,
+        samples=samples,
+        warmup=0.5,
+    ).measured()
+    assert [sample.at for sample in measured] == [0.0, 30.0, 60.0, 90.0, 120.0, 150.0, 180.0]
+    minutes = soak.by_minute(measured)
+    assert minutes[0]["p50"] == 22.0  # 99, 20 and 22: the sample at 0 s joins minute 0
+    assert minutes[1]["p50"] == 23.0 and minutes[2]["p50"] == 30.0
+    soak.report_minutes(measured)
+    out = capsys.readouterr().out
+    assert "p50: minute 0 22.0; within 10 % in 1 of 2, median 1.20, from 1.05 to 1.36" in out
+
+
+def test_a_warm_up_is_kept_in_the_json_and_left_out_of_the_chart(tmp_path: Path) -> None:
+    warm = run(warmup=2.0)
+    warm.samples.insert(0, sampled(-60.0, 5.0, 12345.0))
+    path = tmp_path / "soak.json"
+    path.write_text(json.dumps(asdict(warm)))
+    loaded = soak.load(path)
+    assert loaded.warmup == 2.0 and len(loaded.samples) == 2
+    drawn = soak.draw(loaded)
+    assert "after 2 of warm-up" in drawn
+    lines = re.findall(r'points="([^"]*)"', drawn)
+    assert lines and all(len(points.split()) == 1 for points in lines)  # the measured sample
