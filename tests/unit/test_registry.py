@@ -158,3 +158,25 @@ def test_job_takes_every_handler_that_can_be_called_with_ctx_and_payload(cleanup
     cleanup.append("unit.good_signature")
     job("unit.good_signature")(handler)
     assert get_definition("unit.good_signature").func is handler
+
+
+def test_a_queues_timeout_is_read_once_and_again_when_the_settings_change(settings):
+    from django_jobs.registry import queue_timeout, runnable
+
+    settings.DJANGO_JOBS = {"QUEUES": {"slow": {"timeout": 5}}}
+    assert runnable("no.such.job", "slow").timeout == 5.0
+    settings.DJANGO_JOBS = {"QUEUES": {"slow": {"timeout": 7.5}}}
+    assert queue_timeout("slow") == 7.5
+    settings.DJANGO_JOBS = {"QUEUES": {"slow": {}}}
+    assert queue_timeout("slow") is None
+
+
+def test_a_bad_queue_timeout_raises_each_time_it_is_asked(settings):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from django_jobs.registry import queue_timeout
+
+    settings.DJANGO_JOBS = {"QUEUES": {"slow": {"timeout": "30s"}}}
+    for _ in range(2):
+        with pytest.raises((ImproperlyConfigured, ValueError)):
+            queue_timeout("slow")
