@@ -557,8 +557,8 @@ def report(run: Run) -> None:
     if run.calibrated:
         print(f" ({run.calibrated:,.0f} jobs/s drained when calibrated)", end="")
     print(f"; autovacuum: {autovacuum_label(run)}")
-    for name, samples in phases.items():
-        if not samples:
+    for name, phase in phases.items():
+        if not phase:
             continue
 
         def median(values: list[float | None]) -> float:
@@ -566,13 +566,13 @@ def report(run: Run) -> None:
             return statistics.median(known) if known else float("nan")
 
         print(
-            f"{name:>8}: claims/s {median([s.claims_per_second for s in samples]):,.0f},"
-            f" latency p50 {median([s.p50_ms for s in samples]):.1f} ms,"
-            f" p99 {median([s.p99_ms for s in samples]):.1f} ms,"
-            f" dead rows (max) {max(s.job_dead for s in samples):,},"
-            f" scan {median([s.scan_ms for s in samples]):.2f} ms"
-            f" / {median([s.scan_buffers for s in samples]):,.0f} buffers,"
-            f" warned in {sum(1 for s in samples if s.warning)} of {len(samples)} samples"
+            f"{name:>8}: claims/s {median([s.claims_per_second for s in phase]):,.0f},"
+            f" latency p50 {median([s.p50_ms for s in phase]):.1f} ms,"
+            f" p99 {median([s.p99_ms for s in phase]):.1f} ms,"
+            f" dead rows (max) {max(s.job_dead for s in phase):,},"
+            f" scan {median([s.scan_ms for s in phase]):.2f} ms"
+            f" / {median([s.scan_buffers for s in phase]):,.0f} buffers,"
+            f" warned in {sum(1 for s in phase if s.warning)} of {len(phase)} samples"
         )
     report_minutes(samples)
 

@@ -77,8 +77,9 @@ def test_the_minutes_against_the_first_leave_out_the_warm_up(capsys) -> None:
     minutes = soak.by_minute(measured)
     assert minutes[0]["p50"] == 22.0  # 99, 20 and 22: the sample at 0 s joins minute 0
     assert minutes[1]["p50"] == 23.0 and minutes[2]["p50"] == 30.0
-    soak.report_minutes(measured)
+    soak.report(soak.Run(1000.0, None, 3, 5, 0, True, samples=samples, warmup=0.5))
     out = capsys.readouterr().out
+    assert "load 1,000 jobs/s for 3 minutes after 0.5 of warm-up" in out
     assert "p50: minute 0 22.0; within 10 % in 1 of 2, median 1.20, from 1.05 to 1.36" in out
 
 
