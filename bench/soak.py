@@ -141,8 +141,9 @@ class Run:
     warmup: float = 0.0
 
     def measured(self) -> list[Sample]:
-        """The samples of the measured minutes, after any warm-up."""
-        return [sample for sample in self.samples if sample.at >= 0]
+        """The samples of the measured minutes, after any warm-up (a sample covers the
+        interval before it: one taken at 0 s is the warm-up's last)."""
+        return [sample for sample in self.samples if sample.at > 0]
 
 
 def parse(argv: list[str] | None) -> Any:
@@ -588,7 +589,7 @@ def by_minute(samples: list[Sample]) -> dict[int, dict[str, float | None]]:
     minutes: dict[int, list[Sample]] = {}
     for sample in samples:
         # A sample covers the interval before it: the one taken at 60.0 s is minute 0's.
-        minutes.setdefault(max(0, math.ceil(sample.at / 60) - 1), []).append(sample)
+        minutes.setdefault(math.ceil(sample.at / 60) - 1, []).append(sample)
     return {
         minute: {
             "claims/s": statistics.mean(s.claims_per_second for s in taken),

@@ -55,7 +55,7 @@ def sampled(at: float, claims: float, p50: float | None) -> object:
 def test_the_minutes_against_the_first_leave_out_the_warm_up(capsys) -> None:
     samples = [
         sampled(-30.0, 900.0, 99.0),  # the warm-up: not the first minute
-        sampled(0.0, 900.0, 99.0),
+        sampled(0.0, 900.0, 99.0),  # the warm-up's last half minute
         sampled(30.0, 1000.0, 20.0),
         sampled(60.0, 1000.0, 22.0),  # a sample covers the half minute before it: minute 0's
         sampled(90.0, 1000.0, 21.0),
@@ -73,14 +73,14 @@ def test_the_minutes_against_the_first_leave_out_the_warm_up(capsys) -> None:
         samples=samples,
         warmup=0.5,
     ).measured()
-    assert [sample.at for sample in measured] == [0.0, 30.0, 60.0, 90.0, 120.0, 150.0, 180.0]
+    assert [sample.at for sample in measured] == [30.0, 60.0, 90.0, 120.0, 150.0, 180.0]
     minutes = soak.by_minute(measured)
-    assert minutes[0]["p50"] == 22.0  # 99, 20 and 22: the sample at 0 s joins minute 0
+    assert minutes[0]["p50"] == 21.0  # 20 and 22, the samples at 30 s and 60 s
     assert minutes[1]["p50"] == 23.0 and minutes[2]["p50"] == 30.0
     soak.report(soak.Run(1000.0, None, 3, 5, 0, True, samples=samples, warmup=0.5))
     out = capsys.readouterr().out
     assert "load 1,000 jobs/s for 3 minutes after 0.5 of warm-up" in out
-    assert "p50: minute 0 22.0; within 10 % in 1 of 2, median 1.20, from 1.05 to 1.36" in out
+    assert "p50: minute 0 21.0; within 10 % in 1 of 2, median 1.26, from 1.10 to 1.43" in out
 
 
 def test_a_warm_up_is_kept_in_the_json_and_left_out_of_the_chart(tmp_path: Path) -> None:
