@@ -643,6 +643,7 @@ def database() -> dict[str, Any]:
 WIDTH, PANEL, GAP, LEFT, RIGHT, TOP = 900, 150, 40, 80, 30, 70
 PANELS = [
     ("claims/s", lambda s: s.claims_per_second),
+    ("claim latency p50, ms", lambda s: s.p50_ms),
     ("claim latency p99, ms", lambda s: s.p99_ms),
     ("jobs table dead rows", lambda s: s.job_dead),
     ("candidate scan, buffers", lambda s: s.scan_buffers),
@@ -681,10 +682,12 @@ def draw(run: Run) -> str:
     if run.warmup:
         title += f" after {run.warmup:g} of warm-up"
     drawing.text(WIDTH / 2, 28, title, text_anchor="middle", font_size=18)
-    subtitle = (
-        f"a snapshot held open from minute {run.hold_at:g} to {run.hold_at + run.hold:g}"
-        f" (shaded); autovacuum: {autovacuum_label(run)}"
+    held = (
+        f"a snapshot held open from minute {run.hold_at:g} to {run.hold_at + run.hold:g} (shaded)"
+        if run.hold
+        else "no snapshot held"
     )
+    subtitle = f"{held}; autovacuum: {autovacuum_label(run)}"
     drawing.text(WIDTH / 2, 48, subtitle, text_anchor="middle", font_size=12)
     span = max(run.minutes * 60, 1.0)
     inner = WIDTH - LEFT - RIGHT
@@ -695,14 +698,15 @@ def draw(run: Run) -> str:
     for index, (label, value_of) in enumerate(PANELS):
         top_y = TOP + index * (PANEL + GAP)
         bottom = top_y + PANEL
-        drawing.add(
-            "rect",
-            x=f"{x_of(run.hold_at * 60):.1f}",
-            y=top_y,
-            width=f"{x_of((run.hold_at + run.hold) * 60) - x_of(run.hold_at * 60):.1f}",
-            height=PANEL,
-            fill="#f3e3d3",
-        )
+        if run.hold:
+            drawing.add(
+                "rect",
+                x=f"{x_of(run.hold_at * 60):.1f}",
+                y=top_y,
+                width=f"{x_of((run.hold_at + run.hold) * 60) - x_of(run.hold_at * 60):.1f}",
+                height=PANEL,
+                fill="#f3e3d3",
+            )
         values = [(s.at, value_of(s)) for s in run.measured()]
         known = [v for _, v in values if v is not None]
         top, step = nice_scale(max(known, default=1.0), ticks=3)

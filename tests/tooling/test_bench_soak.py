@@ -94,5 +94,6 @@ def test_a_warm_up_is_kept_in_the_json_and_left_out_of_the_chart(tmp_path: Path)
     assert loaded.warmup == 2.0 and len(loaded.samples) == 2
     drawn = soak.draw(loaded)
     assert "after 2 of warm-up" in drawn
+    assert "no snapshot held" in drawn and "#f3e3d3" not in drawn  # --hold 0: nothing shaded
     lines = re.findall(r'points="([^"]*)"', drawn)
     assert lines and all(len(points.split()) == 1 for points in lines)  # the measured sample
