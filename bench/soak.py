@@ -558,14 +558,14 @@ def report(run: Run) -> None:
     if run.calibrated:
         print(f" ({run.calibrated:,.0f} jobs/s drained when calibrated)", end="")
     print(f"; autovacuum: {autovacuum_label(run)}")
+
+    def median(values: list[float | None]) -> float:
+        found = median_of(values)
+        return math.nan if found is None else found
+
     for name, phase in phases.items():
         if not phase:
             continue
-
-        def median(values: list[float | None]) -> float:
-            known = [value for value in values if value is not None]
-            return statistics.median(known) if known else float("nan")
-
         print(
             f"{name:>8}: claims/s {median([s.claims_per_second for s in phase]):,.0f},"
             f" latency p50 {median([s.p50_ms for s in phase]):.1f} ms,"
@@ -601,8 +601,8 @@ def by_minute(samples: list[Sample]) -> dict[int, dict[str, float | None]]:
 
 
 def report_minutes(samples: list[Sample]) -> None:
-    """Each later minute against the first: how many lie within 10 % of it, how many more
-    than 10 % above it (a drain or a latency that wore), and the range."""
+    """Each later minute against the first: how many lie within 10 % of it, how many wore
+    more than 10 % past it (a drain below, a latency above), and the range."""
     minutes = by_minute(samples)
     if len(minutes) < 2:
         return
@@ -613,10 +613,11 @@ def report_minutes(samples: list[Sample]) -> None:
             continue
         ratios = [taken / value for figures in later if (taken := figures[name]) is not None]
         within = sum(1 for ratio in ratios if abs(ratio - 1) <= 0.10)
-        above = sum(1 for ratio in ratios if ratio > 1.10)
+        # A drain wears downwards, a latency upwards.
+        worse = sum(1 for ratio in ratios if (ratio < 0.90 if name == "claims/s" else ratio > 1.10))
         print(
             f"  {name:>8}: minute 0 {value:,.1f}; within 10 % in {within} of {len(ratios)},"
-            f" more than 10 % above in {above}, median {statistics.median(ratios):.2f},"
+            f" more than 10 % worse in {worse}, median {statistics.median(ratios):.2f},"
             f" from {min(ratios):.2f} to {max(ratios):.2f}"
         )
 
