@@ -16,6 +16,10 @@ from .progress import Progress
 if TYPE_CHECKING:
     from .workflows import BatchView
 
+#: Guards the making of a context's cancel event against its cancel (any context's: both
+#: are rare, and a lock per context would cost every attempt what the event did).
+_cancelling = threading.Lock()
+
 
 @dataclass
 class JobContext:
@@ -26,7 +30,10 @@ class JobContext:
     queue: str
     attempt: int
     payload: Any
-    _cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
+    _is_cancelled: bool = field(default=False, repr=False)
+    #: Made by the first :meth:`wait` only: a thread's event costs each attempt as much as
+    #: the rest of its context, and most handlers never wait.
+    _cancel_event: threading.Event | None = field(default=None, repr=False)
     _progress: Progress | None = field(default=None, repr=False)
     _progress_version: int = field(default=0, repr=False)
     #: Called by :meth:`cancel`, on the cancelling thread: how an event loop hears of it.
@@ -52,11 +59,15 @@ class JobContext:
     @property
     def cancelled(self) -> bool:
         """True once the attempt has been cancelled (shutdown, lost lease, timeout)."""
-        return self._cancel_event.is_set()
+        return self._is_cancelled
 
     def cancel(self) -> None:
         """Ask the handler to stop. Used by the worker; handlers read ``cancelled``."""
-        self._cancel_event.set()
+        with _cancelling:
+            self._is_cancelled = True
+            event = self._cancel_event
+        if event is not None:
+            event.set()
         for hook in list(self._on_cancel):
             try:
                 hook()
@@ -65,7 +76,7 @@ class JobContext:
 
     def raise_if_cancelled(self) -> None:
         """Raise :class:`JobCancelled` if the attempt has been cancelled."""
-        if self._cancel_event.is_set():
+        if self._is_cancelled:
             raise JobCancelled(f"job {self.job_id} attempt {self.attempt} was cancelled")
 
     def snooze(self, seconds: float | timedelta) -> NoReturn:
@@ -75,12 +86,18 @@ class JobContext:
 
     def wait(self, seconds: float) -> bool:
         """Sleep up to ``seconds``; return True early once cancelled."""
-        return self._cancel_event.wait(max(0.0, seconds))
+        with _cancelling:
+            if self._is_cancelled:
+                return True
+            if self._cancel_event is None:
+                self._cancel_event = threading.Event()
+            event = self._cancel_event
+        return event.wait(max(0.0, seconds))
 
     async def asleep(self, seconds: float) -> bool:
         """In an async handler: sleep up to ``seconds`` without holding the event loop;
         return True early once cancelled (as :meth:`wait` does on a thread)."""
-        if self._cancel_event.is_set():
+        if self._is_cancelled:
             return True
         if self._cancelled_async is None:
             event = self._cancelled_async = asyncio.Event()
@@ -90,7 +107,7 @@ class JobContext:
                 loop.call_soon_threadsafe(event.set)
 
             self._on_cancel.append(wake)
-            if self._cancel_event.is_set():  # cancelled as the hook went in
+            if self._is_cancelled:  # cancelled as the hook went in
                 return True
         try:
             await asyncio.wait_for(self._cancelled_async.wait(), max(0.0, seconds))

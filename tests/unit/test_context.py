@@ -22,6 +22,26 @@ def test_context_wait_returns_early_once_cancelled():
     assert ctx.cancelled
 
 
+def test_context_wait_after_a_cancel_returns_at_once():
+    ctx = make_context()
+    ctx.cancel()
+    started = time.monotonic()
+    assert ctx.wait(5) is True
+    assert time.monotonic() - started < 1
+
+
+def test_a_context_makes_its_cancel_event_only_when_a_handler_waits():
+    # A thread's event per attempt cost the worker as much as the rest of the context.
+    ctx = make_context()
+    ctx.cancel()
+    assert ctx.cancelled and ctx._cancel_event is None
+    waiting = make_context()
+    assert waiting.wait(0.001) is False
+    assert waiting._cancel_event is not None
+    waiting.cancel()
+    assert waiting._cancel_event.is_set()
+
+
 def test_context_wait_times_out_when_not_cancelled():
     ctx = make_context()
     assert ctx.wait(0.01) is False
