@@ -116,9 +116,10 @@ class Held:
         return last is None or (now - last).total_seconds() >= PROGRESS_SECONDS
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Outcome:
-    """A result waiting to be written; ``held`` is its entry in the held set, if any."""
+    """A result waiting to be written; ``held`` is its entry in the held set, if any.
+    Read-only, not frozen: one per job (:class:`~django_jobs.db.ClaimedJob`)."""
 
     claimed: ClaimedJob
     result: HandlerResult
