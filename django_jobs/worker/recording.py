@@ -183,10 +183,12 @@ class OutcomeWriter:
 
     def decide_one(self, outcome: Outcome, now: datetime) -> Decided:
         try:
-            most = int(settings.MAX_SNOOZES)
-            return Decided(
-                outcome, decide(outcome.claimed, outcome.result, now, self.policy, self.rng, most)
-            )
+            result = outcome.result
+            # The setting is read for a snooze only: a read is a tenth of a no-op job's end.
+            snoozed = result.outcome == AttemptOutcome.SNOOZED
+            most = int(settings.MAX_SNOOZES) if snoozed else 0
+            settlement = decide(outcome.claimed, result, now, self.policy, self.rng, most)
+            return Decided(outcome, settlement)
         except Exception as exc:
             return self.failed_instead(outcome, now, "could not be decided", exc)
 
