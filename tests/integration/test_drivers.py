@@ -358,6 +358,24 @@ def test_driver_settle_batch_writes_the_others_and_returns_the_one_fenced_out(ma
     assert outcomes == {first.id: "succeeded", second.id: None, third.id: "succeeded"}
 
 
+def test_driver_settle_batch_writes_each_settlements_own_times(make_job):
+    # A batch's outcomes mostly share one moment, formatted once (PostgreSQL's JSON); those
+    # that do not keep their own, to the microsecond.
+    for _ in range(3):
+        make_job()
+    first, second, third = claim(limit=3)
+    later = START + timedelta(seconds=5, microseconds=7)
+    retry_at = START + timedelta(minutes=2, microseconds=999_999)
+    due_again = dataclasses.replace(succeeded(second), status=JobStatus.PENDING, run_at=retry_at)
+    settlements = [succeeded(first), due_again, succeeded(third, now=later)]
+    assert get_driver().settle(settlements).lost == []
+    rows = Job.objects.in_bulk([first.id, second.id, third.id])
+    assert (rows[first.id].finished_at, rows[third.id].finished_at) == (START, later)
+    assert (rows[second.id].status, rows[second.id].run_at) == (JobStatus.PENDING, retry_at)
+    ended = dict(Attempt.objects.values_list("job_id", "finished_at"))
+    assert ended == {first.id: START, second.id: START, third.id: later}
+
+
 def test_driver_settle_a_stale_attempt_changes_nothing(make_job):
     make_job()
     [job] = claim()
