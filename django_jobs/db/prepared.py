@@ -65,6 +65,23 @@ LOST_PREPARED_STATEMENT = frozenset({"42P05", "26000"})
 OTHER_PREPARED_STATEMENT = "08P01"
 
 
+def read_times_in_c(raw: Any) -> None:
+    """Have the hot cursor ``raw`` read ``timestamptz`` values with psycopg's own loader.
+
+    Django registers a loader of its own on each connection, a subclass of psycopg's
+    pure-Python one (it sets the connection's time zone on each value): 6 µs a value,
+    where psycopg's compiled one takes under 1, and a claim reads one per job (its
+    ``run_at``). Both read the same instant; psycopg's carries the session's time zone,
+    which Django sets to UTC under ``USE_TZ``."""
+    import psycopg
+
+    oid = psycopg.adapters.types["timestamptz"].oid
+    for wire in (psycopg.pq.Format.TEXT, psycopg.pq.Format.BINARY):
+        loader = psycopg.adapters.get_loader(oid, wire)
+        if loader is not None:
+            raw.adapters.register_loader(oid, loader)
+
+
 class HotCursor(NamedTuple):
     """The hot-path cursor kept on one Django connection, and what it was made for."""
 
@@ -132,6 +149,7 @@ class PreparedStatements:
                 connection.connection.prepare_threshold = NEVER_BY_COUNT
         else:
             raw.execute = partial(raw.execute, prepare=False)
+        read_times_in_c(raw)
         return HotCursor(
             connection.connection,
             connection.queries_logged,

@@ -54,6 +54,21 @@ def test_claim_takes_a_due_job_and_starts_its_attempt(make_job):
     assert claim() == []
 
 
+def test_claim_reads_each_jobs_run_at_to_the_microsecond(make_job):
+    # On PostgreSQL the hot cursor reads timestamps with psycopg's compiled loader, not
+    # Django's pure-Python one (6 µs a value: one a job claimed).
+    run_at = START - timedelta(minutes=3, microseconds=123_457)
+    job = make_job(run_at=run_at)
+    [claimed] = claim()
+    assert (claimed.id, claimed.run_at, claimed.waited) == (job.pk, run_at, 180.123457)
+    if connection.vendor == "postgresql":
+        from django.db.backends.postgresql.psycopg_any import BaseTzLoader
+
+        with get_driver().hot_cursor() as cursor:
+            loader = cursor.cursor.adapters.get_loader(1184, 0)  # timestamptz, as text
+        assert not issubclass(loader, BaseTzLoader)
+
+
 def test_claim_order_is_priority_then_run_at_then_id(make_job):
     late = make_job(run_at=START - timedelta(minutes=1))
     early = make_job(run_at=START - timedelta(minutes=5))
