@@ -95,7 +95,8 @@ class PostgresLimit:
     def connect(self) -> Any:
         """A plain psycopg connection to Django's database, with Django's adapters (as the
         driver's connection has) and psycopg's own cursor, which binds on the server (as the
-        driver's ``hot_cursor``); in autocommit, as Django's."""
+        driver's ``hot_cursor``, and reads timestamps as it does: :meth:`session`); in
+        autocommit, as Django's."""
         import psycopg
         from django.db import connection
 
@@ -131,8 +132,10 @@ class PostgresLimit:
         """A claim on a connection of its own: settle ``settlements``, claim; the (id, attempt)
         pairs claimed."""
         from django_jobs.db.postgresql import ClaimedOrSettledRow, ClaimedRow
+        from django_jobs.db.prepared import read_times_in_c
 
         with self.connect() as connection, connection.cursor() as cursor:
+            read_times_in_c(cursor)  # as the driver's hot cursor reads them
 
             def claim(request: Any, settlements: list[Any]) -> list[tuple[int, int]]:
                 if not settlements:
