@@ -24,7 +24,11 @@ horizon, vacuum cannot remove the dead row versions each claim and each end leav
 the claim reads more of them.
 
 1. Calibrate (unless ``--rate`` is given): ``--calibrate`` no-op jobs drained by the same
-   workers; the load is ``--load`` (0.5) of that drain rate.
+   workers; the load is ``--load`` (0.5) of that drain rate. Where producer and workers
+   share a few cores that burst drain is more than they take beside the producer: with
+   ``--calibrate-loaded SECONDS`` the producer then offers them rising rates, from half
+   the burst drain up in twentieths of it, that long each, and the load is ``--load`` of
+   the last rate after which no more than a second's worth of jobs waited.
 2. Start ``--processes`` processes of ``manage.py runjobs --workers --threads``, and enqueue
    no-op jobs at the load's rate (``schedule_jobs()`` every 100 ms) for ``--minutes``.
 3. From ``--hold-at`` minutes, for ``--hold`` minutes, another session holds a snapshot
@@ -139,6 +143,8 @@ class Run:
     naptime: str = ""
     #: Minutes of load before the measured ones (their samples' ``at`` is negative).
     warmup: float = 0.0
+    #: The rate the workers kept up with, the producer beside them (``--calibrate-loaded``).
+    calibrated_loaded: float | None = None
 
     def measured(self) -> list[Sample]:
         """The samples of the measured minutes, after any warm-up (a sample covers the
@@ -155,6 +161,13 @@ def parse(argv: list[str] | None) -> Any:
     parser.add_argument("--rate", type=float, help="jobs/s (default: --load of the drain)")
     parser.add_argument("--load", type=float, default=0.5, help="fraction of the drain")
     parser.add_argument("--calibrate", type=int, default=20_000, help="jobs to calibrate on")
+    parser.add_argument(
+        "--calibrate-loaded",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="then offer rising rates, this long each, with the producer beside the workers",
+    )
     parser.add_argument("--hold-at", type=float, default=5.0, help="minute the snapshot opens")
     parser.add_argument("--hold", type=float, default=5.0, help="minutes it stays open")
     parser.add_argument("--processes", type=int, default=2, help="runjobs processes")
@@ -209,12 +222,16 @@ def main(argv: list[str] | None = None) -> int:
     with harness.work_directory("django-jobs-soak.") as work:
         calibrated = None
         rate = args.rate
+        loaded = None
         if rate is None:
-            calibrated = calibrate(args, work)
-            rate = round(calibrated * args.load)
-            harness.log(f"drain {calibrated:,.0f} jobs/s: the load is {rate:,.0f} jobs/s")
+            calibrated = drained = calibrate(args, work)
+            if args.calibrate_loaded:
+                drained = loaded = calibrate_loaded(args, work, calibrated)
+            rate = round(drained * args.load)
+            harness.log(f"drain {drained:,.0f} jobs/s: the load is {rate:,.0f} jobs/s")
         own = not args.server_autovacuum
         run = Run(rate, calibrated, args.minutes, args.hold_at, args.hold, own)
+        run.calibrated_loaded = loaded
         run.retention_seconds, run.unique, run.keyed = args.retention, args.unique, args.keyed
         run.warmup = args.warmup
         run.naptime = server_setting("autovacuum_naptime")
@@ -244,6 +261,7 @@ def load(path: Path) -> Run:
         samples=samples,
         naptime=data.get("naptime", ""),
         warmup=data.get("warmup", 0.0),
+        calibrated_loaded=data.get("calibrated_loaded"),
     )
 
 
@@ -287,6 +305,71 @@ def calibrate(args: Any, work: Path) -> float:
     # autoanalyze).
     harness.settle_database()
     return args.calibrate / max((last - first).total_seconds(), 0.001)
+
+
+#: The loaded calibration's offered rates, as fractions of the burst drain: from half of it
+#: up in steps of a twentieth.
+RAMP = [0.5 + 0.05 * step for step in range(11)]
+
+
+def calibrate_loaded(args: Any, work: Path, burst: float) -> float:
+    """What the soak's workers keep up with while the producer, on the same machine, feeds
+    them: offered rates from half the burst drain ``burst`` up (:data:`RAMP`), each for
+    ``--calibrate-loaded`` seconds, until at the end of one more than a second's worth of
+    jobs waits; the last rate they kept up with (or, if they kept up with none, what they
+    drained at the first). The backlog left is drained before the workers stop."""
+    processes = workers(args, work, "calibrate-loaded")
+    kept_up = None
+    try:
+        for fraction in RAMP:
+            offered = round(burst * fraction)
+            drained, due = offer(offered, args.calibrate_loaded)
+            behind = due > offered
+            harness.log(
+                f"offered {offered:,} jobs/s: drained {drained:,.0f}, {due:,} due at the end"
+                + (": behind" if behind else "")
+            )
+            if behind:
+                break
+            kept_up = offered
+        deadline = time.monotonic() + 600
+        while harness.unfinished():
+            if time.monotonic() > deadline:
+                raise BenchError("the calibration's backlog was not drained in 10 minutes")
+            time.sleep(1)
+    finally:
+        harness.stop_processes(processes, 30)
+    harness.settle_database()
+    return float(kept_up) if kept_up is not None else drained
+
+
+def offer(rate: float, seconds: float) -> tuple[float, int]:
+    """``rate`` jobs a second from the producer for ``seconds``: the claims a second over
+    the second half, and the jobs due at the end."""
+    from django.db import connection
+
+    from django_jobs.models import Attempt
+
+    stop = threading.Event()
+    producer = threading.Thread(target=produce, args=(rate, stop), daemon=True)
+    producer.start()
+    try:
+        time.sleep(seconds / 2)
+        newest, began = newest_attempt(), time.monotonic()
+        time.sleep(seconds / 2)
+        claims = Attempt.objects.filter(id__gt=newest).count()
+        drained = claims / (time.monotonic() - began)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM django_jobs_job"
+                " WHERE status = 'pending' AND queue = %s AND run_at <= now()",
+                [QUEUE],
+            )
+            (due,) = cursor.fetchone()
+    finally:
+        stop.set()
+        producer.join(30)
+    return drained, int(due)
 
 
 def soak(run: Run, args: Any, work: Path) -> None:
@@ -556,7 +639,10 @@ def report(run: Run) -> None:
     if run.warmup:
         print(f" after {run.warmup:g} of warm-up", end="")
     if run.calibrated:
-        print(f" ({run.calibrated:,.0f} jobs/s drained when calibrated)", end="")
+        print(f" ({run.calibrated:,.0f} jobs/s drained when calibrated", end="")
+        if run.calibrated_loaded:
+            print(f", {run.calibrated_loaded:,.0f} kept up with beside the producer", end="")
+        print(")", end="")
     print(f"; autovacuum: {autovacuum_label(run)}")
 
     def median(values: list[float | None]) -> float:

@@ -97,3 +97,17 @@ def test_a_warm_up_is_kept_in_the_json_and_left_out_of_the_chart(tmp_path: Path)
     assert "no snapshot held" in drawn and "#f3e3d3" not in drawn  # --hold 0: nothing shaded
     lines = re.findall(r'points="([^"]*)"', drawn)
     assert lines and all(len(points.split()) == 1 for points in lines)  # the measured sample
+
+
+def test_the_soak_names_the_drain_it_calibrated_with_the_producer_beside(
+    tmp_path: Path, capsys
+) -> None:
+    loaded = run(calibrated=6000.0, calibrated_loaded=4200.0, rate=3360.0)
+    soak.report(loaded)
+    said = capsys.readouterr().out
+    assert "(6,000 jobs/s drained when calibrated, 4,200 kept up with beside the producer)" in said
+    path = tmp_path / "soak.json"
+    path.write_text(json.dumps(asdict(loaded)))
+    assert soak.load(path).calibrated_loaded == 4200.0
+    soak.report(run(calibrated=6000.0))  # a run without it says nothing of it
+    assert "beside" not in capsys.readouterr().out
