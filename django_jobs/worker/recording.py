@@ -184,7 +184,7 @@ class OutcomeWriter:
     def decide_one(self, outcome: Outcome, now: datetime) -> Decided:
         try:
             result = outcome.result
-            # The setting is read for a snooze only: a read is a tenth of a no-op job's end.
+            # Read for a snooze only: a setting read costs 2 µs, and every outcome made one.
             snoozed = result.outcome == AttemptOutcome.SNOOZED
             most = int(settings.MAX_SNOOZES) if snoozed else 0
             settlement = decide(outcome.claimed, result, now, self.policy, self.rng, most)
