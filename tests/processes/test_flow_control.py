@@ -45,7 +45,9 @@ def test_four_processes_never_run_two_jobs_of_one_key_at_once_and_run_every_job(
 ) -> None:
     jobs = schedule_jobs(
         [
-            {"job": "example.keyed", "payload": {"sleep": 0.02}, "concurrency_key": f"k{n % 5}"}
+            # Five keys one at a time: at least 2 s of work, which one process cannot run
+            # alone before the others have started.
+            {"job": "example.keyed", "payload": {"sleep": 0.05}, "concurrency_key": f"k{n % 5}"}
             for n in range(200)
         ]
     )
@@ -138,8 +140,10 @@ def test_a_global_limit_above_every_workers_claims_is_claimed_without_the_lock(
 
     Queue.objects.create(name="limited")
     before = queue_version("limited")
+    # Work enough that a process which starts first cannot run it all alone before the
+    # others have started (90 jobs of 10 ms once did, on two threads, in half a second).
     jobs = schedule_jobs(
-        [{"job": "example.record", "queue": "limited", "payload": {"sleep": 0.01}}] * 90
+        [{"job": "example.record", "queue": "limited", "payload": {"sleep": 0.1}}] * 90
     )
     env = {**QUICK_POLL, "JOBS_GLOBAL_LIMIT": "1000"}
     workers = [runjobs_process.start("--burst", "--queue", "limited", env=env) for _ in range(3)]
