@@ -79,7 +79,8 @@ class Listener:
     after a backoff; until then :meth:`wait` only sleeps. Each connection
     first sends itself a probe: if it does not come back (a pooler in
     transaction mode delivers no notifications), :attr:`delivering` turns
-    False and the listener gives up for good.
+    False and the listener gives up for good. :attr:`opened` counts the connections
+    opened: what was notified before one opened never reaches it.
     """
 
     def __init__(
@@ -103,6 +104,7 @@ class Listener:
         self.stopping = stopping or threading.Event()
         self.delivering = True
         self.failures = 0
+        self.opened = 0
         self._connection: psycopg.Connection[Any] | None = None
         self._retry_at = 0.0
         self._early: set[str] = set()  # notified while the probe was awaited
@@ -172,6 +174,7 @@ class Listener:
                 self._give_up()
             return False
         self._connection = connection
+        self.opened += 1
         if self.failures:
             logger.info("LISTEN connection restored", extra={"event": "listen_restored"})
         self.failures = 0

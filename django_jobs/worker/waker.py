@@ -62,7 +62,9 @@ class Doorbells:
 
 
 class Waker:
-    """A daemon thread that calls ``wake(queue)`` when a job is enqueued on a served queue.
+    """A daemon thread that calls ``wake(queue)`` when a job is enqueued on a served queue,
+    and for every served queue each time its connection opens (a job enqueued while it
+    had none sent a notification that nothing heard).
 
     ``start()`` does nothing (and returns False) where LISTEN is unavailable
     or turned off; the thread ends by itself when its listener finds that
@@ -111,9 +113,16 @@ class Waker:
 
     def _run(self) -> None:
         listener = self.listener
+        opened = 0
         try:
             while not listener.stopping.is_set() and listener.delivering:
-                for queue in sorted(listener.wait(self.wait_seconds) & self.queues):
+                names = listener.wait(self.wait_seconds)
+                if listener.opened != opened:
+                    # A connection opened (at start, or back after a loss): what was
+                    # notified before it never arrives, so every queue looks once.
+                    opened = listener.opened
+                    names = set(self.queues)
+                for queue in sorted(names & self.queues):
                     self._wake(queue)
         finally:
             listener.close()

@@ -194,13 +194,35 @@ def test_waker_wakes_only_the_queues_it_serves():
     waker = Waker("default", ["emails"], woken.append)
     assert waker.start()
     try:
-        wait_until(lambda: waker.listener.backend_pid is not None, timeout=5)
+        wait_until(lambda: woken == ["emails"], timeout=5)  # its connection opened
         schedule_jobs([{"job": "tests.ok"}, {"job": "tests.emails"}])
-        wait_until(lambda: woken, timeout=2)
+        wait_until(lambda: len(woken) > 1, timeout=2)
         time.sleep(0.1)
     finally:
         waker.stop()
-    assert woken == ["emails"]
+    assert woken == ["emails", "emails"]
+
+
+@pytest.mark.listen_notify
+def test_waker_wakes_every_queue_when_its_connection_is_back():
+    """A job enqueued while the listening connection was gone notified no one: once
+    it is back, every served queue is woken, not left to its poll."""
+    woken: list[str] = []
+    listener = Listener("default", first_backoff=0.5)
+    waker = Waker("default", ["default", "emails"], woken.append, listener=listener)
+    assert waker.start()
+    try:
+        wait_until(lambda: sorted(woken) == ["default", "emails"], timeout=5)
+        pid = listener.backend_pid
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(%s)", [pid])
+        wait_until(lambda: listener.failures, timeout=5)  # it found the connection gone
+        woken.clear()
+        schedule_job("tests.emails")  # its notification reaches no one
+        wait_until(lambda: listener.backend_pid not in (None, pid), timeout=5)
+        wait_until(lambda: sorted(woken) == ["default", "emails"], timeout=2)
+    finally:
+        waker.stop()
 
 
 @pytest.mark.listen_notify
@@ -304,7 +326,8 @@ def test_waker_behind_a_transaction_pooler_listens_on_the_listen_database(
         assert waker.start()
         try:
             # An enqueue through the pooler, committed there, wakes the listener here.
-            wait_until(lambda: waker.listener.backend_pid is not None, timeout=10)
+            wait_until(lambda: sorted(woken) == ["default", "emails"], timeout=10)  # opened
+            woken.clear()
             # (On a connection of its own: the test's alias is not one Django's test case
             # lets a test query.)
             with psycopg.connect(**Listener(pgbouncer_alias).connection_params()) as sender:
