@@ -549,7 +549,13 @@ class PostgresDriver(Driver):
         primary key (``FOR UPDATE OF j``), each row's own conditions checked again on its
         newest version. A nested loop reads the window a row at a time in claim order, so
         the lane's rows at the head cost what a plain claim does; a lane with nothing due
-        reads the window, not the backlog of the other lane's rows."""
+        reads the window, not the backlog of the other lane's rows.
+
+        The conditions on ``j`` are one ``(...) IS TRUE``, the same test to a row, so that
+        the planner cannot match the claim index's condition on them: given it, with
+        statistics taken while hardly a job was due, it read each window row's ``j``
+        through the claim index from its head, not by primary key, which is quadratic in
+        the rows a claim passes over (a claim of 18 jobs read 9,000 buffers under load)."""
         queue, now, names, among = request.queue, request.now, request.names, request.among
         qn, job = self.qn, self.job_table
         extra = f" AND {also}" if also else ""
@@ -564,7 +570,7 @@ class PostgresDriver(Driver):
             f"FROM (SELECT {qn('id')}, {qn('name')} FROM {job} WHERE {window}"
             f" ORDER BY {self.claim_order} LIMIT {LANE_WINDOW}) w"
             f" JOIN {job} j ON j.{qn('id')} = w.{qn('id')}"
-            f" WHERE w.{qn('name')} = ANY(%s::text[]) AND {due}"
+            f" WHERE w.{qn('name')} = ANY(%s::text[]) AND ({due}) IS TRUE"
         )
         return DueRows(source, "", [*window_params, *self.names_params(names), *due_params])
 
