@@ -250,9 +250,10 @@ def test_hosts_a_host_an_hour_fast_takes_no_live_lease_and_no_leadership(
     attempts = list(
         Attempt.objects.filter(job_id__in=ids).values_list("job_id", "outcome", "owner")
     )
+    logs = f"{runjobs_process.log(on_time)}\n{runjobs_process.log(fast)}"
     assert sorted((job_id, outcome) for job_id, outcome, _ in attempts) == sorted(
         (job_id, "succeeded") for job_id in ids
-    )
+    ), logs
     assert {pid_of(owner) for _, _, owner in attempts} == {on_time.pid, fast.pid}
     for job_id in ids:
         assert_no_overlap(read_runs(log, job_id))
