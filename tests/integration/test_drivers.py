@@ -872,6 +872,29 @@ def test_lane_claim_plan_reads_the_window_row_by_row(make_job, mode):
     assert not scans(plan, "django_jobs_job"), plan
 
 
+@pytest.mark.django_db(transaction=True)
+def test_lane_claim_concurrent_claimers_never_take_one_job_twice(make_job):
+    """A lane locks its window's rows through the jobs table again and checks them on the
+    newest version: a row another claimer took since the window was read is passed over."""
+    jobs = [make_job() for _ in range(60)]
+    claimed: list[int] = []
+    lock = threading.Lock()
+
+    def run(owner: str) -> None:
+        while True:
+            got = get_driver().claim(dataclasses.replace(lane(3, names=AMONG), owner=owner))
+            if not got:
+                if not Job.objects.filter(status=JobStatus.PENDING).exists():
+                    return
+                continue
+            with lock:
+                claimed.extend(c.id for c in got)
+
+    assert race([f"w{i}" for i in range(4)], run) == []
+    assert sorted(claimed) == sorted(job.pk for job in jobs)
+    assert Attempt.objects.count() == 60
+
+
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's lane claim")
 @pytest.mark.parametrize("mode", ["force_custom_plan", "force_generic_plan"])
 def test_lane_claim_locks_its_window_rows_by_primary_key_whatever_the_statistics(clock, mode):
