@@ -15,7 +15,7 @@ from django_jobs.db import ROW_ERRORS, ClaimRequest, get_driver
 from django_jobs.db.records import LANE_WINDOW, QueueLimits
 from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import START
-from tests.support.plans import analyze, explain, scans, sorts
+from tests.support.plans import analyze, explain, postgresql_plan, scans, sorts
 from tests.support.threads import race
 from tests.support.triggers import ordered_status_writes, refusing
 
@@ -861,8 +861,8 @@ def test_keyed_lane_claim_passes_over_the_rows_of_full_keys_outside_its_window(c
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's lane claim")
-@pytest.mark.parametrize("mode", ["force_custom_plan", "force_generic_plan"])
-def test_lane_claim_plan_reads_the_window_row_by_row(clock, make_job, mode):
+@pytest.mark.parametrize("kind", ["custom", "generic"])
+def test_lane_claim_plan_reads_the_window_row_by_row(clock, make_job, kind):
     """A nested loop over the window in claim order (no sort, no hash of the whole window),
     also in the generic plan a prepared statement settles on. A backlog of the other
     lane's rows longer than the window, with statistics that know it: reading all of
@@ -874,17 +874,15 @@ def test_lane_claim_plan_reads_the_window_row_by_row(clock, make_job, mode):
         make_job(name="tests.lane", priority=n % 3)
     analyze()  # its own statistics, not those the tests before it left
     sql, params = get_driver().claim_statement(lane(5))
-    with connection.cursor() as cursor:
-        cursor.execute(f"SET LOCAL plan_cache_mode = {mode}")
-    plan = explain(sql, params)
+    plan = postgresql_plan(sql, params, kind)
     assert "django_jobs_claim_idx" in plan, plan
     assert "Nested Loop" in plan and "Hash" not in plan and not sorts(plan), plan
     assert not scans(plan, "django_jobs_job"), plan
 
 
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's lane claim")
-@pytest.mark.parametrize("mode", ["force_custom_plan", "force_generic_plan"])
-def test_lane_claim_locks_its_window_rows_by_primary_key_whatever_the_statistics(clock, mode):
+@pytest.mark.parametrize("kind", ["custom", "generic"])
+def test_lane_claim_locks_its_window_rows_by_primary_key_whatever_the_statistics(clock, kind):
     """Statistics taken while hardly a job was due (a steady queue's, between bursts), then
     a backlog: each window row is locked through the primary key, one probe each. Where
     the planner could match the claim index's condition on the locked rows too, it read
@@ -898,9 +896,6 @@ def test_lane_claim_locks_its_window_rows_by_primary_key_whatever_the_statistics
     analyze()  # hardly a due job in the statistics, as autovacuum's ANALYZE would see
     due_rows(clock, 300, "tests.lane", 1)
     sql, params = get_driver().claim_statement(lane(20))
-    with connection.cursor() as cursor:
-        cursor.execute(f"SET LOCAL plan_cache_mode = {mode}")
-        cursor.execute("EXPLAIN " + sql, params)
-        plan = "\n".join(row[0] for row in cursor.fetchall())
+    plan = postgresql_plan(sql, params, kind)
     assert "Index Scan using django_jobs_job_pkey on django_jobs_job j " in plan, plan
     assert "django_jobs_claim_idx on django_jobs_job j " not in plan, plan

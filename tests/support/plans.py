@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.db import connection
@@ -30,6 +31,35 @@ def explain(sql: str, params: Any) -> str:
         prefix = "EXPLAIN QUERY PLAN " if connection.vendor == "sqlite" else "EXPLAIN "
         cursor.execute(prefix + sql, params)
         return "\n".join(" ".join(str(c) for c in row) for row in cursor.fetchall())
+
+
+def postgresql_plan(sql: str, params: Any, plan: str) -> str:
+    """PostgreSQL's ``plan`` of ``sql`` on the statistics as they stand: ``custom`` (made
+    for the parameters' values) or ``generic`` (:func:`generic_plan`)."""
+    if plan == "generic":
+        return generic_plan(sql, params)
+    with connection.cursor() as cursor:
+        cursor.execute("EXPLAIN " + sql, params)
+        return "\n".join(row[0] for row in cursor.fetchall())
+
+
+def generic_plan(sql: str, params: Any) -> str:
+    """PostgreSQL's generic plan of ``sql``: the plan a prepared statement settles on after
+    its first runs, made without the parameters' values. ``explain`` cannot show it:
+    Django binds the values into the text, so the planner sees them, whatever
+    ``plan_cache_mode`` says. The statement is prepared with ``$n`` parameters and
+    explained as executed under ``force_generic_plan``."""
+    numbers = iter(range(1, len(params) + 1))
+    text = re.sub(r"%%|%s", lambda m: "%" if m.group() == "%%" else f"${next(numbers)}", sql)
+    values = ", ".join(["%s"] * len(params))
+    with connection.cursor() as cursor:
+        cursor.execute(f"PREPARE django_jobs_plan AS {text}")
+        try:
+            cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            cursor.execute(f"EXPLAIN EXECUTE django_jobs_plan({values})", params)
+            return "\n".join(row[0] for row in cursor.fetchall())
+        finally:
+            cursor.execute("DEALLOCATE django_jobs_plan")
 
 
 def sorts(plan: str) -> bool:
