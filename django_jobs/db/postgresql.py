@@ -256,11 +256,7 @@ class PostgresDriver(Driver):
     def settle_rows(self, settlements: Sequence[Settlement]) -> Settled:
         """The settle's one statement, inside the caller's transaction (no savepoint: a
         refused row fails the caller's transaction, whose caller settles apart)."""
-        ctes, params = self.settle_ctes(settlements)
-        sql = self.text(
-            "settle",
-            lambda: f"WITH {ctes} SELECT id, attempt, new_status, workflow_pending FROM settled",
-        )
+        sql, params = self.settle_statement(settlements)
         with self.hot_cursor() as cursor:
             cursor.execute(sql, params)
             rows = [SettledRow._make(row) for row in cursor.fetchall()]
@@ -606,19 +602,29 @@ class PostgresDriver(Driver):
     def settle(self, settlements: Sequence[Settlement]) -> Settled:
         if not settlements:
             return Settled([])
+        sql, params = self.settle_statement(settlements)
+        rows = [SettledRow._make(row) for row in self.execute(sql, params)]
+        return self.settled(settlements, rows)
+
+    def settle_statement(self, settlements: Sequence[Settlement]) -> tuple[str, list[Any]]:
+        """The settle's one statement and its parameters."""
         ctes, params = self.settle_ctes(settlements)
         sql = self.text(
             "settle",
             lambda: f"WITH {ctes} SELECT id, attempt, new_status, workflow_pending FROM settled",
         )
-        rows = [SettledRow._make(row) for row in self.execute(sql, params)]
-        return self.settled(settlements, rows)
+        return sql, params
 
     def settle_ctes(self, settlements: Sequence[Settlement]) -> tuple[str, list[Any]]:
         """``v`` (the settlements), ``settled`` (the job rows they fenced in), ``closed``."""
         return self.text("settle_ctes", self.settle_ctes_text), self.settle_params(settlements)
 
     def settle_ctes_text(self) -> str:
+        """The settled rows are found by their ids as one array (``= ANY``), which the
+        planner reads through the primary key: the settlements' estimate is a set-returning
+        function's default of 100 rows, for which, in a table of a few thousand rows, a
+        join through the running rows' index or a scan of the table looked cheaper, and
+        each settle then read every running job."""
         qn, job, attempts = self.qn, self.job_table, self.attempt_table
         fields = ", ".join(
             f"(e->>{i}){SETTLED_CASTS.get(column, '')} AS {column}"
@@ -630,7 +636,8 @@ class PostgresDriver(Driver):
             f" {qn('attempts_used')} = j.{qn('attempts_used')} - v.give_back,"
             f" {qn('result')} = COALESCE(v.result::jsonb, j.{qn('result')}),"
             f" {qn('lease_owner')} = NULL, {qn('lease_expires_at')} = NULL"
-            f" FROM v WHERE j.{qn('id')} = v.id AND j.{qn('lease_owner')} = v.owner"
+            f" FROM v WHERE j.{qn('id')} = ANY(ARRAY(SELECT id FROM v))"
+            f" AND j.{qn('id')} = v.id AND j.{qn('lease_owner')} = v.owner"
             f" AND j.{qn('attempt')} = v.attempt AND {self.running_guard('j')}"
             f" RETURNING v.id, v.attempt, v.outcome, v.error, v.ended_at, v.traceback,"
             f" j.{qn('status')} AS new_status, j.{qn('workflow_pending')} AS workflow_pending),"

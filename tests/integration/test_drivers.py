@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext, override_settings
 
 from django_jobs import schedule_job
 from django_jobs.db import ROW_ERRORS, ClaimRequest, get_driver
-from django_jobs.db.records import LANE_WINDOW, QueueLimits
+from django_jobs.db.records import LANE_WINDOW, QueueLimits, Renewal, RenewRow
 from django_jobs.models import Attempt, Job, JobStatus
 from tests.conftest import START
 from tests.support.plans import analyze, explain, postgresql_plan, scans, sorts
@@ -419,6 +419,47 @@ def test_driver_settle_batch_costs_the_same_statements_for_1_or_20(
     with django_assert_num_queries(STATEMENTS_PER_SETTLE[connection.vendor]):
         assert get_driver().settle(settlements).lost == []
     assert Job.objects.filter(status=JobStatus.SUCCEEDED).count() == batch
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's plans")
+@pytest.mark.parametrize("kind", ["custom", "generic"])
+@pytest.mark.parametrize("statement", ["settle", "renew"])
+def test_settle_and_renew_find_their_rows_by_primary_key_however_many_jobs_run(
+    make_job, statement, kind
+):
+    """A worker's settle and lease renewal read its own rows through the primary key, not
+    every running job. Their rows come from a function the planner counts as 100, for
+    which, in a table of a few thousand rows, a hash of the running rows (through their
+    lease index, or a scan of the table) looked cheaper: each settle then read every
+    running job, a cost that grows with the jobs other workers run."""
+    later = START + timedelta(hours=1)
+    Job.objects.bulk_create(
+        Job(
+            name="tests.ok",
+            status=JobStatus.RUNNING,
+            lease_owner="another",
+            lease_expires_at=later,
+            attempt=1,
+            attempts_used=1,
+            run_at=START,
+            created_at=START,
+        )
+        for _ in range(2000)
+    )
+    for _ in range(16):
+        make_job()
+    claimed = claim(limit=16)
+    analyze()
+    driver = get_driver()
+    if statement == "settle":
+        sql, params = driver.settle_statement([succeeded(job) for job in claimed])
+    else:
+        rows = [RenewRow(job.id, job.attempt, None) for job in claimed]
+        sql, params = driver.renew_sql(Renewal("w1", rows, START, later, 5.0))
+    plan = postgresql_plan(sql, params, kind)
+    assert "django_jobs_job_pkey on django_jobs_job j" in plan, plan
+    assert "django_jobs_lease_idx" not in plan, plan
+    assert not scans(plan, "django_jobs_job"), plan
 
 
 @pytest.mark.django_db(transaction=True)
