@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from django.db import connection
+from django.db import connection, transaction
 
 TABLES = ("django_jobs_job", "django_jobs_attempt")
 
@@ -52,7 +52,7 @@ def generic_plan(sql: str, params: Any) -> str:
     numbers = iter(range(1, len(params) + 1))
     text = re.sub(r"%%|%s", lambda m: "%" if m.group() == "%%" else f"${next(numbers)}", sql)
     values = ", ".join(["%s"] * len(params))
-    with connection.cursor() as cursor:
+    with transaction.atomic(), connection.cursor() as cursor:  # SET LOCAL needs one
         cursor.execute(f"PREPARE django_jobs_plan AS {text}")
         try:
             cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
