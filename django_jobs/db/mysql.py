@@ -91,7 +91,7 @@ class ClaimReadRow(NamedTuple):
 
 
 #: A row :meth:`MySQLDriver.read_by_id` reads.
-Read = TypeVar("Read", "LockedRow", MarkedRow)
+Read = TypeVar("Read", "LockedRow", MarkedRow, "StandingLease")
 
 
 class StandingLease(NamedTuple):
@@ -456,10 +456,13 @@ class MySQLDriver(Driver):
         self, cursor: Any, record: type[Read], ids: Sequence[int], more: str, params: list[Any]
     ) -> dict[int, Read]:
         """The job rows ``ids`` where ``more`` holds, read into ``record`` (whose fields are
-        the columns, the id first), by id."""
+        the columns, the id first), by id: through the primary key alone. Where ``more``
+        names the status, the optimizer could otherwise read the lease index's entries of
+        every running job instead (an estimate of 20 rows for 2,000 in a fresh table), a
+        locking read locking each in passing."""
         columns = ", ".join(self.qn(field) for field in record._fields)
         cursor.execute(
-            f"SELECT {columns} FROM {self.job_table}"
+            f"SELECT {columns} FROM {self.job_table} FORCE INDEX (PRIMARY)"
             f" WHERE {self.qn('id')} IN ({self.placeholders(len(ids))}){more}",
             [*ids, *params],
         )
@@ -524,18 +527,15 @@ class MySQLDriver(Driver):
         """The renewal's leases that stand past its give-up point, locked."""
         qn, job = self.qn, self.job_table
         attempts = {row.id: row.attempt for row in renewal.rows}
-        cursor.execute(
-            f"SELECT {qn('id')}, {qn('attempt')}, {qn('cancel_requested_at')} FROM {job}"
-            f" WHERE {qn('id')} IN ({self.placeholders(len(attempts))})"
+        standing = self.read_by_id(
+            cursor,
+            StandingLease,
+            list(attempts),
             f" AND {qn('lease_owner')} = %s"
             f" AND {self.running_guard(job)} AND {qn('lease_expires_at')} > %s FOR UPDATE",
-            [*attempts, renewal.owner, self.adapt(renewal.margin)],
+            [renewal.owner, self.adapt(renewal.margin)],
         )
-        return [
-            lease
-            for lease in map(StandingLease._make, cursor.fetchall())
-            if attempts.get(lease.id) == lease.attempt
-        ]
+        return [lease for lease in standing.values() if attempts.get(lease.id) == lease.attempt]
 
     def extend_leases(
         self, cursor: Any, renewal: Renewal, standing: Sequence[StandingLease]

@@ -466,6 +466,35 @@ def test_settle_finds_its_rows_by_primary_key_however_many_jobs_run(make_job):
         assert (read["type"], read["key"]) == ("eq_ref", "PRIMARY"), read
 
 
+@pytest.mark.skipif(connection.vendor != "mysql", reason="MariaDB's reads by id")
+@pytest.mark.parametrize("operation", ["renew", "settle", "claim"])
+def test_mariadb_reads_a_worker_s_own_rows_by_primary_key_however_many_jobs_run(
+    make_job, operation
+):
+    """What MariaDB's driver reads of a worker's own rows by id (the renewal's locking
+    read, the settle's, the claim's read-back) goes through the primary key: with the
+    status among the conditions, and statistics taken before the jobs ran, the optimizer
+    read the lease index's entries of every running job instead, locking each in passing
+    where the read locks. Each statement is explained as the driver sent it."""
+    claimed = running_elsewhere(make_job, 2000, mine=16, statistics="stale")
+    driver = get_driver()
+    with CaptureQueriesContext(connection) as sent:
+        if operation == "renew":
+            held = [(job.id, job.attempt) for job in claimed]
+            assert len(driver.renew("w1", held, START, LEASE, 5.0).renewed) == 16
+        elif operation == "settle":
+            assert driver.settle([succeeded(job) for job in claimed]).lost == []
+        else:
+            for _ in range(16):
+                make_job()
+            assert len(claim(limit=16)) == 16
+    by_id = [q["sql"] for q in sent.captured_queries if "`id` IN (" in q["sql"]]
+    assert by_id, [q["sql"] for q in sent.captured_queries]
+    for sql in by_id:
+        reads = [row for row in mysql_plan(sql, []) if row["table"] == "django_jobs_job"]
+        assert reads and all(row["key"] == "PRIMARY" for row in reads), (sql, reads)
+
+
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="PostgreSQL's plans")
 @pytest.mark.parametrize("kind", ["custom", "generic"])
 @pytest.mark.parametrize("statistics", ["fresh", "stale"])
