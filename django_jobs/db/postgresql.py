@@ -624,7 +624,8 @@ class PostgresDriver(Driver):
         planner reads through the primary key: the settlements' estimate is a set-returning
         function's default of 100 rows, for which, in a table of a few thousand rows, a
         join through the running rows' index or a scan of the table looked cheaper, and
-        each settle then read every running job."""
+        each settle then read every running job. Their guard is
+        :meth:`own_running_guard`, for the same reason under stale statistics."""
         qn, job, attempts = self.qn, self.job_table, self.attempt_table
         fields = ", ".join(
             f"(e->>{i}){SETTLED_CASTS.get(column, '')} AS {column}"
