@@ -112,6 +112,17 @@ def access(plan: dict[str, Any], table: str = JOB_TABLE) -> Access:
     return Access(", ".join(sorted(set(scans))) or "-", rows)
 
 
+def job_rows(count: int, **fields: Any) -> list[Any]:
+    """``count`` unsaved no-op jobs of the bench's queue, due now, with ``fields``."""
+    from django.utils import timezone
+
+    from django_jobs.models import Job
+
+    now = timezone.now()
+    common = {"name": harness.JOB_NAME, "queue": harness.QUEUE, "payload": {}}
+    return [Job(**common, run_at=now, created_at=now, **fields) for _ in range(count)]
+
+
 def fill(running: int, batch: int) -> list[Any]:
     """The jobs table emptied, then ``running`` jobs of another worker's and ``batch`` of
     this one's (with their open attempts); this one's settlements."""
@@ -126,23 +137,16 @@ def fill(running: int, batch: int) -> list[Any]:
     now = timezone.now()
 
     def rows(count: int, owner: str) -> list[Job]:
-        return [
-            Job(
-                name=harness.JOB_NAME,
-                queue=harness.QUEUE,
-                payload={},
-                run_at=now,
-                created_at=now,
-                started_at=now,
-                status=JobStatus.RUNNING,
-                lease_owner=owner,
-                lease_expires_at=now + timedelta(hours=1),
-                attempt=1,
-                attempts_used=1,
-                max_attempts=3,
-            )
-            for _ in range(count)
-        ]
+        return job_rows(
+            count,
+            status=JobStatus.RUNNING,
+            started_at=now,
+            lease_owner=owner,
+            lease_expires_at=now + timedelta(hours=1),
+            attempt=1,
+            attempts_used=1,
+            max_attempts=3,
+        )
 
     Job.objects.bulk_create(rows(running, "another"), batch_size=5000)
     mine = Job.objects.bulk_create(rows(batch, OWNER))
@@ -188,22 +192,8 @@ def finished_statistics(count: int) -> None:
 
     from django_jobs.models import Job, JobStatus
 
-    now = timezone.now()
-    Job.objects.bulk_create(
-        (
-            Job(
-                name=harness.JOB_NAME,
-                queue=harness.QUEUE,
-                payload={},
-                run_at=now,
-                created_at=now,
-                status=JobStatus.SUCCEEDED,
-                finished_at=now,
-            )
-            for _ in range(count)
-        ),
-        batch_size=5000,
-    )
+    rows = job_rows(count, status=JobStatus.SUCCEEDED, finished_at=timezone.now())
+    Job.objects.bulk_create(rows, batch_size=5000)
     analyze()
 
 
