@@ -334,6 +334,19 @@ def thread_stacks(written: str) -> str:
     return "\n\n".join([*current, *busy, "\n".join(idle)])
 
 
+def unfinished_jobs(most: int = 10) -> list[dict[str, Any]] | str:
+    """The jobs not yet finished (at most ``most``), for the report of a process that
+    hangs; why not, where the test cannot ask (no database access)."""
+    try:
+        from django_jobs.models import FINISHED_STATUSES, Job
+
+        columns = ("id", "status", "lease_owner", "lease_expires_at", "attempts_used", "run_at")
+        unfinished = Job.objects.exclude(status__in=FINISHED_STATUSES).order_by("id")
+        return list(unfinished.values(*columns)[:most])
+    except Exception as exc:  # noqa: BLE001 -- a report of a failure must not fail
+        return f"unfinished jobs: not read ({type(exc).__name__}: {exc})"
+
+
 def database_waits() -> str:
     """What the test database's server says its other sessions are doing, for the report
     of a process that hangs: on PostgreSQL each session's wait and the sessions that block
@@ -434,8 +447,36 @@ class RunjobsProcesses:
         rather than cut off by pytest-timeout), and assert that each exited with 0."""
         deadline = time.monotonic() + timeout
         for process in processes:
-            process.wait(max(0.1, deadline - time.monotonic()))
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except StillRunning as hung:
+                hung.output = self.hang_report(processes, hung.output)
+                raise
             assert process.returncode == 0, self.log(process)
+
+    def hang_report(
+        self, processes: Sequence[subprocess.Popen[bytes]], stacks: str, tail: int = 3
+    ) -> str:
+        """The report of processes that did not exit, ``stacks`` those of the first: it
+        leads with the jobs the database holds unfinished and the last lines of each
+        process still running; then the stacks of those holding a running job (a burst
+        worker waits for a job another one holds), then ``stacks``."""
+        running = [process for process in processes if process.poll() is None]
+        lines = [f"{len(running)} more of {len(processes)} process(es) still running"]
+        jobs = unfinished_jobs()
+        if isinstance(jobs, str):
+            lines.append(jobs)
+            jobs = []
+        lines += [f"unfinished: {job}" for job in jobs] or ["no job unfinished"]
+        for process in running:
+            last = self.log(process).splitlines()[-tail:]
+            lines += [f"pid {process.pid}, its last lines:", *(f"  {line}" for line in last)]
+        # A lease's owner is "host:pid:token".
+        holders = {str(job["lease_owner"]).rsplit(":", 2)[-2] for job in jobs if job["lease_owner"]}
+        for process in running:
+            if str(process.pid) in holders and isinstance(process, LoggedProcess):
+                lines += [f"pid {process.pid} holds a job:", process.stacks()]
+        return "\n".join([*lines, stacks])
 
     def log(self, process: subprocess.Popen[bytes]) -> str:
         index = self.processes.index(process)
