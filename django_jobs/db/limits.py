@@ -49,15 +49,19 @@ and imports nothing of :mod:`.base`.
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import datetime
 from functools import partial
 from typing import Any, NamedTuple, Protocol
 
+from django.db import DatabaseError
+
 from ..models import Queue
+from ..text import first_line
 from .records import (
     CANDIDATE_COLUMNS,
     ROW_ERRORS,
@@ -70,6 +74,8 @@ from .records import (
     with_candidate,
 )
 from .statements import Statements
+
+logger = logging.getLogger(__name__)
 
 #: How many more due rows than it has room for a keyed claim reads, so that rows of full
 #: keys at the head of the queue do not hide those behind them.
@@ -222,8 +228,8 @@ class FlowControl:
                 limit=request.limit - len(jobs),
                 ahead=min(request.ahead, request.limit - len(jobs)),
             )
-            more, _ = self.claim_limited(rest, freed=freed or bool(settlements))
-            return jobs + more, settled
+            again = partial(self.claim_limited, rest, freed=freed or bool(settlements))
+            return self.and_then((jobs, settled), bool(settlements), request.queue, again)
         if request.queue not in self.queue_rows:
             self.make_queue_row(request.queue)
         settled = Settled([])
@@ -248,6 +254,37 @@ class FlowControl:
                 return claimed, settled
             self.make_queue_row(request.queue)  # deleted since this process made it
         return [], settled
+
+    @staticmethod
+    def and_then(
+        first: tuple[list[ClaimedJob], Settled],
+        wrote: bool,
+        queue: str,
+        claim: Callable[[], tuple[list[ClaimedJob], Settled]],
+    ) -> tuple[list[ClaimedJob], Settled]:
+        """A claim in two transactions: what the first took and wrote (``first``,
+        committed; ``wrote``: it wrote outcomes), with the jobs ``claim``, the second,
+        takes. If the second fails after the first took jobs or wrote outcomes, those are
+        returned all the same and the failure logged: raised, the jobs (marked running
+        under this worker's lease) would be run by no one until their leases ran out, and
+        the outcomes given back to be written again, as fenced out."""
+        jobs, settled = first
+        try:
+            more, _ = claim()
+        except DatabaseError as exc:
+            if not (jobs or wrote):
+                raise
+            logger.warning(
+                "the claim of queue %r under its lock failed (%s: %s); the %s job(s) claimed"
+                " before it run",
+                queue,
+                type(exc).__name__,
+                first_line(exc),
+                len(jobs),
+                extra={"event": "worker_error", "queue": queue},
+            )
+            return jobs, settled
+        return jobs + more, settled
 
     def forget(self) -> None:
         """Forget what this process keeps of the queues' rows (a database replaced under

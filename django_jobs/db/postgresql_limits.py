@@ -66,6 +66,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
+from functools import partial
 from typing import Any, Protocol, cast
 
 from ..models import Queue, WorkerProcess
@@ -179,8 +180,8 @@ class PostgresFlowControl(FlowControl):
         self.locked_until[request.queue] = request.now + timedelta(
             seconds=LOCKED_AFTER_MISS_SECONDS
         )
-        jobs, _ = super().claim_limited(request, freed=freed or bool(settlements))
-        return jobs, settled
+        again = partial(super().claim_limited, request, freed=freed or bool(settlements))
+        return self.and_then((jobs, settled), bool(settlements), request.queue, again)
 
     def lock_skippable(self, limits: QueueLimits) -> bool:
         """A global limit, keys or both, and no rate limit: a rate window's count is written

@@ -21,7 +21,7 @@ from django_jobs.models import Attempt, AttemptOutcome, Job, JobStatus, Queue
 from django_jobs.registry import queue_limits
 from tests.conftest import START
 from tests.support.threads import race
-from tests.support.triggers import ordered_status_writes
+from tests.support.triggers import ordered_status_writes, refusing
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -424,6 +424,29 @@ def test_a_claim_whose_starts_counted_ahead_run_out_takes_the_rest_under_the_loc
     assert len(claim(limits=limits, limit=3, now=at)) == 3
     assert window_count() > counted  # the third under the lock, counted there
     assert Attempt.objects.count() <= window_count()
+
+
+def test_a_claim_whose_rest_under_the_lock_fails_returns_what_it_took_before(caplog) -> None:
+    """A claim that took starts counted ahead (committed) and goes on under the lock: if
+    that second transaction fails, the jobs of the first are returned all the same. Raised
+    past, they would stay running under the worker's lease with no thread to run them."""
+    from django_jobs.db.limits import RESERVED_CLAIMS
+
+    limits = QueueLimits(rate=Rate(1000, 60))
+    at = Rate(1000, 60).window_start(START) + timedelta(seconds=1)
+    for _ in range(40):
+        schedule_job("tests.ok", {}, run_at=START)
+    for _ in range(RESERVED_CLAIMS):
+        assert len(claim(limits=limits, limit=2, now=at)) == 2
+    assert get_driver().flow.reserved["default"].starts == 2  # two left, asked for three
+    held = set(Job.objects.filter(status=JobStatus.RUNNING).values_list("id", flat=True))
+    with refusing("refuse_queue_row", "UPDATE", Queue._meta.db_table):
+        claimed = claim(limits=limits, limit=3, now=at)
+    assert len(claimed) == 2
+    running = set(Job.objects.filter(status=JobStatus.RUNNING).values_list("id", flat=True))
+    assert running - held == set(claimed)  # none claimed and not returned
+    assert "under its lock failed (IntegrityError" in caplog.text
+    assert "refuse_queue_row" in caplog.text
 
 
 @pytest.mark.parametrize(
@@ -1011,6 +1034,26 @@ def test_a_claim_that_skips_the_lock_settles_before_it_claims(make_job) -> None:
         claimed, settled = get_driver().claim_and_settle(request(limits=FAR, limit=2), done)
         assert written() == ["succeeded", "succeeded", "running", "running"]
     assert settled.lost == [] and len(claimed) == 2
+
+
+@on_postgresql
+def test_a_claim_that_skips_the_lock_keeps_what_it_wrote_when_the_claim_under_it_fails(
+    make_job,
+) -> None:
+    """The claim without the lock writes its outcomes and finds too little room; the claim
+    under the lock that follows fails: the outcomes are said written, as they are. Raised
+    past, they would be given back and written again, as fenced out."""
+    for _ in range(4):
+        make_job()
+    serving("w1", 4)
+    limits = QueueLimits(global_limit=5)  # with 2 running, w1's claims of 4 do not fit
+    first, _, _ = claim(limit=3, limits=limits)
+    done = [success(first)]
+    with refusing("refuse_queue_row", "UPDATE", Queue._meta.db_table):
+        claimed, settled = get_driver().claim_and_settle(request(limits=limits, limit=2), done)
+    assert settled.lost == [] and claimed == []
+    assert Job.objects.get(pk=first).status == JobStatus.SUCCEEDED
+    assert Job.objects.filter(status=JobStatus.RUNNING).count() == 2
 
 
 @on_postgresql
