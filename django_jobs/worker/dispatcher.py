@@ -221,9 +221,14 @@ class Dispatcher:
         return self.state.largest_claim
 
     def is_busy(self) -> bool:
-        """A handler holds a job, one waits for a handler, or a claim is under way."""
+        """A handler holds a job, or one waits for a handler. Not a claim under way: a
+        burst worker asks it beside one snapshot of the database, in which a job a claim
+        under way takes is due or running already (one due later, it hands back at its
+        stop). Counted, it kept burst workers that share a limited queue from ever
+        exiting: each one's claims waited for the queue's lock behind the others' almost
+        all the time."""
         state = self.state
-        return bool(state.busy or state.inbox or state.reserved)
+        return bool(state.busy or state.inbox)
 
     def guarded(self, step: Callable[[], T]) -> T | None:
         return guarded(step, self.using)

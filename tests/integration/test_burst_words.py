@@ -246,3 +246,34 @@ def test_burst_exits_past_a_job_of_a_name_it_does_not_know_and_says_so(settings,
     )
     assert exit_line.levelname == "WARNING"  # work is left that no run of it will do
     assert exit_line.unknown_names == 1
+
+
+@pytest.mark.skipif(
+    connection.vendor == "sqlite",
+    reason="SQLite's main loop writes too (the election, the registration): it waits for the"
+    " write lock as the claim does",
+)
+def test_burst_exits_while_its_claim_waits_for_the_queues_lock(settings, caplog):
+    """Burst workers sharing a limited queue claim one at a time under its lock, each
+    waiting for the others' claims most of the time: a claim under way must not keep a
+    worker that finds nothing due or running from exiting, or none of them ever does.
+    Here another session holds the queue's lock while the worker's claim waits for it."""
+    from django_jobs.db import get_driver
+
+    settings.DJANGO_JOBS = {**FAST, "QUEUES": {"default": {"rate_limit": "1000/m"}}}
+    caplog.set_level(logging.INFO, logger="django_jobs")
+    get_driver().flow.make_queue_row("default")
+    other = connection.copy()
+    try:
+        other.set_autocommit(False)
+        with other.cursor() as cursor:
+            cursor.execute("SELECT 1 FROM django_jobs_queue WHERE name = 'default' FOR UPDATE")
+        _, thread = burst_worker()
+        try:
+            assert wait_until(lambda: said(caplog, "burst_drained"), timeout=5)
+        finally:
+            other.rollback()
+    finally:
+        other.close()
+    thread.join(20)
+    assert not thread.is_alive()
