@@ -406,10 +406,10 @@ def test_a_claim_that_takes_all_it_asks_under_a_rate_far_from_full_counts_starts
     assert window_count() == counted
 
 
-def test_a_claim_whose_starts_counted_ahead_run_out_takes_the_rest_under_the_lock() -> None:
-    """Starts counted ahead for claims of 2 leave two for a claim of 3: it takes those,
-    and one more under the lock. Returned short, it would read as a queue run dry, and the
-    worker would sleep until the next window with jobs due (a drain at a tenth)."""
+def two_starts_left() -> tuple[QueueLimits, datetime, int]:
+    """40 jobs due under a rate far from full, claimed two at a time until two of the starts
+    counted ahead for this process are left: the limits, the claims' time, and the window's
+    count after the first claim (the one under the lock)."""
     from django_jobs.db.limits import RESERVED_CLAIMS
 
     limits = QueueLimits(rate=Rate(1000, 60))
@@ -420,7 +420,15 @@ def test_a_claim_whose_starts_counted_ahead_run_out_takes_the_rest_under_the_loc
     counted = window_count()
     for _ in range(RESERVED_CLAIMS - 1):
         assert len(claim(limits=limits, limit=2, now=at)) == 2
-    assert get_driver().flow.reserved["default"].starts == 2  # two left, asked for three
+    assert get_driver().flow.reserved["default"].starts == 2
+    return limits, at, counted
+
+
+def test_a_claim_whose_starts_counted_ahead_run_out_takes_the_rest_under_the_lock() -> None:
+    """Starts counted ahead for claims of 2 leave two for a claim of 3: it takes those,
+    and one more under the lock. Returned short, it would read as a queue run dry, and the
+    worker would sleep until the next window with jobs due (a drain at a tenth)."""
+    limits, at, counted = two_starts_left()
     assert len(claim(limits=limits, limit=3, now=at)) == 3
     assert window_count() > counted  # the third under the lock, counted there
     assert Attempt.objects.count() <= window_count()
@@ -430,15 +438,7 @@ def test_a_claim_whose_rest_under_the_lock_fails_returns_what_it_took_before(cap
     """A claim that took starts counted ahead (committed) and goes on under the lock: if
     that second transaction fails, the jobs of the first are returned all the same. Raised
     past, they would stay running under the worker's lease with no thread to run them."""
-    from django_jobs.db.limits import RESERVED_CLAIMS
-
-    limits = QueueLimits(rate=Rate(1000, 60))
-    at = Rate(1000, 60).window_start(START) + timedelta(seconds=1)
-    for _ in range(40):
-        schedule_job("tests.ok", {}, run_at=START)
-    for _ in range(RESERVED_CLAIMS):
-        assert len(claim(limits=limits, limit=2, now=at)) == 2
-    assert get_driver().flow.reserved["default"].starts == 2  # two left, asked for three
+    limits, at, _ = two_starts_left()
     held = set(Job.objects.filter(status=JobStatus.RUNNING).values_list("id", flat=True))
     with refusing("refuse_queue_row", "UPDATE", Queue._meta.db_table):
         claimed = claim(limits=limits, limit=3, now=at)
