@@ -63,10 +63,11 @@ def serve(worker: Worker, stop_event: threading.Event) -> None:
 
 
 def largest_claim(dispatchers: list[Dispatcher]) -> int:
-    """The most jobs a process's claims of one queue take together: a lane's largest claim
-    (the room its claims under way reserve, however many: :mod:`.dispatcher`), and where
-    a queue's lanes claim at once (``QueueState.overlapping``), its lanes' together; where
-    they take turns (``QueueState.claiming``), the largest lane's."""
+    """The most jobs a process's claims of one of ``dispatchers``' queues take together: a
+    lane's largest claim (the room its claims under way reserve, however many:
+    :mod:`.dispatcher`), and where a queue's lanes claim at once
+    (``QueueState.overlapping``), its lanes' together; where they take turns
+    (``QueueState.claiming``), the largest lane's."""
     by_queue: dict[str, list[int]] = {}
     for dispatcher in dispatchers:
         by_queue.setdefault(dispatcher.state.name, []).append(dispatcher.largest_claim)
@@ -91,8 +92,11 @@ class Server:
                 self.async_dispatcher(lane.state, self.loop) for lane in lanes.values()
             ]
         # What its row tells other processes claiming under a global limit: the most its
-        # claims of one queue take together.
-        parts.maintainer.largest_claim = largest_claim(self.dispatchers)
+        # claims of one limited queue take together. A queue without limits is claimed
+        # apart from them; its lanes, however large, would leave a small limit no room.
+        parts.maintainer.largest_claim = largest_claim(
+            [d for d in self.dispatchers if d.state.limited]
+        )
         self.summary = Summary(parts.writer, float(settings.SUMMARY_SECONDS), time.monotonic())
         self.burst = BurstCheck(parts)
 

@@ -94,7 +94,7 @@ def test_a_workers_row_says_the_most_jobs_one_claim_of_its_lanes_takes(settings,
     leaves room for this one's largest claim: a tick's is a queue's threads; a server's is
     its largest lane's (its threads and as many jobs ahead as it may hold for each; an async
     lane's concurrency, at most a batch) where the lanes of a queue claim one at a time, and
-    their sum where they claim at once."""
+    their sum where they claim at once, of the queues with limits only."""
     from django_jobs.db import driver_class
     from django_jobs.models import WorkerProcess
     from django_jobs.worker.ahead import MOST_AHEAD
@@ -104,8 +104,8 @@ def test_a_workers_row_says_the_most_jobs_one_claim_of_its_lanes_takes(settings,
 
     settings.DJANGO_JOBS = {
         "QUEUES": {
-            "default": {"workers": 3, "async_concurrency": 5},
-            "other": {"workers": 1, "async_concurrency": 1000},
+            "default": {"workers": 3, "async_concurrency": 5, "global_limit": 1000},
+            "other": {"workers": 1, "async_concurrency": 1000, "global_limit": 1000},
         }
     }
     ticking = worker(queues={"default": 3, "other": 1})
@@ -128,6 +128,19 @@ def test_a_workers_row_says_the_most_jobs_one_claim_of_its_lanes_takes(settings,
     assert Server(
         worker(queues={"default": many, "other": 1}).parts()
     ).parts.maintainer.largest_claim == (sync_lane + 5 if together else sync_lane)
+    # A queue without limits is claimed apart from the limited ones: its lanes, however
+    # large, do not count, or they would leave a small global limit no room to skip the lock.
+    settings.DJANGO_JOBS = {
+        "QUEUES": {
+            "default": {"workers": 3, "async_concurrency": 2},
+            "other": {"workers": 1, "async_concurrency": 2, "global_limit": 1000},
+        }
+    }
+    mixed = Server(worker(queues={"default": many, "other": 1}).parts())
+    assert mixed.parts.maintainer.largest_claim == 1 + MOST_AHEAD  # "other"'s sync lane
+    settings.DJANGO_JOBS = {"QUEUES": {"default": {"workers": 3}, "other": {"workers": 1}}}
+    unlimited = Server(worker(queues={"default": many, "other": 1}).parts())
+    assert unlimited.parts.maintainer.largest_claim == 0
 
 
 def test_a_lane_whose_last_claim_took_nothing_leaves_the_outcomes_to_the_others(settings, worker):
