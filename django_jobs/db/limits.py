@@ -168,6 +168,9 @@ class FlowControl:
         #: not yet taken (:meth:`take_reserved`).
         self.reserved: dict[str, Reserved] = {}
         self.reserving = threading.Lock()
+        #: (queue, names) whose last claim here took nothing: the next one first asks,
+        #: without a lock, whether anything is due (:meth:`claim_limited`).
+        self.idle: set[tuple[str, tuple[str, ...] | None]] = set()
 
     # -- pause ------------------------------------------------------------------------
 
@@ -215,7 +218,41 @@ class FlowControl:
         """Write ``settlements``, then claim under the queue's limits, in one transaction;
         ``freed``: outcomes written just before, apart, freed slots (as ``settlements`` do).
         Under a rate limit alone, starts counted for this process already are claimed as a
-        queue without limits is (:meth:`take_reserved`)."""
+        queue without limits is (:meth:`take_reserved`).
+
+        A claim that writes nothing, after one of the same queue and names that took
+        nothing, first asks whether any row is due (:meth:`any_due`): a worker polling a
+        queue with nothing due takes neither the queue's lock nor, on SQLite, the write
+        lock. The question is wider than the claim (no limit in it), never narrower."""
+        idle = (request.queue, None if request.names is None else tuple(request.names))
+        if not (settlements or freed) and idle in self.idle and not self.any_due(request):
+            return [], Settled([])
+        jobs, settled = self.claim_counted(request, settlements, freed)
+        if jobs:
+            self.idle.discard(idle)
+        else:
+            self.idle.add(idle)
+        return jobs, settled
+
+    def any_due(self, request: ClaimRequest) -> bool:
+        """Whether the claim's queue has a row due that one of its names may take, read in
+        a statement of its own, without a lock."""
+        statements = self.statements
+        due, params = statements.due_condition(request.queue, request.now, request.names)
+
+        def build() -> str:
+            return f"SELECT 1 FROM {statements.job_table} WHERE {due} LIMIT 1"
+
+        with statements.hot_cursor() as cursor:
+            cursor.execute(
+                statements.text(f"any_due{statements.names_key(request.names)}", build), params
+            )
+            return cursor.fetchone() is not None
+
+    def claim_counted(
+        self, request: ClaimRequest, settlements: Sequence[Settlement], freed: bool
+    ) -> tuple[list[ClaimedJob], Settled]:
+        """:meth:`claim_limited`'s claim, whatever the last one took."""
         if reserved := self.take_reserved(request):
             jobs, settled = self.claim_reserved(request, settlements, reserved)
             if reserved >= request.limit or len(jobs) < reserved:
@@ -290,6 +327,7 @@ class FlowControl:
         """Forget what this process keeps of the queues' rows (a database replaced under
         it: a test's flush): which rows it made, the starts counted ahead for it."""
         self.queue_rows.clear()
+        self.idle.clear()
         with self.reserving:
             self.reserved.clear()
 

@@ -207,6 +207,27 @@ def keyed_job(key: str | None = None, name: str = "tests.keyed", **kwargs) -> in
     return schedule_job(name, {}, concurrency_key=key, run_at=START, **kwargs).pk
 
 
+@pytest.mark.parametrize(
+    "limits",
+    [QueueLimits(global_limit=5), QueueLimits(rate=Rate(6, 60)), KEYED],
+    ids=["global_limit", "rate_limit", "keyed"],
+)
+def test_a_claim_after_one_that_took_nothing_asks_first_whether_anything_is_due(
+    make_job, limits: QueueLimits
+) -> None:
+    """A worker polling a limited queue with nothing due takes no lock each poll (the
+    queue's row; on SQLite the database's write lock): one read, and nothing claimed. Once
+    a job is due, the claim takes it as before."""
+    from django.test.utils import CaptureQueriesContext
+
+    assert claim(limits=limits) == []  # the claim itself, which finds nothing
+    with CaptureQueriesContext(connections["default"]) as queries:
+        assert claim(limits=limits) == []
+    assert [q["sql"].split(" FROM ")[0] for q in queries] == ["SELECT 1"]
+    job = make_job(concurrency_key="a").pk
+    assert claim(limits=limits) == [job]
+
+
 @pytest.mark.parametrize("limits", [QueueLimits(global_limit=1), KEYED], ids=["global", "keyed"])
 def test_a_claim_under_the_lock_counts_the_jobs_the_claim_it_waited_for_started(limits) -> None:
     """Another session holds the queue's lock (SQLite: the write lock) and starts a job: the
